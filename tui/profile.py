@@ -1,0 +1,494 @@
+"""TOML experiment profiles, parsed into frozen dataclasses.
+
+One file describes one experiment: the target, the local engine's knobs, the defenses, the workload,
+the load, the recorder's stages and modes, and the SLOs. Every value is checked against the field's
+type; a bad file raises :class:`ProfileError` with one line naming the file, the key path, the value
+and what was expected. The CLI turns that into exit code 2 with no traceback.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import sys
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, get_args, get_origin
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+Batching = Literal["static", "continuous"]
+KVLayout = Literal["contiguous", "paged"]
+Reservation = Literal["max", "pow2", "exact"]
+
+
+class ProfileError(ValueError):
+    """A profile (or a config sent over the control API) is malformed; the message is one line."""
+
+
+# ---------------------------------------------------------------------------------------------------
+# Sections
+
+
+@dataclass(frozen=True)
+class TargetConfig:
+    """Where load goes: the embedded local engine, or any OpenAI-compatible endpoint."""
+
+    kind: Literal["local", "openai"] = "local"
+    base_url: str | None = None
+    model: str | None = None
+    api_key_env: str | None = None
+    endpoint: Literal["completions", "chat"] = "completions"
+    timeout_s: float = 120.0
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Knobs of the local torch engine, named as vLLM names them."""
+
+    model: str = "tiny"
+    model_path: str | None = None
+    batching: Batching = "continuous"
+    kv: KVLayout = "paged"
+    block_size: int = 16
+    kv_budget_mb: float = 4.0
+    gpu_memory_utilization: float | None = None
+    max_num_seqs: int = 64
+    max_num_batched_tokens: int = 2048
+    enable_chunked_prefill: bool = True
+    static_batch_size: int = 8
+    batch_wait_ms: float = 50.0
+    reservation: Reservation = "max"
+    max_model_len: int = 2048
+    seed: int = 0
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    threads: int = 1
+
+    @property
+    def mode(self) -> EngineMode:
+        return EngineMode(self.batching, self.kv)
+
+    def with_mode(self, mode: EngineMode) -> EngineConfig:
+        return dataclasses.replace(self, batching=mode.batching, kv=mode.kv)
+
+
+@dataclass(frozen=True)
+class DefensesConfig:
+    """Degradation defenses; each is off unless set."""
+
+    backlog_limit: int | None = None
+    truncate_when_backlog_over: int | None = None
+    truncate_prompt_to: int | None = None
+    wait_timeout_s: float | None = None
+    prefix_caching: bool = False
+
+
+@dataclass(frozen=True)
+class LengthDist:
+    """A token-length distribution.
+
+    In TOML: an integer (fixed), or a table ``{dist = "uniform", low = 32, high = 512}``,
+    ``{dist = "lognormal", median = 200, sigma = 0.8}``, or
+    ``{dist = "mixture", components = [{weight = 0.8, value = 20}, {weight = 0.2, value = 800}]}``.
+    ``min``/``max`` clip any distribution.
+    """
+
+    dist: Literal["fixed", "uniform", "lognormal", "mixture"] = "fixed"
+    value: int | None = None
+    low: int | None = None
+    high: int | None = None
+    median: float | None = None
+    sigma: float | None = None
+    min: int = 1
+    max: int | None = None
+    weight: float = 1.0
+    components: tuple[LengthDist, ...] = ()
+
+
+def _fixed(n: int) -> LengthDist:
+    return LengthDist(dist="fixed", value=n)
+
+
+@dataclass(frozen=True)
+class WorkloadConfig:
+    """What each request asks for."""
+
+    prompt_len: LengthDist = LengthDist(dist="uniform", low=32, high=512)
+    output_len: LengthDist = LengthDist(
+        dist="mixture",
+        components=(LengthDist(value=20, weight=0.8), LengthDist(value=800, weight=0.2)),
+    )
+    shared_prefix_tokens: int = 0
+    shared_prefix_fraction: float = 0.0
+    temperature: float = 0.0
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class LoadConfig:
+    """How requests arrive."""
+
+    arrival: Literal["poisson", "gamma", "constant"] = "poisson"
+    burstiness: float = 1.0
+    rate: float = 2.0
+    max_concurrency: int | None = None
+    num_requests: int | None = None
+    duration_s: float | None = None
+    warmup_requests: int = 0
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One named load level of a recorded run."""
+
+    name: str
+    rate: float
+    num_requests: int | None = None
+    duration_s: float | None = None
+
+
+@dataclass(frozen=True)
+class EngineMode:
+    """A batching policy paired with a KV layout; written ``"continuous+paged"``."""
+
+    batching: Batching
+    kv: KVLayout
+
+    @property
+    def label(self) -> str:
+        return f"{self.batching}+{self.kv}"
+
+    @classmethod
+    def parse(cls, text: str) -> EngineMode:
+        batching, sep, kv = text.partition("+")
+        if not sep or batching not in get_args(Batching) or kv not in get_args(KVLayout):
+            raise ValueError(
+                f"{text!r} is not a mode; expected batching+kv such as 'static+contiguous' or 'continuous+paged'"
+            )
+        return cls(batching, kv)  # type: ignore[arg-type]
+
+    def __str__(self) -> str:
+        return self.label
+
+
+HEADLINE_MODES = (EngineMode("static", "contiguous"), EngineMode("continuous", "paged"))
+
+
+@dataclass(frozen=True)
+class RecordConfig:
+    """What ``kvtui --record`` runs: every stage under every mode."""
+
+    modes: tuple[EngineMode, ...] = HEADLINE_MODES
+    drain_timeout_s: float = 60.0
+    window_s: float = 30.0
+
+
+@dataclass(frozen=True)
+class SloConfig:
+    """Per-request targets for goodput, in milliseconds; unset targets are not checked."""
+
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    e2el_ms: float | None = None
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A whole experiment. ``Profile()`` is the built-in default."""
+
+    name: str = "builtin"
+    description: str = ""
+    target: TargetConfig = field(default_factory=TargetConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    defenses: DefensesConfig = field(default_factory=DefensesConfig)
+    workload: WorkloadConfig = field(default_factory=WorkloadConfig)
+    load: LoadConfig = field(default_factory=LoadConfig)
+    stages: tuple[Stage, ...] = ()
+    record: RecordConfig = field(default_factory=RecordConfig)
+    slo: SloConfig = field(default_factory=SloConfig)
+    source: str = "<builtin>"
+
+    def run_stages(self) -> tuple[Stage, ...]:
+        """The stages to record; a profile without ``[[stages]]`` records its ``[load]`` as one."""
+        if self.stages:
+            return self.stages
+        n = self.load.num_requests
+        if n is None and self.load.duration_s is None:
+            n = 50
+        return (Stage("load", self.load.rate, n, self.load.duration_s),)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Parsing
+
+
+def load_profile(path: str | Path) -> Profile:
+    """Read and validate a TOML profile; raises :class:`ProfileError` with a one-line message."""
+    p = Path(path)
+    if not p.is_file():
+        raise ProfileError(f"{p}: no such profile file")
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as e:
+        raise ProfileError(f"{p}: not valid TOML: {e}") from None
+    except UnicodeDecodeError:
+        raise ProfileError(f"{p}: not a UTF-8 text file") from None
+    return profile_from_dict(data, source=str(p))
+
+
+def profile_from_dict(data: dict[str, Any], source: str = "<dict>") -> Profile:
+    """Validate a parsed TOML document (or the same shape from JSON)."""
+    prof = _build(Profile, data, source, "", skip={"source"})
+    prof = dataclasses.replace(prof, source=source)
+    if not data.get("name") and source.endswith(".toml"):
+        prof = dataclasses.replace(prof, name=Path(source).stem)
+    _check_profile(prof, source)
+    return prof
+
+
+def engine_config_from_dict(data: dict[str, Any], source: str = "<request>") -> EngineConfig:
+    """Validate an ``[engine]`` table alone (the control API's reset body)."""
+    cfg = _build(EngineConfig, data, source, "engine")
+    _check_engine(cfg, source)
+    return cfg
+
+
+def defenses_from_dict(data: dict[str, Any], source: str = "<request>") -> DefensesConfig:
+    """Validate a ``[defenses]`` table alone."""
+    cfg = _build(DefensesConfig, data, source, "defenses")
+    _check_defenses(cfg, source)
+    return cfg
+
+
+def to_dict(obj: Any) -> Any:
+    """A dataclass tree as plain TOML/JSON-ready data (None dropped, modes as labels)."""
+    if isinstance(obj, EngineMode):
+        return obj.label
+    if dataclasses.is_dataclass(obj):
+        out = {}
+        for f in dataclasses.fields(obj):
+            v = to_dict(getattr(obj, f.name))
+            if v is not None:
+                out[f.name] = v
+        return out
+    if isinstance(obj, (tuple, list)):
+        return [to_dict(x) for x in obj]
+    return obj
+
+
+def _fail(source: str, path: str, value: Any, expected: str) -> typing.NoReturn:
+    shown = repr(value)
+    if len(shown) > 60:
+        shown = shown[:57] + "..."
+    raise ProfileError(f"{source}: {path} = {shown}: expected {expected}")
+
+
+def _join(prefix: str, key: str) -> str:
+    return f"{prefix}.{key}" if prefix else key
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    if cls not in _HINTS:
+        _HINTS[cls] = typing.get_type_hints(cls)
+    return _HINTS[cls]
+
+
+def _build(cls: type, data: Any, source: str, path: str, skip: set[str] | None = None) -> Any:
+    if not isinstance(data, dict):
+        _fail(source, path or "<top>", data, "a table")
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.name not in (skip or set())}
+    hints = _hints(cls)
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        if key not in fields:
+            close = difflib.get_close_matches(key, list(fields), n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else f"; known keys: {', '.join(fields)}"
+            raise ProfileError(f"{source}: unknown key '{_join(path, key)}'{hint}")
+        kwargs[key] = _convert(hints[key], value, source, _join(path, key))
+    missing = [
+        n
+        for n, f in fields.items()
+        if n not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
+    if missing:
+        raise ProfileError(f"{source}: {path or 'profile'} is missing required key '{missing[0]}'")
+    return cls(**kwargs)
+
+
+def _describe(tp: Any) -> str:
+    origin = get_origin(tp)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in get_args(tp))
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_describe(a) for a in get_args(tp) if a is not type(None))
+    if tp is float:
+        return "a number"
+    if tp is int:
+        return "an integer"
+    if tp is bool:
+        return "true or false"
+    if tp is str:
+        return "a string"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _convert(tp: Any, value: Any, source: str, path: str) -> Any:
+    origin = get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in get_args(tp) if a is not type(None)]
+        if len(args) == 1:
+            return _convert(args[0], value, source, path)
+    if origin is Literal:
+        if value not in get_args(tp) or isinstance(value, bool):
+            opts = [str(a) for a in get_args(tp)]
+            close = difflib.get_close_matches(str(value), opts, n=1) if isinstance(value, str) else []
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            _fail(source, path, value, _describe(tp) + hint)
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            _fail(source, path, value, "true or false")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            _fail(source, path, value, "an integer")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            _fail(source, path, value, "a number")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            _fail(source, path, value, "a string")
+        return value
+    if tp is LengthDist:
+        return _length_dist(value, source, path)
+    if tp is EngineMode:
+        if not isinstance(value, str):
+            _fail(source, path, value, "a mode string such as 'continuous+paged'")
+        try:
+            return EngineMode.parse(value)
+        except ValueError as e:
+            raise ProfileError(f"{source}: {path} = {value!r}: {str(e).split('; ', 1)[1]}") from None
+    if origin is tuple:
+        (item_tp, _) = get_args(tp)
+        if not isinstance(value, list):
+            _fail(source, path, value, f"a list of {_describe(item_tp)}")
+        return tuple(_convert(item_tp, v, source, f"{path}[{i}]") for i, v in enumerate(value))
+    if dataclasses.is_dataclass(tp):
+        return _build(tp, value, source, path)
+    raise TypeError(f"profile field type {tp!r} has no converter")  # a bug, not bad input
+
+
+def _length_dist(value: Any, source: str, path: str) -> LengthDist:
+    if isinstance(value, int) and not isinstance(value, bool):
+        d = _fixed(value)
+    elif isinstance(value, dict):
+        d = _build(LengthDist, value, source, path)
+    else:
+        _fail(source, path, value, "an integer or a distribution table such as {dist = \"uniform\", low = 32, high = 512}")
+    _check_dist(d, source, path)
+    return d
+
+
+def _check_dist(d: LengthDist, source: str, path: str) -> None:
+    need = {"fixed": ("value",), "uniform": ("low", "high"), "lognormal": ("median", "sigma"), "mixture": ()}
+    for key in need[d.dist]:
+        if getattr(d, key) is None:
+            raise ProfileError(f"{source}: {path} (dist = {d.dist!r}) is missing required key '{key}'")
+    if d.dist == "fixed" and d.value is not None and d.value < 1:
+        _fail(source, f"{path}.value", d.value, "a length of at least 1")
+    if d.dist == "uniform" and not (1 <= d.low <= d.high):  # type: ignore[operator]
+        _fail(source, f"{path}.low", d.low, f"1 <= low <= high (high = {d.high})")
+    if d.dist == "lognormal" and (d.median <= 0 or d.sigma < 0):  # type: ignore[operator]
+        _fail(source, f"{path}.median", d.median, "median > 0 and sigma >= 0")
+    if d.dist == "mixture":
+        if not d.components:
+            _fail(source, f"{path}.components", [], "at least one component")
+        if any(c.weight <= 0 for c in d.components):
+            _fail(source, f"{path}.components", [c.weight for c in d.components], "positive weights")
+    if d.weight <= 0:
+        _fail(source, f"{path}.weight", d.weight, "a positive weight")
+    if d.min < 1 or (d.max is not None and d.max < d.min):
+        _fail(source, f"{path}.min", d.min, "1 <= min <= max")
+
+
+def _positive(source: str, path: str, value: float | int | None, *, allow_zero: bool = False) -> None:
+    if value is None:
+        return
+    if value < 0 or (value == 0 and not allow_zero):
+        _fail(source, path, value, "a number >= 0" if allow_zero else "a positive number")
+
+
+def _check_engine(e: EngineConfig, source: str) -> None:
+    for key in ("block_size", "kv_budget_mb", "max_num_seqs", "max_num_batched_tokens",
+                "static_batch_size", "max_model_len", "threads"):
+        _positive(source, f"engine.{key}", getattr(e, key))
+    _positive(source, "engine.batch_wait_ms", e.batch_wait_ms, allow_zero=True)
+    if e.gpu_memory_utilization is not None and not 0 < e.gpu_memory_utilization <= 1:
+        _fail(source, "engine.gpu_memory_utilization", e.gpu_memory_utilization, "a fraction in (0, 1]")
+    if e.model_path is not None and not Path(e.model_path).expanduser().is_dir():
+        _fail(source, "engine.model_path", e.model_path, "a local checkpoint directory (config.json, *.safetensors)")
+
+
+def _check_defenses(d: DefensesConfig, source: str) -> None:
+    for key in ("backlog_limit", "truncate_prompt_to", "wait_timeout_s"):
+        _positive(source, f"defenses.{key}", getattr(d, key))
+    _positive(source, "defenses.truncate_when_backlog_over", d.truncate_when_backlog_over, allow_zero=True)
+    if (d.truncate_when_backlog_over is None) != (d.truncate_prompt_to is None):
+        raise ProfileError(
+            f"{source}: defenses.truncate_when_backlog_over and defenses.truncate_prompt_to go together; set both or neither"
+        )
+
+
+def _check_profile(p: Profile, source: str) -> None:
+    t = p.target
+    if t.kind == "openai":
+        if not t.base_url:
+            raise ProfileError(f"{source}: target.base_url is required when target.kind = 'openai'")
+        if not t.base_url.startswith(("http://", "https://")):
+            _fail(source, "target.base_url", t.base_url, "an http:// or https:// URL")
+        if not t.model:
+            raise ProfileError(f"{source}: target.model is required when target.kind = 'openai'")
+    if t.api_key_env is not None and not t.api_key_env.replace("_", "").isalnum():
+        _fail(source, "target.api_key_env", t.api_key_env, "the NAME of an environment variable, not a key")
+    _positive(source, "target.timeout_s", t.timeout_s)
+    _check_engine(p.engine, source)
+    _check_defenses(p.defenses, source)
+    w = p.workload
+    _positive(source, "workload.shared_prefix_tokens", w.shared_prefix_tokens, allow_zero=True)
+    if not 0 <= w.shared_prefix_fraction <= 1:
+        _fail(source, "workload.shared_prefix_fraction", w.shared_prefix_fraction, "a fraction in [0, 1]")
+    _positive(source, "workload.temperature", w.temperature, allow_zero=True)
+    ld = p.load
+    _positive(source, "load.rate", ld.rate)
+    _positive(source, "load.burstiness", ld.burstiness)
+    _positive(source, "load.max_concurrency", ld.max_concurrency)
+    _positive(source, "load.num_requests", ld.num_requests)
+    _positive(source, "load.duration_s", ld.duration_s)
+    _positive(source, "load.warmup_requests", ld.warmup_requests, allow_zero=True)
+    names: set[str] = set()
+    for i, s in enumerate(p.stages):
+        _positive(source, f"stages[{i}].rate", s.rate)
+        _positive(source, f"stages[{i}].num_requests", s.num_requests)
+        _positive(source, f"stages[{i}].duration_s", s.duration_s)
+        if s.num_requests is None and s.duration_s is None:
+            raise ProfileError(f"{source}: stages[{i}] ({s.name!r}) needs num_requests or duration_s")
+        if s.name in names:
+            _fail(source, f"stages[{i}].name", s.name, "a name no other stage has")
+        names.add(s.name)
+    if not p.record.modes:
+        _fail(source, "record.modes", [], "at least one mode")
+    _positive(source, "record.drain_timeout_s", p.record.drain_timeout_s)
+    _positive(source, "record.window_s", p.record.window_s)
+    for key in ("ttft_ms", "tpot_ms", "e2el_ms"):
+        _positive(source, f"slo.{key}", getattr(p.slo, key))
