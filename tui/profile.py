@@ -10,17 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import sys
+import tomllib
 import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 Batching = Literal["static", "continuous"]
 KVLayout = Literal["contiguous", "paged"]

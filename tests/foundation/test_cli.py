@@ -1,0 +1,73 @@
+"""The kvtui command line: help, version, and one-line errors with exit code 2."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tui import __version__
+from tui.cli import build_parser, main, resolve_profile
+
+REPO = Path(__file__).parents[2]
+
+
+def kvtui(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tui", *args], capture_output=True, text=True, cwd=REPO, timeout=60, env=env)
+
+
+def test_help_names_every_mode() -> None:
+    out = kvtui("--help")
+    assert out.returncode == 0
+    for word in ("--record", "serve", "report", "--profile", "--target", "--model", "--api-key-env", "--out", "--version"):
+        assert word in out.stdout
+
+
+def test_version() -> None:
+    out = kvtui("--version")
+    assert out.returncode == 0 and out.stdout.strip() == f"kvtui {__version__}"
+
+
+def test_missing_profile_is_one_line_exit_2() -> None:
+    out = kvtui("--profile", "profiles/does-not-exist.toml", "--record", "--out", "x")
+    assert out.returncode == 2
+    assert out.stderr.strip() == "kvtui: profiles/does-not-exist.toml: no such profile file"
+    assert "Traceback" not in out.stderr
+
+
+def test_typo_in_profile_is_one_line_exit_2(tmp_path: Path) -> None:
+    bad = tmp_path / "typo.toml"
+    bad.write_text("[load]\nrtae = 3\n")
+    out = kvtui("--profile", str(bad))
+    assert out.returncode == 2
+    assert out.stderr.strip() == f"kvtui: {bad}: unknown key 'load.rtae'; did you mean 'rate'?"
+
+
+def test_record_needs_out(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["--record"])
+    assert exc.value.code == 2
+    assert "--record needs --out DIR" in capsys.readouterr().err
+
+
+def test_target_overrides_profile_and_keeps_only_the_env_var_name() -> None:
+    args = build_parser().parse_args(["--target", "http://127.0.0.1:9/v1", "--model", "m", "--api-key-env", "MY_KEY"])
+    prof = resolve_profile(args)
+    assert (prof.target.kind, prof.target.base_url, prof.target.model, prof.target.api_key_env) == (
+        "openai", "http://127.0.0.1:9/v1", "m", "MY_KEY")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--target", "127.0.0.1:8000"], "expected an http:// or https:// URL"),
+        (["--target", "http://127.0.0.1:9/v1"], "--target needs --model NAME"),
+        (["--target", "http://127.0.0.1:9/v1", "--model", "m", "--api-key-env", "sk-live-123"], "NAME of an environment variable"),
+    ],
+)
+def test_bad_target_arguments_exit_2(argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
