@@ -1,0 +1,185 @@
+"""Engine benchmark: continuous+paged against static+contiguous on one machine, in one run.
+
+Prints one ``name: value`` line per figure (the README quotes them), then the settings used:
+
+- throughput_ratio_continuous_paged_vs_static_contiguous: output tokens/s on the mixed workload
+  (outputs 80% x 20 / 20% x 800 tokens, prompts uniform 32-512), all requests queued at t=0, the same
+  KV byte budget and the same batch cap for both;
+- kv_utilization_paged / kv_utilization_static_contiguous: slots holding a token / slots reserved,
+  averaged over the steps of those two runs;
+- max_concurrent_ratio_paged_vs_contiguous: the most sequences holding KV at once at that budget with
+  no batch cap (the mixed workload, continuous+paged vs static+contiguous);
+- decode_step_ratio_paged_vs_contiguous: median decode step at batch 32 with 1,024-token contexts,
+  continuous+paged vs continuous+contiguous (interleaved runs);
+- engine_vs_forward_throughput: decode tokens/s of the engine (continuous+paged) / a bare loop of the
+  same model forwards at the same batch and context sizes over a dense preallocated KV cache.
+
+``--quick`` scales the request counts (not the mix) to finish in under two minutes on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tui.engine.engine import Engine  # noqa: E402
+from tui.profile import EngineConfig, EngineMode  # noqa: E402
+
+
+def mixed_workload(n: int, seed: int) -> list[tuple[list[int], int]]:
+    """Exactly 20% of requests ask for 800 tokens, the rest for 20; prompts uniform 32..512."""
+    rng = random.Random(seed)
+    n_long = round(0.2 * n)
+    outs = [800] * n_long + [20] * (n - n_long)
+    rng.shuffle(outs)
+    return [([rng.randrange(256) for _ in range(rng.randint(32, 512))], o) for o in outs]
+
+
+def engine(mode: str, **kw) -> Engine:
+    m = EngineMode.parse(mode)
+    cfg = EngineConfig(batching=m.batching, kv=m.kv, batch_wait_ms=0.0, device="cpu", **kw)
+    return Engine(cfg)
+
+
+def run_offline(eng: Engine, work: list[tuple[list[int], int]], max_steps: int | None = None) -> dict:
+    for i, (prompt, out) in enumerate(work):
+        eng.add_request(f"r{i}", prompt, out)
+    tokens = 0
+    steps = 0
+    max_holders = 0
+    t0 = time.perf_counter()
+    while eng.has_unfinished() and (max_steps is None or steps < max_steps):
+        out = eng.step()
+        tokens += sum(len(o.new_token_ids) for o in out.outputs)
+        steps += 1
+        max_holders = max(max_holders, eng.kv.holders())
+    wall = time.perf_counter() - t0
+    hist = eng.steps_since(0)
+    util = statistics.fmean(t.kv_utilization for t in hist if t.kv_usage > 0)
+    return {"tokens": tokens, "wall": wall, "tps": tokens / wall, "util": util, "steps": steps,
+            "max_holders": max_holders, "preemptions": eng.num_preemptions}
+
+
+def decode_step_time(mode: str, batch: int, ctx: int, reps: int, preset: str) -> float:
+    eng = engine(mode, model=preset, kv_budget_mb=64.0 * (8 if preset == "small" else 1), max_num_seqs=batch,
+                 max_num_batched_tokens=8192, reservation="exact", max_model_len=4096)
+    g = torch.Generator().manual_seed(0)
+    for i in range(batch):
+        eng.add_request(f"r{i}", torch.randint(0, 256, (ctx,), generator=g).tolist(), 512)
+    while any(r.num_computed < len(r.prompt) for r in eng.requests.values()):
+        eng.step()
+    for _ in range(3):
+        eng.step()
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        eng.step()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def bare_forward_time(eng: Engine, batch: int, prompt_len: int, new_tokens: int) -> float:
+    """The same decode forwards with no engine: dense ``[B, L, kv_heads, D]`` cache, fixed shapes."""
+    model = eng.model
+    cfg = model.config
+    total = prompt_len + new_tokens
+    kc = [torch.zeros(batch, total, cfg.num_kv_heads, cfg.dim_per_head) for _ in range(cfg.num_layers)]
+    vc = [torch.zeros(batch, total, cfg.num_kv_heads, cfg.dim_per_head) for _ in range(cfg.num_layers)]
+    ids = torch.zeros(batch, dtype=torch.long)
+    t0 = time.perf_counter()
+    for step in range(new_tokens):
+        pos = prompt_len + step
+
+        def attend(layer, q, k, v, pos=pos):
+            kc[layer][:, pos] = k
+            vc[layer][:, pos] = v
+            o = F.scaled_dot_product_attention(q.unsqueeze(2), kc[layer][:, : pos + 1].transpose(1, 2),
+                                               vc[layer][:, : pos + 1].transpose(1, 2), enable_gqa=True)
+            return o.squeeze(2)
+
+        logits = model(ids, torch.full((batch,), pos, dtype=torch.long), attend)
+        ids = logits.argmax(-1)
+    return time.perf_counter() - t0
+
+
+def engine_decode_time(eng: Engine, batch: int, prompt_len: int, new_tokens: int) -> float:
+    g = torch.Generator().manual_seed(1)
+    for i in range(batch):
+        eng.add_request(f"d{i}", torch.randint(0, 256, (prompt_len,), generator=g).tolist(), new_tokens + 1)
+    while any(r.num_computed < len(r.prompt) for r in eng.requests.values()):
+        eng.step()  # prefill; only the decode steps are timed
+    t0 = time.perf_counter()
+    while eng.has_unfinished():
+        eng.step()
+    return time.perf_counter() - t0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer requests, same mix (< 2 min on 2 cores)")
+    ap.add_argument("--requests", type=int, default=None)
+    ap.add_argument("--kv-budget-mb", type=float, default=32.0)
+    ap.add_argument("--batch-cap", type=int, default=32)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--preset", default="tiny")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    n = args.requests or (50 if args.quick else 200)
+    work = mixed_workload(n, seed=0)
+    common = dict(model=args.preset, kv_budget_mb=args.kv_budget_mb, max_num_seqs=args.batch_cap,
+                  static_batch_size=args.batch_cap, max_model_len=2048, reservation="max",
+                  max_num_batched_tokens=2048, threads=args.threads)
+
+    cont = run_offline(engine("continuous+paged", **common), work)
+    stat = run_offline(engine("static+contiguous", **common), work)
+
+    uncapped = {**common, "max_num_seqs": 1024, "static_batch_size": 1024}
+    cap_steps = 40 if args.quick else 100
+    cap_work = mixed_workload(400, seed=1)
+    cap_paged = run_offline(engine("continuous+paged", **uncapped), cap_work, max_steps=cap_steps)
+    cap_contig = run_offline(engine("static+contiguous", **uncapped), cap_work, max_steps=cap_steps)
+
+    reps = 15 if args.quick else 40
+    paged_t, contig_t = [], []
+    for _ in range(2 if args.quick else 4):  # interleave so background load hits both alike
+        paged_t.append(decode_step_time("continuous+paged", 32, 1024, reps, args.preset))
+        contig_t.append(decode_step_time("continuous+contiguous", 32, 1024, reps, args.preset))
+
+    new_tokens = 64 if args.quick else 256
+    e = engine("continuous+paged", **{**common, "kv_budget_mb": 64.0, "max_num_batched_tokens": 8192})
+    ratios = []
+    for _ in range(2 if args.quick else 3):
+        eng_t = engine_decode_time(e, 32, 256, new_tokens)
+        bare_t = bare_forward_time(e, 32, 256, new_tokens)
+        ratios.append(bare_t / eng_t)
+
+    print(f"throughput_ratio_continuous_paged_vs_static_contiguous: {cont['tps'] / stat['tps']:.2f}")
+    print(f"kv_utilization_paged: {cont['util']:.3f}")
+    print(f"kv_utilization_static_contiguous: {stat['util']:.3f}")
+    print(f"max_concurrent_ratio_paged_vs_contiguous: {cap_paged['max_holders'] / cap_contig['max_holders']:.2f}")
+    print(f"decode_step_ratio_paged_vs_contiguous: {min(paged_t) / min(contig_t):.3f}")
+    print(f"engine_vs_forward_throughput: {statistics.median(ratios):.3f}")
+    print(
+        f"# {n} requests, preset {args.preset}, kv_budget_mb {args.kv_budget_mb}, batch cap {args.batch_cap}, "
+        f"reservation max (max_model_len 2048), threads {args.threads}\n"
+        f"# continuous+paged: {cont['tps']:.0f} tok/s over {cont['wall']:.1f} s, {cont['steps']} steps, "
+        f"{cont['preemptions']} preemptions; static+contiguous: {stat['tps']:.0f} tok/s over {stat['wall']:.1f} s, "
+        f"{stat['steps']} steps\n"
+        f"# most sequences holding KV (no batch cap, {cap_steps} steps): paged {cap_paged['max_holders']}, "
+        f"contiguous {cap_contig['max_holders']}\n"
+        f"# decode step at batch 32 x 1024 ctx: paged {min(paged_t) * 1e3:.2f} ms, contiguous {min(contig_t) * 1e3:.2f} ms"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,134 @@
+"""Random add / step / abort / switch / defenses sequences keep the engine's books straight."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import hypothesis.strategies as st
+from hypothesis import HealthCheck, settings
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+from tui.engine.engine import FINISH_REASONS, Engine, RequestRejected
+from tui.engine.kv import ContiguousKV, PagedKV
+from tui.profile import DefensesConfig, EngineConfig, EngineMode
+
+from .conftest import FakeClock, budget_mb  # noqa: TID252
+
+MODES = [EngineMode("continuous", "paged"), EngineMode("static", "contiguous"),
+         EngineMode("continuous", "contiguous"), EngineMode("static", "paged")]
+
+
+class EngineMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.clock = FakeClock()
+        cfg = EngineConfig(model="micro", kv_budget_mb=budget_mb(12 * 16), max_num_seqs=4, max_num_batched_tokens=32,
+                           static_batch_size=3, batch_wait_ms=20.0, reservation="pow2", max_model_len=128,
+                           threads=1, device="cpu")
+        self.eng = Engine(cfg, DefensesConfig(backlog_limit=6, wait_timeout_s=5.0), clock=self.clock)
+        self.accepted: set[str] = set()
+        self.finishes: Counter[str] = Counter()
+        self.reasons: dict[str, str] = {}
+        self.n = 0
+        self.ever_cached = False
+
+    def _collect(self, outputs) -> None:
+        for o in outputs:
+            assert o.request_id in self.accepted, f"output for a request never accepted: {o.request_id}"
+            assert self.finishes[o.request_id] == 0, f"output after finish for {o.request_id}"
+            if o.finished:
+                assert o.finish_reason in FINISH_REASONS
+                self.finishes[o.request_id] += 1
+                self.reasons[o.request_id] = o.finish_reason
+
+    @rule(prompt_len=st.integers(1, 60), max_tokens=st.integers(1, 40), hot=st.booleans(), temp=st.sampled_from([0.0, 0.8]))
+    def add(self, prompt_len, max_tokens, hot, temp):
+        rid = f"r{self.n}"
+        self.n += 1
+        prompt = [7] * prompt_len if hot else [(self.n * 31 + i) % 256 for i in range(prompt_len)]
+        try:
+            self.eng.add_request(rid, prompt, max_tokens, temperature=temp, seed=self.n)
+        except RequestRejected as e:
+            assert e.reason in ("rejected_backlog", "rejected_too_long")
+            return
+        self.accepted.add(rid)
+
+    @rule(times=st.integers(1, 6))
+    def step(self, times):
+        for _ in range(times):
+            self._collect(self.eng.step().outputs)
+            self.clock.advance(0.01)
+
+    @rule(data=st.data())
+    def abort(self, data):
+        live = sorted(self.eng.requests)
+        if live:
+            self.eng.abort(data.draw(st.sampled_from(live)))
+
+    @rule(mode=st.sampled_from(MODES))
+    def switch(self, mode):
+        self.eng.switch_mode(mode)
+
+    @rule(on=st.booleans())
+    def prefix_caching(self, on):
+        self.ever_cached |= on
+        self.eng.set_defenses(DefensesConfig(backlog_limit=6, wait_timeout_s=5.0, prefix_caching=on))
+
+    @rule(dt=st.floats(0.0, 3.0))
+    def wait(self, dt):
+        self.clock.advance(dt)
+
+    @invariant()
+    def kv_books_balance(self):
+        eng = self.eng
+        holders = {r.request_id for r in eng.scheduler.running}
+        holders |= {r.request_id for r in getattr(eng.scheduler, "batch", [])}
+        kv = eng.kv
+        if isinstance(kv, PagedKV):
+            pool = kv.pool
+            assert set(kv.tables) <= holders
+            refs = Counter(b for t in kv.tables.values() for b in t)
+            for t in kv.tables.values():
+                assert len(t) == len(set(t)), "a block twice in one table"
+            for b in range(pool.num_blocks):
+                assert pool.ref_count[b] >= 0
+                assert pool.ref_count[b] == refs.get(b, 0), f"block {b}: refcount {pool.ref_count[b]} vs {refs.get(b, 0)}"
+            free = pool.free_order()
+            assert len(free) == len(set(free))
+            assert set(free) == {b for b in range(pool.num_blocks) if pool.ref_count[b] == 0}
+            if not self.ever_cached:
+                assert all(c == 1 for c in refs.values()), "a block owned twice without prefix caching"
+            t = eng.totals()
+            assert t.used_blocks + t.free_blocks == t.total_blocks
+            assert 0 <= t.used_slots <= t.reserved_slots <= t.total_slots
+        else:
+            assert isinstance(kv, ContiguousKV)
+            assert set(kv.reservations) <= holders
+            spans = sorted((r.start, r.start + r.length) for r in kv.reservations.values())
+            for (_, end), (start, _) in zip(spans, spans[1:], strict=False):
+                assert end <= start, "overlapping reservations"
+            assert all(0 <= s and e <= kv.num_slots for s, e in spans)
+            t = eng.totals()
+            assert t.reserved_slots + t.free_slots == t.total_slots
+        for r in eng.scheduler.running:
+            assert r.request_id in eng.requests
+
+    def teardown(self):
+        eng = self.eng
+        for _ in range(3000):
+            if not eng.has_unfinished():
+                break
+            self._collect(eng.step().outputs)
+            self.clock.advance(0.01)
+        assert not eng.has_unfinished(), "deadlock: requests never finish"
+        assert set(self.finishes) == self.accepted
+        assert all(c == 1 for c in self.finishes.values()), "a request finished more than once"
+        assert eng.kv.holders() == 0
+        if isinstance(eng.kv, PagedKV):
+            assert eng.kv.pool.num_free == eng.kv.pool.num_blocks
+
+
+EngineMachine.TestCase.settings = settings(
+    max_examples=60, stateful_step_count=30, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck)
+)
+TestEngineMachine = EngineMachine.TestCase

@@ -1,0 +1,163 @@
+"""Metrics: percentiles, the vLLM definitions, the rolling window, the summary table, /metrics parsing."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import polars as pl
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tui.load.records import REQUEST_SCHEMA, RequestRecord, rows_to_table
+from tui.metrics import stats
+from tui.metrics.prom import parse_server_gauges, token_counters
+from tui.metrics.summary import compare_table, reconciliation_lines, summary_table, to_markdown
+from tui.metrics.window import RollingWindow
+from tui.profile import SloConfig
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(min_value=-1e6, max_value=1e6, allow_nan=False), min_size=1, max_size=300))
+def test_percentiles_equal_numpy_linear(values):
+    p = stats.percentiles(values)
+    want = np.percentile(np.array(values), [50, 90, 99])
+    assert (p.p50, p.p90, p.p99) == tuple(float(x) for x in want)
+    assert p.count == len(values)
+
+
+def test_percentiles_ignore_missing_and_handle_empty():
+    p = stats.percentiles([1.0, float("nan"), 3.0])
+    assert p.p50 == 2.0 and p.count == 2
+    assert stats.percentiles([]).p99 is None
+
+
+def test_latency_definitions_on_known_data():
+    send = np.array([10.0, 20.0, 30.0, 40.0])
+    first = np.array([10.5, 20.1, np.nan, 40.2])
+    last = np.array([11.5, 20.1, np.nan, 41.2])
+    out = np.array([11, 1, 0, 5])
+    ttft, e2el, tpot = stats.latencies(send, first, last, out)
+    assert ttft[0] == pytest.approx(0.5) and e2el[0] == pytest.approx(1.5)
+    assert tpot[0] == pytest.approx((1.5 - 0.5) / 10)  # (E2EL - TTFT) / (output - 1)
+    assert math.isnan(tpot[1])  # one output token: no TPOT
+    assert math.isnan(ttft[2]) and math.isnan(tpot[2])
+    assert tpot[3] == pytest.approx(1.0 / 4)
+
+
+def test_goodput_counts_requests_meeting_every_slo():
+    ttft = np.array([0.1, 0.3, 0.1, 0.1])
+    tpot = np.array([0.01, 0.01, 0.05, np.nan])  # the last has one token: passes TPOT
+    e2el = np.array([1.0, 1.0, 1.0, 0.1])
+    slo = SloConfig(ttft_ms=200, tpot_ms=20)
+    assert stats.meets_slo(ttft, tpot, e2el, slo).tolist() == [True, False, False, True]
+    assert stats.goodput(ttft, tpot, e2el, slo, wall_s=2.0) == 1.0
+    assert stats.goodput(ttft, tpot, e2el, SloConfig(), wall_s=2.0) == 2.0  # no SLOs: all count
+
+
+def _rec(i: int, send: float, ttft: float, dur: float, out: int, status: str = "ok", stage="s", mode="m") -> RequestRecord:
+    r = RequestRecord(request_id=f"r{i}", index=i, stage=stage, mode=mode, scheduled_t=send - 0.001)
+    r.send_t = send
+    r.status = status
+    if status == "ok":
+        r.first_token_t = send + ttft
+        r.last_token_t = send + ttft + dur
+        r.chunk_gaps_s = [dur / (out - 1)] * (out - 1) if out > 1 else []
+        r.num_chunks = out
+        r.completion_tokens, r.prompt_tokens = out, 10
+    r.end_t = send + ttft + dur + 0.001
+    return r
+
+
+def test_rolling_window_matches_direct_computation_and_forgets_old_records():
+    rng = np.random.default_rng(0)
+    w = RollingWindow(window_s=10.0, clock=lambda: 0.0)
+    recs = []
+    for i in range(3000):
+        t = i * 0.01  # 30 s of records
+        r = _rec(i, t, rng.uniform(0.01, 0.2), rng.uniform(0.1, 1.0), int(rng.integers(1, 50)))
+        w.note_sent(r)
+        recs.append(r)
+        w.add(r)
+    failed = _rec(9999, 29.0, 0, 0, 0, status="http_429")
+    w.add(failed)
+    now = 31.5
+    s = w.stats(now)
+    inside = [r for r in recs if r.end_t >= now - 10.0]
+    ttft = np.array([r.first_token_t - r.send_t for r in inside])
+    assert s.ttft.p99 == pytest.approx(float(np.percentile(ttft, 99)))
+    assert s.ttft.count == len(inside)
+    itl = np.concatenate([r.chunk_gaps_s for r in inside if r.chunk_gaps_s])
+    assert s.itl.p50 == pytest.approx(float(np.percentile(itl, 50)))
+    tpot = [(r.last_token_t - r.first_token_t) / (r.completion_tokens - 1) for r in inside if r.completion_tokens > 1]
+    assert s.tpot.p90 == pytest.approx(float(np.percentile(tpot, 90)))
+    assert s.output_tokens_per_s == pytest.approx(sum(r.completion_tokens for r in inside) / 10.0)
+    assert s.failed == {"http_429": 1} and s.completed == 3000 and s.sent == 3000 and s.in_flight == 0
+    # an hour later the window is empty, the totals remain
+    later = w.stats(3600.0)
+    assert later.ttft.count == 0 and later.ttft.p50 is None and later.completed == 3000
+
+
+def _frame(recs: list[RequestRecord]) -> pl.DataFrame:
+    return pl.from_arrow(rows_to_table([r.to_row() for r in recs], REQUEST_SCHEMA))
+
+
+def test_summary_table_uses_the_same_definitions():
+    rng = np.random.default_rng(1)
+    a = [_rec(i, 100 + i * 0.1, rng.uniform(0.01, 0.3), rng.uniform(0.2, 2), int(rng.integers(2, 40)),
+              mode="static+contiguous") for i in range(100)]
+    b = [_rec(i, 200 + i * 0.1, 0.05, 0.5, 10, mode="continuous+paged") for i in range(50)]
+    b += [_rec(50, 206, 0, 0, 0, status="rejected", mode="continuous+paged"),
+          _rec(51, 206, 0, 0, 0, status="timeout", mode="continuous+paged")]
+    b[50].reason = "HTTP 400: the request can never fit: rejected_too_long"
+    warm = _rec(0, 99, 0.1, 0.1, 5, mode="static+contiguous")
+    warm.warmup = True
+    steps = pl.DataFrame({"stage": ["s"] * 4, "mode": ["continuous+paged"] * 4, "step": [1, 2, 3, 4],
+                          "kv_usage": [0.1, 0.5, 0.3, 0.1], "fragmentation": [0.0] * 4, "preempted": [0, 2, 1, 0]})
+    cells = [{"stage": "s", "mode": "static+contiguous", "rate": 10.0},
+             {"stage": "s", "mode": "continuous+paged", "rate": 10.0,
+              "server_prompt_tokens": 500, "server_completion_tokens": 498}]
+    df = summary_table(_frame([*a, *b, warm]), steps, None, SloConfig(ttft_ms=200), cells)
+    assert df.get_column("mode").to_list() == ["static+contiguous", "continuous+paged"]
+    ra, rb = df.row(0, named=True), df.row(1, named=True)
+    ttft = np.array([r.first_token_t - r.send_t for r in a])
+    assert ra["ttft_p99_ms"] == pytest.approx(1e3 * np.percentile(ttft, 99))
+    assert ra["requests"] == 100  # the warm-up request is not counted
+    wall = max(r.end_t for r in a) - min(r.scheduled_t for r in a)
+    assert ra["req_per_s"] == pytest.approx(100 / wall)
+    assert ra["goodput_req_per_s"] == pytest.approx((ttft <= 0.2).sum() / wall)
+    assert rb["fail_rejected"] == 1 and rb["fail_timeout"] == 1 and rb["kv_full"] == 1 and rb["failed"] == 2
+    assert rb["preemptions"] == 3 and rb["kv_use_peak_pct"] == pytest.approx(50.0)
+    assert rb["completion_tokens"] == 500 and rb["completion_token_diff"] == 2 and rb["tokens_mismatch"]
+    assert ra["tokens_mismatch"] is None  # no server counters: not checked
+    lines = reconciliation_lines(df)
+    assert len(lines) == 1 and "MISMATCH" in lines[0]
+    md = to_markdown(df, "t", SloConfig(ttft_ms=200))
+    assert "| s | continuous+paged |" in md and "TTFT <= 200 ms" in md
+    cmp = compare_table(df, df)
+    assert set(cmp.get_column("change_pct").drop_nulls().to_list()) == {0.0}
+
+
+VLLM_METRICS = """\
+# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="m"} 3.0
+vllm:num_requests_waiting{engine="0",model_name="m"} 7.0
+vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.42
+# TYPE vllm:num_preemptions_total counter
+vllm:num_preemptions_total{engine="0",model_name="m"} 5.0
+vllm:prompt_tokens_total{engine="0",model_name="m"} 1200.0
+vllm:prompt_tokens_total{engine="1",model_name="m"} 34.0
+vllm:generation_tokens_total{engine="0",model_name="m"} 9.87e3
+vllm:generation_tokens_created{engine="0",model_name="m"} 1.7e9
+"""
+
+
+def test_parse_server_gauges_vllm_names():
+    g = parse_server_gauges(VLLM_METRICS)
+    assert (g.num_running, g.num_waiting, g.kv_cache_usage, g.num_preemptions) == (3.0, 7.0, 0.42, 5.0)
+    assert token_counters(VLLM_METRICS) == (1234.0, 9870.0)  # summed over label sets
+    assert parse_server_gauges("# nothing\n").kv_cache_usage is None
+    old = parse_server_gauges('vllm:gpu_cache_usage_perc{model_name="m"} 0.5\n')
+    assert old.kv_cache_usage == 0.5

@@ -1,0 +1,125 @@
+"""The wire format without a server: validation, text assembly, chunk shapes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tui.serve.openai_api import (
+    ApiError,
+    ResponseHead,
+    TextAssembler,
+    parse_completion,
+    render_chat,
+    sse,
+)
+
+EOS = 257
+
+
+def decode(ids) -> str:
+    return bytes(i for i in ids if 0 <= i < 256).decode("utf-8", errors="replace")
+
+
+def encode(text: str) -> list[int]:
+    return list(text.encode())
+
+
+def feed(asm: TextAssembler, token_ids: list[int], per_call: int = 1) -> list[str]:
+    out = []
+    for i in range(0, len(token_ids), per_call):
+        chunk = token_ids[i : i + per_call]
+        out.append(asm.add(chunk, final=i + per_call >= len(token_ids)))
+    return out
+
+
+@pytest.mark.parametrize("per_call", [1, 2, 3, 100])
+def test_multibyte_characters_are_never_split(per_call):
+    text = "héllo → wörld ✓"
+    parts = feed(TextAssembler(decode), encode(text), per_call)
+    assert "".join(parts) == text
+    assert all("\ufffd" not in p for p in parts)
+
+
+def test_broken_utf8_is_flushed_at_the_end():
+    asm = TextAssembler(decode)
+    assert asm.add([0xE2, 0x86]) == ""  # two bytes of a three-byte character: held back
+    assert asm.add([], final=True) == "\ufffd"  # the model never finished it
+    assert asm.tokens == 2
+
+
+@pytest.mark.parametrize("per_call", [1, 4])
+def test_stop_string_spanning_tokens_is_cut_and_never_half_sent(per_call):
+    asm = TextAssembler(decode, stop=["STOP"])
+    parts = feed(asm, encode("abc STOP def"), per_call)
+    assert "".join(parts) == "abc "
+    assert asm.stopped
+    assert asm.tokens == len("abc STOP")  # usage counts up to the token that completed the stop string
+    assert not any("S" in p for p in parts)
+
+
+def test_earliest_of_several_stop_strings_wins():
+    asm = TextAssembler(decode, stop=["xyz", "b"])
+    assert "".join(feed(asm, encode("aaxyzb"), 1)) == "aa"
+
+
+def test_partial_stop_prefix_is_released_when_it_does_not_match():
+    asm = TextAssembler(decode, stop=["STOP"])
+    parts = feed(asm, encode("STAB"), 1)
+    assert "".join(parts) == "STAB" and not asm.stopped
+
+
+def test_eos_counts_as_a_token_but_has_no_text():
+    asm = TextAssembler(decode, eos_token_id=EOS)
+    assert asm.add(encode("hi")) == "hi"
+    assert asm.add([EOS], final=True, ended_by_eos=True) == ""
+    assert asm.tokens == 3
+
+
+def _parse(body, chat=False, max_model_len=64):
+    return parse_completion(body, chat=chat, served_model="m", encode=encode, vocab_size=260,
+                            max_model_len=max_model_len)
+
+
+def test_defaults_and_types():
+    p = _parse({"prompt": "hello"})
+    assert (p.max_tokens, p.temperature, p.seed, p.stop, p.ignore_eos, p.stream, p.include_usage) == (
+        16, 1.0, None, (), False, False, False)
+    p = _parse({"prompt": "hi", "max_tokens": 3, "temperature": 0, "seed": 7, "stop": "x", "ignore_eos": True,
+                "stream": True, "stream_options": {"include_usage": True}, "top_p": 0.9, "user": "u"})
+    assert (p.max_tokens, p.temperature, p.seed, p.stop, p.ignore_eos, p.stream, p.include_usage) == (
+        3, 0.0, 7, ("x",), True, True, True)
+
+
+def test_chat_rendering_and_max_completion_tokens():
+    msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": [{"type": "text", "text": "a"},
+                                                                            {"type": "text", "text": "b"}]}]
+    assert render_chat(msgs) == "system: s\nuser: ab\nassistant:"
+    assert _parse({"messages": msgs, "max_completion_tokens": 5}, chat=True).max_tokens == 5
+
+
+def test_context_length_error_names_the_numbers():
+    with pytest.raises(ApiError) as ei:
+        _parse({"prompt": "x" * 60, "max_tokens": 10})
+    assert ei.value.status == 400 and "64" in ei.value.message and "70" in ei.value.message
+
+
+def test_unknown_model_is_404():
+    with pytest.raises(ApiError) as ei:
+        _parse({"prompt": "x", "model": "other"})
+    assert ei.value.status == 404 and ei.value.code == "model_not_found"
+
+
+@pytest.mark.parametrize("chat", [False, True])
+def test_fast_chunks_equal_the_plain_ones(chat):
+    head = ResponseHead.new("cmpl-1", "m", chat)
+    for text in ['plain', 'quote " and \\ and \n newline', "ünïcödé", "\x00"]:
+        assert head.sse_chunk(text) == sse(head.chunk(text, None))
+        assert json.loads(head.sse_chunk(text)[6:]) == head.chunk(text, None)
+    first = json.loads(head.sse_chunk("a", first=True)[6:])
+    if chat:
+        assert first["choices"][0]["delta"] == {"role": "assistant", "content": "a"}
+    usage = head.usage_chunk(3, 4)
+    assert usage["choices"] == [] and usage["usage"] == {"prompt_tokens": 3, "completion_tokens": 4,
+                                                         "total_tokens": 7}

@@ -1,0 +1,204 @@
+"""Every error path returns its status and an OpenAI-style body, and none leaks a KV block."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import httpx
+import pytest
+
+from tui.serve.generate import Counters
+
+MODEL = "kvtui-tiny"
+
+
+def _error(r: httpx.Response, status: int) -> dict:
+    assert r.status_code == status, r.text
+    body = r.json()
+    assert set(body) == {"error"}
+    assert set(body["error"]) == {"message", "type", "param", "code"}
+    assert body["error"]["message"]
+    return body["error"]
+
+
+BAD_BODIES = [
+    ({"prompt": "hi", "max_tokens": 0}, "max_tokens"),
+    ({"prompt": "hi", "max_tokens": -3}, "max_tokens"),
+    ({"prompt": "hi", "max_tokens": "5"}, "max_tokens"),
+    ({"prompt": "hi", "max_tokens": 2.5}, "max_tokens"),
+    ({"prompt": "hi", "max_tokens": True}, "max_tokens"),
+    ({"prompt": "hi", "temperature": "hot"}, "temperature"),
+    ({"prompt": "hi", "temperature": -1}, "temperature"),
+    ({"prompt": "hi", "stop": 5}, "stop"),
+    ({"prompt": "hi", "stop": [""]}, "stop"),
+    ({"prompt": "hi", "stream": "yes"}, "stream"),
+    ({"prompt": "hi", "seed": "x"}, "seed"),
+    ({"prompt": "hi", "ignore_eos": 1}, "ignore_eos"),
+    ({"prompt": "hi", "n": 2}, "n"),
+    ({"prompt": "hi", "stream_options": []}, "stream_options"),
+    ({"prompt": 17}, "prompt"),
+    ({"prompt": ""}, "prompt"),
+    ({"prompt": [1, 2, 99999]}, "prompt"),
+    ({"prompt": ["a", "b"]}, "prompt"),
+    ({}, "prompt"),
+    ({"prompt": "x" * 300}, "prompt"),  # longer than max_model_len (256)
+    ({"prompt": "x" * 200, "max_tokens": 100}, "prompt"),  # prompt + max_tokens > max_model_len
+    ({"prompt": "hi", "model": 3}, "model"),
+    ({"prompt": "hi", "seed": 2**70}, "seed"),
+    ({"prompt": "hi", "temperature": 1e9}, "temperature"),
+    ({"prompt": "\ud800 lone surrogate"}, "prompt"),
+]
+
+
+@pytest.mark.parametrize(("body", "param"), BAD_BODIES, ids=[f"{p}-{i}" for i, (_, p) in enumerate(BAD_BODIES)])
+def test_bad_parameters_are_400(server, client, body, param):
+    err = _error(client.post(server.base_url + "/completions", json=body), 400)
+    assert err["param"] == param
+    assert err["type"] == "invalid_request_error"
+
+
+@pytest.mark.parametrize("messages", [None, [], "hi", [{"content": "x"}], [{"role": "user", "content": 3}],
+                                      [{"role": "user", "content": [{"type": "image_url"}]}]])
+def test_bad_chat_messages_are_400(server, client, messages):
+    body = {"max_tokens": 2} if messages is None else {"messages": messages, "max_tokens": 2}
+    assert _error(client.post(server.base_url + "/chat/completions", json=body), 400)["param"] == "messages"
+
+
+@pytest.mark.parametrize("raw", [b"{", b"not json", b"\xff\xfe", b"[1, 2]", b"null", b"", b"[" * 100000])
+def test_malformed_json_is_400(server, client, raw):
+    r = client.post(server.base_url + "/completions", content=raw, headers={"content-type": "application/json"})
+    _error(r, 400)
+
+
+def test_unknown_model_is_404(server, client):
+    err = _error(client.post(server.base_url + "/completions", json={"model": "gpt-9", "prompt": "hi"}), 404)
+    assert err["code"] == "model_not_found" and err["param"] == "model"
+    assert "gpt-9" in err["message"]
+
+
+def test_unknown_route_is_404_and_wrong_method_405(server, client):
+    assert _error(client.get(server.root + "/v1/nothing"), 404)["code"] == "not_found"
+    _error(client.get(server.base_url + "/completions"), 405)
+
+
+def test_oversized_body_is_413(server, client):
+    _error(client.post(server.base_url + "/completions", content=b" " * (9 * 1024 * 1024)), 413)
+
+
+def test_control_api_errors(server, client):
+    root = server.root + "/kvtui/v1"
+    assert _error(client.post(root + "/step"), 409)["code"] == "not_paused"  # running: nothing to step
+    assert "mode" in _error(client.post(root + "/mode", json={"batching": "dynamic", "kv": "paged"}), 400)["message"]
+    _error(client.post(root + "/mode", json={"speed": 1}), 400)
+    msg = _error(client.post(root + "/reset", json={"engine": {"block_size": 0}}), 400)["message"]
+    assert "engine.block_size" in msg and "\n" not in msg
+    assert "blok_size" in _error(client.post(root + "/reset", json={"engine": {"blok_size": 16}}), 400)["message"]
+    _error(client.post(root + "/reset", json={"engine": {"model": "no-such-preset"}}), 400)
+    _error(client.post(root + "/defenses", json={"backlog_limit": -1}), 400)
+    _error(client.post(root + "/defenses", content=b"{oops"), 400)
+    _error(client.get(root + "/steps", params={"since": "abc"}), 400)
+    # the engine is untouched by all of that
+    assert client.get(server.base_url + "/models").json()["data"][0]["max_model_len"] == 256
+
+
+def test_extreme_but_valid_sampling_is_served(server, client):
+    for extra in ({"temperature": 1e-30}, {"temperature": 100}, {"seed": -(2**63)}, {"seed": 2**63 - 1}):
+        r = client.post(server.base_url + "/completions", json={"prompt": "hi", "max_tokens": 3, **extra})
+        assert r.status_code == 200, (extra, r.text)
+
+
+def test_no_error_path_leaks_a_block(server, client):
+    for body, _ in BAD_BODIES:
+        client.post(server.base_url + "/completions", json=body)
+    state = server.state(client)
+    assert state["totals"]["used_blocks"] == 0 and state["num_waiting"] == 0 and state["num_running"] == 0
+
+
+def test_backlog_breaker_is_429(fresh_server, client, poll):
+    root = fresh_server.root + "/kvtui/v1"
+    assert client.post(root + "/defenses", json={"backlog_limit": 1}).status_code == 200
+    client.post(root + "/pause")
+    body = {"prompt": "queued", "max_tokens": 2, "ignore_eos": True}
+    results: list[httpx.Response] = []
+    t = threading.Thread(target=lambda: results.append(client.post(fresh_server.base_url + "/completions", json=body)))
+    t.start()
+    poll(lambda: fresh_server.state(client)["num_waiting"] >= 1)
+    with httpx.Client(timeout=30, trust_env=False) as other:
+        before = _rejected(other.get(fresh_server.root + "/metrics").text)
+        err = _error(other.post(fresh_server.base_url + "/completions", json=body), 429)
+        assert err["code"] == "rejected_backlog" and err["type"] == "rate_limit_error"
+        assert _rejected(other.get(fresh_server.root + "/metrics").text) == before + 1
+        other.post(root + "/resume")
+    t.join(30)
+    assert results and results[0].status_code == 200
+
+
+def _rejected(metrics: str) -> float:
+    line = next(x for x in metrics.splitlines() if x.startswith('kvtui:requests_rejected_total{reason="rejected_backlog"}'))
+    return float(line.rsplit(" ", 1)[1])
+
+
+def test_api_key_401_never_echoes(client, make_server):
+    srv = make_server(api_key="s3cret-key-value")
+    url = srv.base_url + "/completions"
+    body = {"prompt": "hi", "max_tokens": 1}
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret-key-value"},
+                    {"Authorization": "Basic s3cret-key-value"}):
+        r = client.post(url, json=body, headers=headers)
+        err = _error(r, 401)
+        assert err["type"] == "authentication_error"
+        assert "s3cret" not in r.text and "wrong" not in r.text
+    _error(client.get(srv.root + "/kvtui/v1/state"), 401)  # the control API is guarded too
+    ok = client.post(url, json=body, headers={"Authorization": "Bearer s3cret-key-value"})
+    assert ok.status_code == 200
+    assert client.get(srv.root + "/health").status_code == 200  # health and metrics stay open
+    assert "s3cret" not in client.get(srv.root + "/metrics").text
+
+
+def test_draining_is_503_and_open_streams_finish(make_server, client):
+    srv = make_server()  # its own: the drain ends it
+    body = {"prompt": "long one", "max_tokens": 60, "stream": True, "ignore_eos": True,
+            "stream_options": {"include_usage": True}}
+    with client.stream("POST", srv.base_url + "/completions", json=body) as r:
+        lines = r.iter_lines()
+        first = next(line for line in lines if line.startswith("data: "))
+        assert first
+        srv.server.begin_drain()
+        with httpx.Client(timeout=30, trust_env=False) as other:
+            err = _error(other.post(srv.base_url + "/completions", json={"prompt": "x", "max_tokens": 1}), 503)
+            assert err["code"] == "draining"
+            assert other.get(srv.root + "/health").status_code == 503
+        rest = [line for line in lines if line.startswith("data: ")]
+    assert rest[-1] == "data: [DONE]"
+    assert '"completion_tokens":60' in rest[-2]
+    srv.thread.join(20)  # with nothing open, the drain ends the server by itself
+    assert not srv.thread.is_alive()
+
+
+def test_counters_start_idle():
+    assert Counters().active == 0 and not Counters().draining
+
+
+def test_engine_process_death_is_an_error_not_a_hang(make_server, client, poll):
+    import os
+    import signal
+
+    import openai
+
+    srv = make_server()
+    body = {"prompt": "doomed", "max_tokens": 200, "stream": True, "ignore_eos": True}
+    with client.stream("POST", srv.base_url + "/completions", json=body) as r:
+        lines = r.iter_lines()
+        assert next(line for line in lines if line.startswith("data: "))
+        client.post(srv.root + "/kvtui/v1/pause")
+        os.kill(srv.engine._proc.pid, signal.SIGKILL)
+        rest = [line for line in lines if line.startswith("data: ")]
+    # the stream ends with an OpenAI-style error event, then [DONE]
+    assert json.loads(rest[-2][6:])["error"]["code"] == "engine_error" and rest[-1] == "data: [DONE]"
+    poll(lambda: client.get(srv.root + "/health").status_code == 503)
+    err = _error(client.post(srv.base_url + "/completions", json={"prompt": "x", "max_tokens": 1}), 503)
+    assert err["code"] == "no_engine"
+    cl = openai.OpenAI(base_url=srv.base_url, api_key="x", max_retries=0)
+    with pytest.raises(openai.APIStatusError):
+        cl.completions.create(model=MODEL, prompt="x", max_tokens=1)

@@ -1,0 +1,188 @@
+"""The dashboard against real targets: the local engine (``kvtui serve`` as a child process, as the
+dashboard runs it), a server that refuses the key, and nothing at all.
+
+Waits are bounded loops on observable state, never timed assertions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import httpx
+import pytest
+import uvicorn
+from starlette.applications import Starlette
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from tui.profile import EngineConfig, LengthDist, LoadConfig, Profile, TargetConfig, WorkloadConfig, to_dict
+from tui.serve.local import LocalServer
+from tui.ui.app import KVTuiApp
+from tui.ui.backend import nudge_rate
+from tui.ui.poller import LiveBackend
+from tui.ui.status_line import StatusLine
+
+SIZE = (160, 48)
+PROFILE = Profile(
+    engine=EngineConfig(model="tiny", device="cpu", threads=1, kv_budget_mb=4.0, max_model_len=256,
+                        max_num_seqs=16, max_num_batched_tokens=512),
+    workload=WorkloadConfig(prompt_len=LengthDist(value=24), output_len=LengthDist(value=96)),
+    load=LoadConfig(rate=20.0, arrival="constant"),
+)
+
+
+@pytest.fixture(scope="module")
+def local_server() -> Iterator[LocalServer]:
+    with LocalServer(PROFILE) as server:
+        yield server
+
+
+@pytest.fixture
+def fresh_engine(local_server: LocalServer) -> LocalServer:
+    """A fresh engine (continuous+paged, not paused, no requests) behind the shared server."""
+    body = {"engine": to_dict(PROFILE.engine), "defenses": {}}
+    httpx.post(f"{local_server.root_url}/kvtui/v1/reset", json=body, timeout=30).raise_for_status()
+    return local_server
+
+
+async def until(pilot, predicate: Callable[[], object], timeout: float = 30.0) -> None:
+    """Let the app run until ``predicate()`` holds (bounded; the assertion is on the state)."""
+    deadline = time.monotonic() + timeout
+    while not predicate() and time.monotonic() < deadline:
+        await pilot.pause(0.05)
+    assert predicate()
+
+
+def engine_of(app: KVTuiApp):
+    return app.backend.latest.engine
+
+
+async def test_pause_and_step_the_local_engine_with_keys(fresh_engine: LocalServer):
+    app = KVTuiApp(LiveBackend(PROFILE, base_url=fresh_engine.base_url), live=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: engine_of(app) is not None)
+        await pilot.press("space")
+        await until(pilot, lambda: app.backend.load.running and engine_of(app).num_running > 0)
+        await pilot.press("p")
+        await until(pilot, lambda: engine_of(app).paused)
+        step = engine_of(app).step
+        tokens = {r.request_id: r.output_tokens for r in engine_of(app).requests}
+        await pilot.press("s")
+        await until(pilot, lambda: engine_of(app).step == step + 1)
+        assert engine_of(app).paused
+        after = {r.request_id: r.output_tokens for r in engine_of(app).requests}
+        assert any(after.get(rid, 0) > n for rid, n in tokens.items())  # one iteration made progress
+        await pilot.press("n")  # the other step key
+        await until(pilot, lambda: engine_of(app).step == step + 2)
+        await pilot.press("p")
+        await until(pilot, lambda: not engine_of(app).paused)
+        await pilot.press("space")
+        await until(pilot, lambda: not app.backend.load.running)
+
+
+async def test_keys_switch_the_mode_and_the_defenses(fresh_engine: LocalServer):
+    app = KVTuiApp(LiveBackend(PROFILE, base_url=fresh_engine.base_url), live=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: engine_of(app) is not None)
+        assert engine_of(app).mode == "continuous+paged"
+        await pilot.press("b")
+        await until(pilot, lambda: engine_of(app).batching == "static" and not engine_of(app).draining_to)
+        await pilot.press("k")
+        await until(pilot, lambda: engine_of(app).mode == "static+contiguous" and not engine_of(app).draining_to)
+        await pilot.pause()
+        assert app.query_one("#mode-static").variant == "primary"
+        assert app.query_one("#mode-contiguous").variant == "primary"
+        await pilot.press("c")
+        await until(pilot, lambda: engine_of(app).defenses.get("prefix_caching") is True)
+        await pilot.press("o")
+        await until(pilot, lambda: engine_of(app).defenses.get("wait_timeout_s") == 30.0)
+
+
+async def test_rate_keys_change_the_running_load(fresh_engine: LocalServer):
+    app = KVTuiApp(LiveBackend(PROFILE, base_url=fresh_engine.base_url), live=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: engine_of(app) is not None)
+        await pilot.press("space")
+        await until(pilot, lambda: app.backend.runner is not None and app.backend.runner.running)
+        await pilot.press("minus")
+        assert app.backend.runner.rate == nudge_rate(20.0, up=False)
+        await pilot.press("plus", "plus")
+        assert app.backend.runner.rate == nudge_rate(20.0, up=True)
+        # Finished requests reach the rolling window and the latency pane.
+        await until(pilot, lambda: app.backend.latest.stats.completed > 0)
+        await until(pilot, lambda: app.backend.latest.stats.ttft.p50 is not None)
+        await pilot.press("space")
+        await until(pilot, lambda: not app.backend.load.running)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def test_unreachable_target_shows_in_the_status_line():
+    url = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
+    app = KVTuiApp(LiveBackend(PROFILE, base_url=url), live=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: "target unreachable" in app.backend.latest.status)
+        await pilot.pause()
+        assert app.backend.latest.status_level == "error"
+        assert "target unreachable" in str(app.query_one(StatusLine).render())
+        await pilot.press("p")  # the app keeps running and keeps answering keys
+        await pilot.press("plus")
+        assert app.backend.load.rate == nudge_rate(20.0, up=True)
+
+
+@contextlib.contextmanager
+def refusing_server() -> Iterator[str]:
+    """A loopback server that answers 401 to everything (a remote target whose key is missing)."""
+
+    async def refuse(request):
+        return JSONResponse({"error": {"message": "invalid api key", "type": "authentication_error"}}, 401)
+
+    app = Starlette(routes=[Route("/{path:path}", refuse, methods=["GET", "POST"])])
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{server.config.port}/v1"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+async def test_remote_401_shows_in_the_status_line_and_load_does_not_start():
+    with refusing_server() as url:
+        profile = Profile(target=TargetConfig(kind="openai", base_url=url, model="m", api_key_env="KVTUI_TEST_NO_KEY"))
+        app = KVTuiApp(LiveBackend(profile), live=True)
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: "401" in app.backend.latest.status)
+            await pilot.press("space")  # the preflight turns the 401 into one clear line
+            await until(pilot, lambda: "KVTUI_TEST_NO_KEY" in app.backend.latest.status)
+            assert not app.backend.load.running
+            assert app.backend.latest.status_level == "error"
+            await pilot.press("b")  # engine controls need the kvtui engine: said, not crashed
+            await until(pilot, lambda: "not a kvtui engine" in app.backend.latest.status)
+
+
+async def test_a_dead_local_server_shows_in_the_status_line():
+    server = LocalServer(PROFILE).start()
+    try:
+        app = KVTuiApp(LiveBackend(PROFILE, base_url=server.base_url, server=server), live=True)
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: engine_of(app) is not None)
+            server._proc.kill()
+            await asyncio.to_thread(server._proc.wait, 10)
+            await until(pilot, lambda: "died" in app.backend.latest.status)
+            assert app.backend.latest.status_level == "error"
+    finally:
+        server.stop()

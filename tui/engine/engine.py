@@ -1,0 +1,488 @@
+"""The local engine: add requests, step, read outputs and snapshots. Not thread-safe; one driver thread.
+
+A step is: expire waiting requests past the wait timeout, let the scheduler pick the chunks, run one
+batched forward, sample, append tokens, finish requests, index full blocks for prefix reuse, record
+the step's timing. ``snapshot()`` turns the state into plain data (``tui.engine.snapshot``) that views
+draw without touching engine objects.
+
+Time: ``clock`` (monotonic by default; tests inject a fake) drives the static batch window, the wait
+timeout and ``waited_s``; ``arrival_time`` given to ``add_request`` must be on that clock (a value in
+the future, e.g. from another clock, is taken as "now"). ``StepTiming.t`` is wall-clock time.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from tui.engine.kv import ContiguousKV, KVManager, PagedKV, slots_for_budget
+from tui.engine.model import PRESETS, build_dummy_model, load_hf_model, pick_device, pick_dtype
+from tui.engine.model_runner import ModelRunner
+from tui.engine.scheduler import ContinuousScheduler, Scheduler, StaticScheduler
+from tui.engine.sequence import Request, Status
+from tui.engine.snapshot import (
+    ArenaSegment,
+    BlockView,
+    EngineSnapshot,
+    KVTotals,
+    RequestView,
+    StepTiming,
+)
+from tui.engine.tokenizer import ByteTokenizer, load_hf_tokenizer
+from tui.profile import DefensesConfig, EngineConfig, EngineMode, to_dict
+
+FINISH_REASONS = ("length", "stop", "aborted", "timeout", "rejected_backlog", "rejected_too_long")
+_GPU_HEADROOM_BYTES = 1 << 30  # activations and allocator slack left outside the KV budget
+
+
+class RequestRejected(Exception):
+    """``add_request`` refused a request: ``reason`` is ``rejected_backlog`` or ``rejected_too_long``."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+@dataclass
+class RequestOutput:
+    """What one step produced for one request."""
+
+    request_id: str
+    new_token_ids: list[int]
+    finished: bool
+    finish_reason: str | None
+    prompt_tokens: int
+    output_tokens: int
+
+
+@dataclass
+class StepOutput:
+    outputs: list[RequestOutput] = field(default_factory=list)
+    timing: StepTiming | None = None
+
+
+class Engine:
+    """Static or continuous batching over a contiguous or paged KV cache, on a real small model."""
+
+    def __init__(
+        self,
+        config: EngineConfig | None = None,
+        defenses: DefensesConfig | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        history: int = 20_000,
+    ) -> None:
+        self.config = config = config or EngineConfig()
+        self.defenses = defenses or DefensesConfig()
+        self.clock = clock
+        self.paused = False  # the server's pause flag, reported in snapshots
+        torch.set_num_threads(max(1, config.threads))
+        self.device = pick_device(config.device)
+        self.dtype = pick_dtype(self.device)
+        torch.manual_seed(config.seed)
+        if config.model_path:
+            self.model, raw = load_hf_model(config.model_path, self.device, self.dtype)
+            self.tokenizer = load_hf_tokenizer(
+                Path(config.model_path).expanduser(), self.model.config.vocab_size,
+                raw.get("eos_token_id"),
+            )
+            self.model_name = self.model.config.name
+            self.max_model_len = min(config.max_model_len, self.model.config.max_position)
+        else:
+            self.model = build_dummy_model(config.model, config.seed, self.device, self.dtype)
+            self.tokenizer = ByteTokenizer(PRESETS[config.model].vocab_size)
+            self.model_name = self.model.config.name
+            self.max_model_len = config.max_model_len
+        self.bytes_per_token = self.model.config.kv_bytes_per_token(self.dtype)
+        self.num_slots = slots_for_budget(self._budget_bytes(), self.bytes_per_token, config.block_size)
+        if self.num_slots < config.block_size:
+            raise ValueError(
+                f"a KV budget of {config.kv_budget_mb} MB holds no {config.block_size}-token block "
+                f"({self.bytes_per_token} bytes per token); raise kv_budget_mb"
+            )
+        self.runner = ModelRunner(self.model, self.num_slots, config.block_size)
+        self.mode = config.mode
+        self.waiting: deque[Request] = deque()
+        self.kv: KVManager = self._new_kv(self.mode)
+        self.scheduler: Scheduler = self._new_scheduler(self.mode)
+        self.draining_to: EngineMode | None = None
+        self.requests: dict[str, Request] = {}  # live (not finished) requests
+        self._recent_finished: deque[Request] = deque(maxlen=32)
+        self._pending: list[RequestOutput] = []  # finished outside step() (abort, switch); sent next step
+        self._history: deque[StepTiming] = deque(maxlen=max(history, 1))
+        self._busy: deque[tuple[float, float]] = deque()
+        self.step_index = 0
+        self._preemptions_before = 0  # preemptions counted by schedulers replaced at a mode switch
+        self.num_rejected = 0
+        self.num_timed_out = 0
+        self.num_aborted = 0
+        self.device_label = (
+            f"cuda:{self.device.index or 0} ({torch.cuda.get_device_name(self.device)})"
+            if self.device.type == "cuda" else "cpu"
+        )
+
+    # -- construction helpers ------------------------------------------------------------------------
+
+    def _budget_bytes(self) -> int:
+        cfg = self.config
+        if self.device.type == "cuda" and cfg.gpu_memory_utilization is not None:
+            free, total = torch.cuda.mem_get_info(self.device)
+            allowed = total * cfg.gpu_memory_utilization - (total - free) - _GPU_HEADROOM_BYTES
+            return max(int(allowed), 0)
+        return int(cfg.kv_budget_mb * (1 << 20))
+
+    def _new_kv(self, mode: EngineMode) -> KVManager:
+        if mode.kv == "paged":
+            return PagedKV(self.num_slots // self.config.block_size, self.config.block_size,
+                           self.defenses.prefix_caching)
+        return ContiguousKV(self.num_slots, self.config.reservation, self.max_model_len)
+
+    def _new_scheduler(self, mode: EngineMode) -> Scheduler:
+        cls = StaticScheduler if mode.batching == "static" else ContinuousScheduler
+        return cls(self.config, self.kv, self.waiting, self.clock)
+
+    # -- requests ------------------------------------------------------------------------------------
+
+    def add_request(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        max_tokens: int,
+        *,
+        temperature: float = 0.0,
+        seed: int | None = None,
+        ignore_eos: bool = True,
+        arrival_time: float | None = None,
+    ) -> None:
+        """Queue a request, or raise :class:`RequestRejected` (never accepted, so no output follows).
+
+        ``ValueError`` for malformed input (duplicate id, empty prompt, ``max_tokens < 1``).
+        """
+        if request_id in self.requests:
+            raise ValueError(f"request id {request_id!r} is already in use")
+        if not prompt_token_ids:
+            raise ValueError("the prompt is empty")
+        if max_tokens < 1:
+            raise ValueError("max_tokens must be at least 1")
+        vocab = self.model.config.vocab_size
+        if any(not 0 <= t < vocab for t in prompt_token_ids):
+            raise ValueError(f"prompt token ids must lie in [0, {vocab})")
+        d = self.defenses
+        if d.backlog_limit is not None and len(self.waiting) >= d.backlog_limit:
+            self.num_rejected += 1
+            raise RequestRejected(
+                "rejected_backlog", f"the waiting queue is full ({len(self.waiting)} >= backlog_limit {d.backlog_limit})"
+            )
+        prompt = list(prompt_token_ids)
+        original = len(prompt)
+        if (d.truncate_when_backlog_over is not None and d.truncate_prompt_to is not None
+                and len(self.waiting) > d.truncate_when_backlog_over and len(prompt) > d.truncate_prompt_to):
+            prompt = prompt[-d.truncate_prompt_to :]  # keep the end, as vLLM's truncate_prompt_tokens does
+        now = self.clock()
+        req = Request(
+            request_id, prompt, max_tokens, min(arrival_time, now) if arrival_time is not None else now,
+            temperature=temperature, seed=seed, ignore_eos=ignore_eos, eos_token_id=self.tokenizer.eos_token_id,
+            original_prompt_len=original,
+        )
+        why = self._never_fits(req, self.scheduler)
+        if why:
+            self.num_rejected += 1
+            raise RequestRejected("rejected_too_long", why)
+        self.requests[request_id] = req
+        self.scheduler.add(req)
+
+    def _never_fits(self, req: Request, sched: Scheduler) -> str | None:
+        total = req.max_total_tokens
+        if total > self.max_model_len:
+            return f"prompt ({len(req.prompt)}) + max_tokens ({req.max_tokens}) = {total} exceeds max_model_len {self.max_model_len}"
+        if not sched.can_ever_fit(req):
+            return f"prompt + max_tokens = {total} tokens can never fit the KV cache ({self.num_slots} slots)"
+        if (isinstance(sched, ContinuousScheduler) and not self.config.enable_chunked_prefill
+                and total > self.config.max_num_batched_tokens):
+            return (f"prompt + max_tokens = {total} exceeds max_num_batched_tokens "
+                    f"{self.config.max_num_batched_tokens} and chunked prefill is off")
+        return None
+
+    def abort(self, request_id: str) -> None:
+        """Stop a request and free its KV now; it is reported finished ("aborted") by the next step."""
+        req = self.requests.get(request_id)
+        if req is None:
+            return
+        self.scheduler.remove(req)
+        self.num_aborted += 1
+        self._finish_outside_step(req, "aborted")
+
+    def has_unfinished(self) -> bool:
+        return bool(self.requests) or bool(self._pending)
+
+    # -- modes and defenses --------------------------------------------------------------------------
+
+    def switch_mode(self, mode: EngineMode) -> None:
+        """Stop admitting, let running requests finish, then rebuild the KV layout; waiting ones stay."""
+        if mode == self.mode:
+            self.draining_to = None
+            self.scheduler.admitting = True
+            return
+        self.draining_to = mode
+        self.scheduler.admitting = False
+        self._maybe_complete_switch()
+
+    def _maybe_complete_switch(self) -> None:
+        if self.draining_to is None or not self.scheduler.is_idle():
+            return
+        self._preemptions_before += self.scheduler.num_preemptions
+        self.mode, self.draining_to = self.draining_to, None
+        self.config = self.config.with_mode(self.mode)
+        self.kv = self._new_kv(self.mode)
+        self.scheduler = self._new_scheduler(self.mode)
+        for req in list(self.waiting):  # a waiting request may not fit the new layout
+            why = self._never_fits(req, self.scheduler)
+            if why:
+                self.waiting.remove(req)
+                self.num_rejected += 1
+                self._finish_outside_step(req, "rejected_too_long")
+
+    def set_defenses(self, defenses: DefensesConfig) -> None:
+        """Apply new defenses at once (prefix caching switches on the live pool)."""
+        self.defenses = defenses
+        if isinstance(self.kv, PagedKV):
+            self.kv.pool.set_prefix_caching(defenses.prefix_caching)
+
+    # -- stepping ------------------------------------------------------------------------------------
+
+    def step(self) -> StepOutput:
+        """Run one engine step; what it produced and how long it took."""
+        t0 = time.perf_counter()
+        outputs, self._pending = self._pending, []
+        outputs += self._expire_waiting()
+        self._maybe_complete_switch()
+        sched = self.scheduler.schedule()
+        prefill_tokens, decode_tokens = sched.prefill_tokens, sched.decode_tokens  # before progress moves
+        if sched.chunks:
+            reqs, logits = self.runner.execute(sched.chunks, self.kv)
+            for c in sched.chunks:
+                if not c.padding:
+                    c.request.num_computed += c.num_new
+            for req, token in zip(reqs, self._sample(reqs, logits), strict=True):
+                reason = req.append_token(token)
+                if reason:
+                    self._finish(req, reason)
+                outputs.append(RequestOutput(req.request_id, [token], reason is not None, reason,
+                                             len(req.prompt), len(req.output)))
+            self._index_prefixes(sched.chunks)
+        self._maybe_complete_switch()
+        did_work = bool(sched.chunks or outputs or sched.preempted)
+        if did_work:
+            self.step_index += 1
+        end = time.perf_counter()
+        totals = self._totals()
+        timing = StepTiming(
+            step=self.step_index,
+            prefill_tokens=prefill_tokens,
+            decode_tokens=decode_tokens,
+            batch_size=len(sched.chunks),
+            duration_s=end - t0,
+            preempted=len(sched.preempted),
+            t=time.time(),
+            num_running=len(self.scheduler.running),
+            num_waiting=len(self.waiting),
+            kv_usage=totals.usage,
+            kv_utilization=totals.utilization,
+            fragmentation=totals.fragmentation,
+        )
+        if did_work:
+            self._history.append(timing)
+            self._busy.append((end, end - t0))
+        return StepOutput(outputs, timing)
+
+    def _sample(self, reqs: list[Request], logits: torch.Tensor) -> list[int]:
+        if not reqs:
+            return []
+        tokens = logits.argmax(dim=-1).tolist()
+        for i, req in enumerate(reqs):
+            if req.temperature > 0:
+                probs = torch.softmax(logits[i].float().cpu() / req.temperature, dim=-1)
+                tokens[i] = int(torch.multinomial(probs, 1, generator=req.generator))
+        return tokens
+
+    def _finish(self, req: Request, reason: str) -> None:
+        req.status = Status.FINISHED
+        req.finish_reason = reason
+        self.requests.pop(req.request_id, None)
+        self.scheduler.on_finished(req)
+        self._recent_finished.append(req)
+
+    def _finish_outside_step(self, req: Request, reason: str) -> None:
+        req.status = Status.FINISHED
+        req.finish_reason = reason
+        self.requests.pop(req.request_id, None)
+        self._recent_finished.append(req)
+        self._pending.append(RequestOutput(req.request_id, [], True, reason, len(req.prompt), len(req.output)))
+
+    def _expire_waiting(self) -> list[RequestOutput]:
+        timeout = self.defenses.wait_timeout_s
+        if timeout is None:
+            return []
+        now = self.clock()
+        expired = [r for r in self.waiting if r.first_admitted_time is None and now - r.arrival_time > timeout]
+        out = []
+        for req in expired:
+            self.waiting.remove(req)
+            self.num_timed_out += 1
+            req.status = Status.FINISHED
+            req.finish_reason = "timeout"
+            self.requests.pop(req.request_id, None)
+            self._recent_finished.append(req)
+            out.append(RequestOutput(req.request_id, [], True, "timeout", len(req.prompt), 0))
+        return out
+
+    def _index_prefixes(self, chunks) -> None:
+        kv = self.kv
+        if not isinstance(kv, PagedKV) or not kv.pool.enable_prefix_caching:
+            return
+        for c in chunks:
+            req = c.request
+            if req.request_id in kv.tables:
+                req.update_block_hashes(kv.block_size)
+                kv.register_full_blocks(req.request_id, req.block_hashes, req.num_computed)
+
+    # -- reporting -----------------------------------------------------------------------------------
+
+    def steps_since(self, step: int) -> list[StepTiming]:
+        """Recorded steps with index > ``step``, oldest first (bounded history)."""
+        if not self._history or self._history[-1].step <= step:
+            return []
+        out = []
+        for t in reversed(self._history):
+            if t.step <= step:
+                break
+            out.append(t)
+        out.reverse()
+        return out
+
+    def busy_fraction(self, window_s: float = 5.0) -> float:
+        """Share of the last ``window_s`` seconds spent inside step()."""
+        now = time.perf_counter()
+        while self._busy and self._busy[0][0] < now - window_s:
+            self._busy.popleft()
+        if not self._busy:
+            return 0.0
+        span = min(window_s, now - (self._busy[0][0] - self._busy[0][1]))
+        return min(1.0, sum(d for _, d in self._busy) / span) if span > 0 else 0.0
+
+    def _holders(self) -> dict[str, Request]:
+        """Requests that hold KV now, by id."""
+        out = {r.request_id: r for r in self.scheduler.running}
+        if isinstance(self.scheduler, StaticScheduler):
+            out.update({r.request_id: r for r in self.scheduler.batch})
+        return out
+
+    def _totals(self) -> KVTotals:
+        kv, holders = self.kv, self._holders()
+        if isinstance(kv, PagedKV):
+            bs = kv.block_size
+            pool = kv.pool
+            if pool.enable_prefix_caching:
+                fills: dict[int, int] = {}
+                for rid, table in kv.tables.items():
+                    n = holders[rid].num_computed if rid in holders else 0
+                    for i, b in enumerate(table):
+                        fills[b] = max(fills.get(b, 0), min(max(n - i * bs, 0), bs))
+                used = sum(fills.values())
+            else:
+                used = sum(min(holders[rid].num_computed, len(t) * bs) for rid, t in kv.tables.items() if rid in holders)
+            return KVTotals(
+                layout="paged", total_slots=kv.num_slots, used_slots=used, reserved_slots=pool.num_used * bs,
+                block_size=bs, total_blocks=pool.num_blocks, used_blocks=pool.num_used, free_blocks=pool.num_free,
+                cached_blocks=pool.num_cached_free, largest_hole=0, free_slots=pool.num_free * bs,
+            )
+        used = sum(holders[rid].num_computed for rid in kv.reservations if rid in holders)
+        return KVTotals(
+            layout="contiguous", total_slots=kv.num_slots, used_slots=used, reserved_slots=kv.reserved_slots,
+            block_size=self.config.block_size, largest_hole=kv.largest_hole, free_slots=kv.free_slots,
+        )
+
+    def totals(self) -> KVTotals:
+        """KV accounting now."""
+        return self._totals()
+
+    def snapshot(self) -> EngineSnapshot:
+        """The engine now, as plain data."""
+        now = self.clock()
+        holders = self._holders()
+        views: list[RequestView] = []
+        seen: set[str] = set()
+        for req in [*self.scheduler.running, *holders.values(), *self.waiting, *reversed(self._recent_finished)]:
+            if req.request_id in seen:
+                continue
+            seen.add(req.request_id)
+            views.append(self._request_view(req, now, holds=req.request_id in holders))
+        segments: tuple[ArenaSegment, ...] = ()
+        if isinstance(self.kv, ContiguousKV):
+            segs = [ArenaSegment(r.start, r.length, rid, holders[rid].num_computed if rid in holders else 0)
+                    for rid, r in self.kv.reservations.items()]
+            segs += [ArenaSegment(s, n) for s, n in self.kv.holes()]
+            segments = tuple(sorted(segs, key=lambda s: s.start))
+        last = tuple(reversed(list(self._history)[-64:]))
+        return EngineSnapshot(
+            step=self.step_index,
+            batching=self.mode.batching,
+            kv=self.mode.kv,
+            paused=self.paused,
+            draining_to=self.draining_to.label if self.draining_to else None,
+            requests=tuple(views),
+            totals=self._totals(),
+            segments=segments,
+            last_steps=last,
+            num_waiting=len(self.waiting),
+            num_running=len(self.scheduler.running),
+            num_preemptions=self.num_preemptions,
+            num_rejected=self.num_rejected,
+            num_timed_out=self.num_timed_out,
+            busy_fraction=self.busy_fraction(),
+            defenses=to_dict(self.defenses),
+            device=self.device_label,
+        )
+
+    @property
+    def num_preemptions(self) -> int:
+        return self._preemptions_before + self.scheduler.num_preemptions
+
+    def _request_view(self, req: Request, now: float, holds: bool) -> RequestView:
+        if req.status is Status.FINISHED:
+            state = "finished"
+        elif req.status is Status.RUNNING:
+            state = "prefilling" if req.num_computed < req.num_tokens - 1 else "running"
+        else:
+            state = req.status.value
+        blocks: tuple[BlockView, ...] = ()
+        start, reserved = None, 0
+        if holds and isinstance(self.kv, PagedKV):
+            bs, pool = self.kv.block_size, self.kv.pool
+            blocks = tuple(
+                BlockView(b, min(max(req.num_computed - i * bs, 0), bs), pool.ref_count[b] > 1)
+                for i, b in enumerate(self.kv.table(req.request_id))
+            )
+        elif holds and isinstance(self.kv, ContiguousKV) and req.request_id in self.kv.reservations:
+            r = self.kv.reservations[req.request_id]
+            start, reserved = r.start, r.length
+        admitted = req.first_admitted_time
+        return RequestView(
+            request_id=req.request_id,
+            state=state,
+            prompt_tokens=len(req.prompt),
+            output_tokens=len(req.output),
+            max_tokens=req.max_tokens,
+            preemptions=req.preemptions,
+            computed_tokens=req.num_computed,
+            blocks=blocks,
+            arena_start=start,
+            arena_reserved=reserved,
+            waited_s=max(0.0, (admitted if admitted is not None else now) - req.arrival_time),
+        )

@@ -1,0 +1,269 @@
+"""Who runs in the next engine step: static (request-level) and continuous (iteration-level) batching.
+
+Both schedulers share the waiting queue (arrival order; preempted requests go back to its head) and
+a KV manager of either layout, and return the same :class:`SchedulerOutput`: which requests compute
+how many tokens this step, starting at their ``num_computed``.
+
+- :class:`StaticScheduler` (FasterTransformer semantics): a batch starts when ``static_batch_size``
+  requests wait or the oldest has waited ``batch_wait_ms``; it is prefilled in one step and decoded
+  until every member has finished; nobody joins meanwhile, and the batch's KV is released only when
+  the whole batch ends. A request that finished early keeps its KV until then.
+- :class:`ContinuousScheduler` (Orca / vLLM): every step, running requests first (decodes and
+  unfinished prefill chunks, in admission order), then waiting requests in arrival order while
+  ``max_num_seqs``, the step token budget and free KV allow. A running request that needs a block
+  when none is free preempts the most recently admitted running request by recompute; no request
+  is admitted in a step that preempted.
+
+``admitting = False`` stops admission (a mode switch drains the running requests first).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from tui.engine.kv import ContiguousKV, KVManager, PagedKV
+from tui.engine.sequence import Request, Status
+from tui.profile import EngineConfig
+
+
+@dataclass
+class ScheduledChunk:
+    """``num_new`` tokens of ``request`` to compute this step, from ``request.num_computed`` on.
+
+    A *padding* chunk is a finished member of a static batch: the batch runs as one rectangular
+    tensor until its last member finishes, so that row is computed and its result thrown away.
+    """
+
+    request: Request
+    num_new: int
+    padding: bool = False
+
+
+@dataclass
+class SchedulerOutput:
+    chunks: list[ScheduledChunk] = field(default_factory=list)
+    preempted: list[Request] = field(default_factory=list)
+    admitted: list[Request] = field(default_factory=list)
+
+    @property
+    def num_tokens(self) -> int:
+        """Real tokens computed (padding rows excluded)."""
+        return sum(c.num_new for c in self.chunks if not c.padding)
+
+    @property
+    def decode_tokens(self) -> int:
+        """Tokens of requests past their prompt (one each); the rest are prefill (or recompute)."""
+        return sum(c.num_new for c in self.chunks
+                   if not c.padding and c.request.num_computed >= len(c.request.prompt))
+
+    @property
+    def prefill_tokens(self) -> int:
+        return self.num_tokens - self.decode_tokens
+
+
+class Scheduler:
+    """What both policies share: the queues, KV admission and growth, preemption, removal."""
+
+    def __init__(self, cfg: EngineConfig, kv: KVManager, waiting: deque[Request], clock: Callable[[], float]):
+        self.cfg = cfg
+        self.kv = kv
+        self.waiting = waiting
+        self.running: list[Request] = []  # admission order
+        self.clock = clock
+        self.admitting = True
+        self.num_preemptions = 0
+        self._admissions = 0
+
+    # -- queries -------------------------------------------------------------------------------------
+
+    def is_idle(self) -> bool:
+        """No request holds KV (a mode switch may rebuild the layout now)."""
+        return not self.running and self.kv.holders() == 0
+
+    def can_ever_fit(self, req: Request) -> bool:
+        """Whether the request fits the KV cache if it held the whole cache alone."""
+        if isinstance(self.kv, ContiguousKV):
+            return self.kv.reservation_size(len(req.prompt), req.max_tokens) <= self.kv.num_slots
+        return req.max_total_tokens <= self.kv.num_slots
+
+    # -- mutations -----------------------------------------------------------------------------------
+
+    def add(self, req: Request) -> None:
+        self.waiting.append(req)
+
+    def remove(self, req: Request) -> None:
+        """Take a request out (abort, timeout): free its KV at once."""
+        if req in self.running:
+            self.running.remove(req)
+        if req in self.waiting:
+            self.waiting.remove(req)
+        self.kv.free(req.request_id)
+
+    def on_finished(self, req: Request) -> None:
+        """A request produced its last token: continuous frees its KV now (static overrides)."""
+        self.running.remove(req)
+        self.kv.free(req.request_id)
+
+    def schedule(self) -> SchedulerOutput:
+        raise NotImplementedError
+
+    # -- helpers -------------------------------------------------------------------------------------
+
+    def _admit_kv(self, req: Request, budget: int | None) -> int | None:
+        """Give a waiting request its KV for the first chunk; the chunk length, or None if it must wait."""
+        kv = self.kv
+        hits: list[int] = []
+        if isinstance(kv, PagedKV) and kv.pool.enable_prefix_caching:
+            req.update_block_hashes(kv.block_size)
+            hits = kv.prefix_hits(req.block_hashes, req.num_tokens)
+        computed = len(hits) * kv.block_size if isinstance(kv, PagedKV) else 0
+        num_new = req.num_tokens - computed
+        if budget is not None:
+            if num_new > budget and not self.cfg.enable_chunked_prefill:
+                return None
+            num_new = min(num_new, budget)
+        if isinstance(kv, PagedKV):
+            if not kv.allocate(req.request_id, computed + num_new, hits):
+                return None
+        elif kv.reserve(req.request_id, kv.reservation_size(len(req.prompt), req.max_tokens)) is None:
+            return None
+        req.num_computed = computed
+        return num_new
+
+    def _start(self, req: Request) -> None:
+        assert self.waiting[0] is req
+        self.waiting.popleft()
+        req.status = Status.RUNNING
+        req.admitted_seq = self._admissions
+        self._admissions += 1
+        if req.first_admitted_time is None:
+            req.first_admitted_time = self.clock()
+        self.running.append(req)
+
+    def _grow(self, req: Request, num_tokens: int) -> bool:
+        """Make room for ``num_tokens`` tokens of a running request (contiguous: already reserved)."""
+        if isinstance(self.kv, PagedKV):
+            return self.kv.allocate(req.request_id, num_tokens)
+        return True
+
+    def _preempt(self, req: Request) -> None:
+        """Recompute preemption: drop the KV, back to the head of the waiting queue."""
+        self.running.remove(req)
+        self.kv.free(req.request_id)
+        req.status = Status.PREEMPTED
+        req.num_computed = 0
+        req.preemptions += 1
+        self.num_preemptions += 1
+        self.waiting.appendleft(req)
+
+
+class ContinuousScheduler(Scheduler):
+    """Iteration-level scheduling with a token budget, chunked prefill and recompute preemption."""
+
+    def schedule(self) -> SchedulerOutput:
+        out = SchedulerOutput()
+        budget = self.cfg.max_num_batched_tokens
+        i = 0
+        while i < len(self.running) and budget > 0:
+            req = self.running[i]
+            num_new = min(req.num_pending, budget)
+            if num_new <= 0:
+                i += 1
+                continue
+            while not self._grow(req, req.num_computed + num_new):
+                victim = self.running[-1]  # most recently admitted
+                self._preempt(victim)
+                out.preempted.append(victim)
+                if victim is req:
+                    break
+            else:
+                out.chunks.append(ScheduledChunk(req, num_new))
+                budget -= num_new
+                i += 1
+        if out.preempted or not self.admitting:
+            return out
+        while self.waiting and len(self.running) < self.cfg.max_num_seqs and budget > 0:
+            req = self.waiting[0]
+            num_new = self._admit_kv(req, budget)
+            if num_new is None:
+                break  # first come, first served: the head waits, and so does everyone behind it
+            self._start(req)
+            out.admitted.append(req)
+            out.chunks.append(ScheduledChunk(req, num_new))
+            budget -= num_new
+        return out
+
+
+class StaticScheduler(Scheduler):
+    """Request-level batching: one batch at a time, run until its last member finishes."""
+
+    def __init__(self, cfg: EngineConfig, kv: KVManager, waiting: deque[Request], clock: Callable[[], float]):
+        super().__init__(cfg, kv, waiting, clock)
+        self.batch: list[Request] = []  # members, including finished ones still holding KV
+
+    def is_idle(self) -> bool:
+        return not self.batch and super().is_idle()
+
+    def remove(self, req: Request) -> None:
+        if req in self.batch:
+            self.batch.remove(req)
+        super().remove(req)
+        self._maybe_release()
+
+    def on_finished(self, req: Request) -> None:
+        self.running.remove(req)  # stops computing; its KV stays reserved until the batch ends
+        self._maybe_release()
+
+    def _maybe_release(self) -> None:
+        if self.batch and not self.running:
+            for r in self.batch:
+                self.kv.free(r.request_id)
+            self.batch = []
+
+    def batch_ready(self, now: float) -> bool:
+        """A batch starts when enough requests wait, or the oldest has waited the window out."""
+        if not self.waiting:
+            return False
+        if len(self.waiting) >= self._cap():
+            return True
+        return (now - self.waiting[0].arrival_time) * 1000.0 >= self.cfg.batch_wait_ms
+
+    def _cap(self) -> int:
+        return max(1, min(self.cfg.static_batch_size, self.cfg.max_num_seqs))
+
+    def schedule(self) -> SchedulerOutput:
+        out = SchedulerOutput()
+        if not self.batch:
+            if self.admitting and self.batch_ready(self.clock()):
+                self._form_batch(out)
+            return out
+        for req in list(self.running):
+            if req not in self.running:
+                continue  # preempted below while making room for an earlier member
+            num_new = req.num_pending
+            while not self._grow(req, req.num_computed + num_new):
+                victim = self.running[-1]
+                self._preempt(victim)
+                self.batch.remove(victim)
+                out.preempted.append(victim)
+                if victim is req:
+                    break
+            else:
+                out.chunks.append(ScheduledChunk(req, num_new))
+        self._maybe_release()
+        if out.chunks:
+            out.chunks += [ScheduledChunk(r, 1, padding=True) for r in self.batch if r.finished]
+        return out
+
+    def _form_batch(self, out: SchedulerOutput) -> None:
+        while self.waiting and len(self.batch) < self._cap():
+            req = self.waiting[0]
+            num_new = self._admit_kv(req, None)  # the whole prompt in one step
+            if num_new is None:
+                break
+            self._start(req)
+            self.batch.append(req)
+            out.admitted.append(req)
+            out.chunks.append(ScheduledChunk(req, num_new))

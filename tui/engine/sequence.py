@@ -1,0 +1,98 @@
+"""One request's life inside the engine: its tokens, its progress and its place in the KV cache."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+import torch
+
+from tui.engine.kv import block_hash
+
+
+class Status(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"  # admitted: prefilling or decoding
+    PREEMPTED = "preempted"  # back in the waiting queue, its KV dropped, to be recomputed
+    FINISHED = "finished"
+
+
+@dataclass(eq=False)
+class Request:
+    """A request's tokens and scheduling state.
+
+    ``num_computed`` counts tokens whose KV is in the cache. A request needs a forward over
+    ``all_tokens[num_computed:]``; when that reaches the end, the logits of the last token give the
+    next output token. Recompute after preemption is the same path: ``num_computed`` drops to 0.
+    """
+
+    request_id: str
+    prompt: list[int]
+    max_tokens: int
+    arrival_time: float
+    temperature: float = 0.0
+    seed: int | None = None
+    ignore_eos: bool = True
+    eos_token_id: int = -1
+    original_prompt_len: int = 0
+    output: list[int] = field(default_factory=list)
+    status: Status = Status.WAITING
+    num_computed: int = 0
+    preemptions: int = 0
+    admitted_seq: int = -1  # order of the last admission; the largest is preempted first
+    first_admitted_time: float | None = None
+    finish_reason: str | None = None
+    block_hashes: list[int] = field(default_factory=list)  # full blocks of all_tokens, chained
+    generator: torch.Generator | None = None
+
+    def __post_init__(self) -> None:
+        if not self.original_prompt_len:
+            self.original_prompt_len = len(self.prompt)
+        if self.temperature > 0:
+            self.generator = torch.Generator()
+            self.generator.manual_seed(self.seed if self.seed is not None else 0)
+
+    @property
+    def all_tokens(self) -> list[int]:
+        return self.prompt + self.output
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt) + len(self.output)
+
+    @property
+    def num_pending(self) -> int:
+        """Tokens not yet in the KV cache."""
+        return self.num_tokens - self.num_computed
+
+    @property
+    def is_prefilling(self) -> bool:
+        return self.num_computed < len(self.prompt)
+
+    @property
+    def finished(self) -> bool:
+        return self.status is Status.FINISHED
+
+    @property
+    def max_total_tokens(self) -> int:
+        """The most tokens this request can ever hold: prompt + max_tokens."""
+        return len(self.prompt) + self.max_tokens
+
+    def update_block_hashes(self, block_size: int) -> None:
+        """Extend the chained hashes over every full block of the known tokens."""
+        tokens = None
+        while (len(self.block_hashes) + 1) * block_size <= self.num_tokens:
+            if tokens is None:
+                tokens = self.all_tokens
+            i = len(self.block_hashes)
+            parent = self.block_hashes[-1] if self.block_hashes else None
+            self.block_hashes.append(block_hash(parent, tokens[i * block_size : (i + 1) * block_size]))
+
+    def append_token(self, token: int) -> str | None:
+        """Add an output token; the finish reason if that ends the request."""
+        self.output.append(token)
+        if not self.ignore_eos and token == self.eos_token_id:
+            return "stop"
+        if len(self.output) >= self.max_tokens:
+            return "length"
+        return None

@@ -1,0 +1,451 @@
+"""``kvtui --record``: every stage under every mode, headless, into Parquet and the comparison table.
+
+For each stage x mode: (local target) reset the engine into the mode, warm up, run the stage, drain
+with a bound, and collect the engine's steps and GPU samples; (remote target) run the stages as
+given. Records are appended about once a second as small Parquet parts, joined at the end, so a
+crash loses at most the last second. Ctrl-C/SIGTERM stops sending, gives in-flight requests a short
+grace, writes everything (``run.json`` says partial) and exits 130. A target that cannot be reached,
+refuses the key, or dies mid-run gets one clear line on stderr and a non-zero exit, with whatever
+was recorded written out.
+
+Output directory: requests.parquet, steps.parquet, gpu.parquet, summary.csv, summary.md,
+profile.toml (the profile used; an API key appears nowhere, only the NAME of its variable), run.json.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import signal
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tui.load.records import PartWriter, RequestRecord, now, read_records
+from tui.load.runner import LoadRunner, make_target
+from tui.load.target import OpenAITarget, PreflightError, root_url
+from tui.metrics.prom import token_counters
+from tui.metrics.window import RollingWindow
+from tui.profile import Profile, Stage, to_dict
+
+GRACE_S = 2.0  # how long in-flight requests may finish after Ctrl-C
+FLUSH_EVERY_S = 1.0  # records reach disk at least this often
+POLL_EVERY_S = 1.0  # engine steps and GPU samples are fetched this often (local target)
+DEAD_AFTER_CONNECT_ERRORS = 5  # this many connection failures in a row, none ok between: the server is gone
+REMOTE_MODE = "remote"
+
+
+class FatalTargetError(Exception):
+    """The target cannot go on serving the run (one line for the user)."""
+
+
+# ---------------------------------------------------------------------------------------------------
+# The profile used, as TOML (tomllib reads only; this writes the small subset profiles use)
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v)  # JSON string escapes are valid TOML basic-string escapes
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items()) + "}"
+    raise TypeError(f"cannot write {type(v).__name__} to TOML")
+
+
+def profile_toml(profile: Profile) -> str:
+    """The profile as TOML that ``load_profile`` reads back to the same profile."""
+    data = to_dict(profile)
+    data.pop("source", None)
+    lines = [f"# kvtui profile used by this run (from {profile.source})"]
+    tables, arrays = {}, {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            tables[key] = value
+        elif isinstance(value, list) and value and all(isinstance(x, dict) for x in value):
+            arrays[key] = value
+        else:
+            lines.append(f"{key} = {_toml_value(value)}")
+    for key, table in tables.items():
+        lines += ["", f"[{key}]"] + [f"{k} = {_toml_value(v)}" for k, v in table.items()]
+    for key, items in arrays.items():
+        for item in items:
+            lines += ["", f"[[{key}]]"] + [f"{k} = {_toml_value(v)}" for k, v in item.items()]
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------------
+
+
+class Recorder:
+    """One recorded run into ``out``; :meth:`run` returns the exit code."""
+
+    def __init__(self, profile: Profile, out: Path, *, console_err=None, console_out=None):
+        from rich.console import Console
+
+        self.profile = profile
+        self.out = Path(out)
+        self.run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
+        self.err = console_err or Console(stderr=True, soft_wrap=True)
+        self.console = console_out or wide_console()
+        self.cells: list[dict[str, Any]] = []
+        self.interrupted = False
+        self.fatal: str | None = None
+        self._stop: asyncio.Event | None = None
+        self._connect_errors = 0
+        self._writers: dict[str, PartWriter] = {}
+        self._runner: LoadRunner | None = None
+        self._window: RollingWindow | None = None
+        self._server: Any = None  # tui.serve.local.LocalServer for the local target
+        self._steps_seen = 0  # the last engine step collected
+
+    # -- entry -------------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        self.out.mkdir(parents=True, exist_ok=True)
+        (self.out / "profile.toml").write_text(profile_toml(self.profile), encoding="utf-8")
+        self._writers = {name: PartWriter(self.out, name) for name in ("requests", "steps", "gpu")}
+        self._write_run_json(finished=False, code=None)
+        code = 0
+        old_term = signal.getsignal(signal.SIGTERM)
+        signal.signal(signal.SIGTERM, _raise_interrupt)  # outside the event loop (server start-up)
+        try:
+            if self.profile.target.kind == "local":
+                base_url = self._start_local()
+                root = self._server.root_url
+            else:
+                base_url = self.profile.target.base_url or ""
+                root = root_url(base_url)
+            code = asyncio.run(self._run_async(base_url, root))
+        except KeyboardInterrupt:
+            self.interrupted = True
+            code = 130
+        except FatalTargetError as e:
+            self.fatal = str(e)
+            code = 1
+        finally:
+            signal.signal(signal.SIGTERM, old_term)
+            if self._server is not None:
+                with contextlib.suppress(Exception):
+                    self._server.stop()
+            self._finish(code)
+        return code
+
+    def _start_local(self) -> str:
+        try:
+            from tui.serve.local import LocalServer
+        except ImportError as e:  # pragma: no cover - only while the serve package is incomplete
+            raise FatalTargetError(f"the local engine server is not available ({e})") from None
+        self._server = LocalServer(self.profile)
+        self.err.print("[dim]starting the local engine server...[/dim]")
+        try:
+            self._server.start()
+        except KeyboardInterrupt:
+            raise
+        except Exception as e:
+            raise FatalTargetError(f"the local engine server did not start: {_one_line(e)}") from None
+        return self._server.base_url
+
+    # -- the run -----------------------------------------------------------------------------------
+
+    async def _run_async(self, base_url: str, root: str) -> int:
+        loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self._on_signal)
+        local = self.profile.target.kind == "local"
+        target = make_target(self.profile, base_url)
+        flusher = asyncio.create_task(self._flush_loop())
+        try:
+            if local:
+                target.model = await self._served_model(target) or target.model
+            try:
+                await target.preflight()
+            except PreflightError as e:
+                raise FatalTargetError(str(e)) from None
+            modes = [m.label for m in self.profile.record.modes] if local else [REMOTE_MODE]
+            cells = [(stage, mode) for stage in self.profile.run_stages() for mode in modes]
+            for stage, mode in cells:
+                if self._stop.is_set():
+                    break
+                await self._run_cell(target, root, stage, mode, local)
+        finally:
+            flusher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await flusher
+            await target.aclose()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+        if self.fatal:
+            raise FatalTargetError(self.fatal)
+        return 130 if self.interrupted else 0
+
+    @staticmethod
+    async def _served_model(target: OpenAITarget) -> str | None:
+        """The model id the local server serves (it serves exactly one: the dummy or a checkpoint)."""
+        with contextlib.suppress(httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
+            resp = await target.client.get(f"{target.base_url}/models", timeout=10.0)
+            return str(resp.json()["data"][0]["id"])
+        return None
+
+    def _on_signal(self) -> None:
+        if not self.interrupted:
+            self.interrupted = True
+            self.err.print("[yellow]interrupted: stopping the load, letting in-flight requests finish...[/yellow]")
+        assert self._stop is not None
+        self._stop.set()
+
+    async def _run_cell(self, target: OpenAITarget, root: str, stage: Stage, mode: str, local: bool) -> None:
+        assert self._stop is not None
+        rec_cfg = self.profile.record
+        note: dict[str, Any] = {"stage": stage.name, "mode": mode, "rate": stage.rate, "partial": True,
+                                "started_t": now()}
+        self.cells.append(note)
+        step_base = 0
+        if local:
+            step_base = await self._reset_engine(target, root, mode)
+        window = RollingWindow(rec_cfg.window_s)
+        runner = LoadRunner(self.profile, target=target, rate=stage.rate, stage=stage.name, mode=mode,
+                            run_id=self.run_id, on_record=self._on_record, window=window)
+        self._runner, self._window = runner, window
+        if self.profile.load.warmup_requests:
+            await runner.warmup(self.profile.load.warmup_requests, timeout_s=rec_cfg.drain_timeout_s)
+            if local:
+                step_base = await self._engine_step(target, root, step_base)
+        counters_before = await self._counters(target, root)
+        poller = asyncio.create_task(self._poll_engine(target, root, stage.name, mode, step_base)) if local else None
+        stop_wait = asyncio.create_task(self._stop.wait())
+        try:
+            with self._progress(stage, mode):
+                await runner.start(stage.num_requests, stage.duration_s)
+                sent = asyncio.create_task(runner.wait_scheduled())
+                await asyncio.wait({sent, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+                if not self._stop.is_set():
+                    drain = asyncio.create_task(runner.drain(rec_cfg.drain_timeout_s))
+                    await asyncio.wait({drain, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+                    if self._stop.is_set():
+                        await runner.stop(min(GRACE_S, rec_cfg.drain_timeout_s), reason=self._stop_reason())
+                    await drain
+                else:
+                    await runner.stop(min(GRACE_S, rec_cfg.drain_timeout_s), reason=self._stop_reason())
+                await sent
+        finally:
+            stop_wait.cancel()
+            if poller is not None:
+                poller.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await poller
+        if local:
+            with contextlib.suppress(httpx.HTTPError, ValueError):
+                await self._collect_steps(target, root, stage.name, mode, self._steps_seen)
+        counters_after = await self._counters(target, root)
+        if counters_before[0] is not None and counters_after[0] is not None:
+            note["server_prompt_tokens"] = counters_after[0] - counters_before[0]
+        if counters_before[1] is not None and counters_after[1] is not None:
+            note["server_completion_tokens"] = counters_after[1] - counters_before[1]
+        note["partial"] = self._stop.is_set()
+        note["ended_t"] = now()
+        w = window.stats()
+        p99 = f"{w.ttft.p99 * 1e3:.0f} ms" if w.ttft.p99 is not None else "-"
+        self.err.print(
+            f"{stage.name} / {mode}: {runner.scheduled} sent, {runner.completed} ok, "
+            f"{runner.finished - runner.completed} failed{_failures(runner.failed)}, TTFT P99 {p99}"
+            + (" (partial)" if note["partial"] else "")
+        )
+
+    def _stop_reason(self) -> str:
+        return "run stopped: " + (self.fatal or "interrupted")
+
+    def _on_record(self, rec: RequestRecord) -> None:
+        self._writers["requests"].add(rec.to_row())
+        if rec.warmup or self._stop is None:
+            return
+        if rec.ok:
+            self._connect_errors = 0
+        elif rec.status == "connect_error":
+            self._connect_errors += 1
+            server = self._server
+            if server is not None and not server.alive:
+                self._fail(f"the local engine server died: {rec.reason}" + _server_tail(server))
+            elif self._connect_errors >= DEAD_AFTER_CONNECT_ERRORS:
+                self._fail(f"the target stopped answering: {rec.reason}")
+        elif rec.status == "http_401":
+            self._fail(f"the target refused the API key mid-run ({rec.reason}); "
+                       f"the key is read from {self.profile.target.api_key_env or 'no environment variable'}")
+
+    def _fail(self, message: str) -> None:
+        if self.fatal is None:
+            self.fatal = message
+        assert self._stop is not None
+        self._stop.set()
+
+    # -- the local engine over its control API ----------------------------------------------------
+
+    async def _reset_engine(self, target: OpenAITarget, root: str, mode_label: str) -> int:
+        from tui.profile import EngineMode
+
+        mode = EngineMode.parse(mode_label)
+        body = {"engine": to_dict(self.profile.engine.with_mode(mode)), "defenses": to_dict(self.profile.defenses)}
+        try:
+            resp = await target.client.post(f"{root}/kvtui/v1/reset", json=body, timeout=120.0)
+        except httpx.HTTPError as e:
+            raise FatalTargetError(f"cannot reset the local engine into {mode_label}: {_one_line(e)}") from None
+        if resp.status_code != 200:
+            raise FatalTargetError(f"the local engine refused a reset into {mode_label}: HTTP {resp.status_code} "
+                                   f"{resp.text[:200]}")
+        state = resp.json()
+        self._steps_seen = int(state.get("engine", {}).get("step", 0))
+        return self._steps_seen
+
+    async def _engine_step(self, target: OpenAITarget, root: str, default: int) -> int:
+        with contextlib.suppress(httpx.HTTPError, ValueError, KeyError):
+            resp = await target.client.get(f"{root}/kvtui/v1/state", timeout=10.0)
+            self._steps_seen = int(resp.json()["engine"]["step"])
+            return self._steps_seen
+        return default
+
+    async def _collect_steps(self, target: OpenAITarget, root: str, stage: str, mode: str, since: int) -> None:
+        resp = await target.client.get(f"{root}/kvtui/v1/steps", params={"since": since}, timeout=30.0)
+        resp.raise_for_status()
+        steps = resp.json().get("steps", [])
+        rows = [{**s, "stage": stage, "mode": mode} for s in steps if int(s.get("step", 0)) > since]
+        if rows:
+            self._writers["steps"].add_many(rows)
+            self._steps_seen = max(int(r["step"]) for r in rows)
+
+    async def _poll_engine(self, target: OpenAITarget, root: str, stage: str, mode: str, since: int) -> None:
+        """Engine steps and GPU samples as the stage runs (so a crash keeps them too)."""
+        self._steps_seen = since
+        while True:
+            await asyncio.sleep(POLL_EVERY_S)
+            with contextlib.suppress(httpx.HTTPError, ValueError):
+                await self._collect_steps(target, root, stage, mode, self._steps_seen)
+                resp = await target.client.get(f"{root}/kvtui/v1/state", timeout=10.0)
+                gpu = resp.json().get("gpu") or []
+                self._writers["gpu"].add_many([{**g, "stage": stage, "mode": mode} for g in gpu])
+
+    async def _counters(self, target: OpenAITarget, root: str) -> tuple[float | None, float | None]:
+        """The server's (prompt, generation) token counters, or Nones when it has no /metrics."""
+        try:
+            resp = await target.client.get(f"{root}/metrics", timeout=10.0)
+        except httpx.HTTPError:
+            return None, None
+        if resp.status_code != 200:
+            return None, None
+        return token_counters(resp.text)
+
+    # -- progress, flushing, the end ----------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _progress(self, stage: Stage, mode: str):
+        from rich.live import Live
+
+        planned = f"/{stage.num_requests}" if stage.num_requests else ""
+
+        def render():
+            from rich.text import Text
+
+            r, w = self._runner, self._window
+            if r is None or w is None:
+                return Text("")
+            s = w.stats()
+            p99 = f"{s.ttft.p99 * 1e3:.0f} ms" if s.ttft.p99 is not None else "-"
+            return Text.from_markup(
+                f"[bold]{stage.name}[/bold] · {mode} · target {stage.rate:g}/s · sent {r.scheduled}{planned} · "
+                f"completed {r.completed} · failed {r.finished - r.completed} · in flight {r.in_flight} · "
+                f"achieved {s.achieved_rate:.1f}/s · TTFT P99 {p99}"
+            )
+
+        if not self.err.is_terminal:
+            yield
+            return
+        with Live(get_renderable=render, console=self.err, refresh_per_second=4, transient=True):
+            yield
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await asyncio.sleep(FLUSH_EVERY_S)
+            for w in self._writers.values():
+                w.flush()
+
+    def _write_run_json(self, finished: bool, code: int | None) -> None:
+        info = {
+            "run_id": self.run_id,
+            "profile": self.profile.name,
+            "target": self.profile.target.kind,
+            "base_url": self.profile.target.base_url,
+            "model": self.profile.target.model,
+            "partial": not finished or self.interrupted or self.fatal is not None,
+            "interrupted": self.interrupted,
+            "error": self.fatal,
+            "exit_code": code,
+            "cells": self.cells,
+            "written_t": time.time(),
+        }
+        tmp = self.out / "run.json.tmp"
+        tmp.write_text(json.dumps(info, indent=2), encoding="utf-8")
+        tmp.replace(self.out / "run.json")
+
+    def _finish(self, code: int) -> None:
+        """Write everything collected, the summary, and print the table (also on errors and Ctrl-C)."""
+        from tui.metrics.report import load_run
+        from tui.metrics.summary import to_markdown, to_rich
+
+        for w in self._writers.values():
+            w.finish()
+        self._write_run_json(finished=True, code=code)
+        if self.fatal:
+            self.err.print(f"kvtui: {self.fatal}", markup=False, highlight=False)
+        run = load_run(self.out)
+        table = run.summary
+        table.write_csv(self.out / "summary.csv")
+        title = f"kvtui run {self.run_id} ({self.profile.name})" + (" (partial)" if run.partial else "")
+        (self.out / "summary.md").write_text(to_markdown(table, title, self.profile.slo), encoding="utf-8")
+        if table.height:
+            self.console.print(to_rich(table, title))
+            from tui.metrics.summary import reconciliation_lines
+
+            for line in reconciliation_lines(table):
+                self.console.print(line, markup=False, highlight=False)
+        self.err.print(f"records written to {self.out} ({read_records(self.out).num_rows} requests)", highlight=False)
+
+
+def wide_console():
+    """A stdout console; when stdout is not a terminal, wide enough that the tables never squeeze."""
+    from rich.console import Console
+
+    probe = Console()
+    return probe if probe.is_terminal else Console(width=220)
+
+
+def _raise_interrupt(signum, frame):  # SIGTERM outside the event loop behaves like Ctrl-C
+    raise KeyboardInterrupt
+
+
+def _server_tail(server: Any) -> str:
+    with contextlib.suppress(Exception):
+        lines = [line for line in server.log_tail(3) if line.strip()]
+        return f" (its last log line: {lines[-1].strip()})" if lines else ""
+    return ""
+
+
+def _failures(failed: dict[str, int]) -> str:
+    return " (" + ", ".join(f"{k} {v}" for k, v in sorted(failed.items())) + ")" if failed else ""
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join((str(e) or type(e).__name__).split())[:300]
+
+
+def record_main(profile: Profile, out: Path) -> int:
+    """The CLI's ``--record``: run every stage x mode of ``profile`` into ``out``; returns the exit code."""
+    return Recorder(profile, Path(out)).run()
+

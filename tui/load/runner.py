@@ -1,0 +1,274 @@
+"""The load runner: paces requests on an absolute schedule and streams them into a target.
+
+One runner drives one stage of load (the dashboard keeps one running and changes its rate; the
+recorder makes one per stage x mode). A request is *scheduled* when its deadline comes: from then on
+it has a :class:`RequestRecord` that is handed to ``on_record`` exactly once, whatever happens to it
+(finished, failed, still waiting for a concurrency slot, or cancelled by ``stop()``/the drain bound).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+from collections.abc import Callable
+from typing import Any
+
+from tui.load.arrivals import ArrivalProcess, Schedule
+from tui.load.records import RequestRecord, mono_to_wall, now
+from tui.load.target import OpenAITarget
+from tui.load.workload import TextUnit, Workload
+from tui.profile import Profile, WorkloadConfig
+
+RecordCallback = Callable[[RequestRecord], Any]
+
+# The pacer wakes this much before a deadline and yields to the loop until it is due: an epoll
+# timeout is rounded to whole milliseconds, so sleeping to the deadline alone lands up to 1 ms late.
+SPIN_S = 0.0015
+
+
+def make_target(profile: Profile, base_url: str | None = None, model: str | None = None) -> OpenAITarget:
+    """The HTTP target a profile describes (``base_url``/``model`` override it, e.g. for the local server)."""
+    t = profile.target
+    local = t.kind == "local"
+    return OpenAITarget(
+        base_url or t.base_url or "",
+        model or t.model or "kvtui-tiny",
+        endpoint=t.endpoint,
+        api_key_env=t.api_key_env,
+        timeout_s=t.timeout_s,
+        max_connections=profile.load.max_concurrency,
+        # The local engine honours vLLM's ignore_eos, which makes output lengths exactly max_tokens;
+        # a hosted API would reject the unknown parameter, so it is only sent locally.
+        extra_body={"ignore_eos": True} if local else None,
+    )
+
+
+class LoadRunner:
+    """Async load generator over one shared :class:`OpenAITarget`.
+
+    ``await start()`` begins sending (forever, or ``num_requests``/``duration_s``), ``set_rate()``
+    applies at once without a burst, ``await stop()`` stops sending, gives in-flight requests
+    ``grace_s`` and cancels the rest. Finished records go to ``on_record`` (and ``window.add``);
+    every send goes to ``on_send`` (and ``window.note_sent``).
+    """
+
+    def __init__(
+        self,
+        profile: Profile,
+        base_url: str | None = None,
+        *,
+        target: OpenAITarget | None = None,
+        model: str | None = None,
+        rate: float | None = None,
+        stage: str = "live",
+        mode: str = "",
+        run_id: str = "",
+        on_record: RecordCallback | None = None,
+        on_send: RecordCallback | None = None,
+        window: Any | None = None,
+        text_unit: TextUnit | None = None,
+    ):
+        self.profile = profile
+        self._own_target = target is None
+        self.target = target if target is not None else make_target(profile, base_url, model)
+        load = profile.load
+        self.rate = rate if rate is not None else load.rate
+        self.stage, self.mode, self.run_id = stage, mode, run_id
+        self.on_record, self.on_send, self.window = on_record, on_send, window
+        if text_unit is None:
+            text_unit = "char" if profile.target.kind == "local" else "word"
+        self._text_unit: TextUnit = text_unit
+        self.workload = Workload(profile.workload, text_unit)
+        self._process = ArrivalProcess(load.arrival, load.burstiness, load.seed)
+        self._schedule: Schedule | None = None
+        self._sem = asyncio.Semaphore(load.max_concurrency) if load.max_concurrency else None
+        self._pacer: asyncio.Task | None = None
+        self._wake: asyncio.Future | None = None
+        self._stopping = False
+        self._gen = 0  # bumped by set_rate()/stop() to wake the pacer
+        self._tasks: dict[asyncio.Task, RequestRecord] = {}
+        self.scheduled = 0  # requests whose deadline came (each gets exactly one record)
+        self.completed = 0  # finished with status ok
+        self.finished = 0  # finished with any status
+        self.failed: dict[str, int] = {}
+
+    # -- control -------------------------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        """True while the pacer is sending."""
+        return self._pacer is not None and not self._pacer.done()
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._tasks)
+
+    async def start(self, num_requests: int | None = None, duration_s: float | None = None) -> None:
+        """Begin sending at the current rate; stops by itself after ``num_requests`` or ``duration_s``."""
+        if self.running:
+            return
+        self._stopping = False
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        self._schedule = Schedule(self._process, self.rate, start)
+        end = start + duration_s if duration_s is not None else None
+        self._pacer = asyncio.create_task(self._pace(num_requests, end), name=f"pacer-{self.stage}")
+
+    def set_rate(self, rate: float) -> None:
+        """Change the request rate now: the pending gap is rescaled, nothing is caught up (no burst)."""
+        self.rate = rate
+        if self._schedule is not None:
+            self._schedule.set_rate(rate, asyncio.get_running_loop().time())
+            self._poke()
+
+    def set_workload(self, cfg: WorkloadConfig) -> None:
+        """Use a new workload for requests scheduled from now on."""
+        self.workload = Workload(cfg, self._text_unit)
+
+    async def wait_scheduled(self) -> None:
+        """Wait until the pacer has scheduled its last request (``num_requests``/``duration_s`` reached or stopped)."""
+        if self._pacer is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(self._pacer)
+
+    async def drain(self, timeout_s: float, reason: str = "drain timeout") -> None:
+        """Wait up to ``timeout_s`` for in-flight requests, then cancel the rest (status cancelled)."""
+        pending = set(self._tasks)
+        if pending:
+            await asyncio.wait(pending, timeout=max(0.0, timeout_s))
+        leftover = [t for t in self._tasks if not t.done()]
+        for task in leftover:
+            self._tasks[task].reason = reason
+            task.cancel()
+        if leftover:
+            await asyncio.wait(leftover)
+
+    async def stop(self, grace_s: float = 2.0, reason: str = "stopped") -> None:
+        """Stop sending; in-flight requests get ``grace_s`` to finish, then are cancelled."""
+        self._stopping = True
+        self._poke()
+        await self.wait_scheduled()
+        await self.drain(grace_s, reason)
+
+    async def run(self, num_requests: int | None = None, duration_s: float | None = None,
+                  drain_timeout_s: float = 60.0) -> None:
+        """Send a whole stage and wait for it (bounded by ``drain_timeout_s`` after the last send)."""
+        await self.start(num_requests, duration_s)
+        await self.wait_scheduled()
+        await self.drain(drain_timeout_s)
+
+    async def warmup(self, n: int, timeout_s: float = 60.0) -> None:
+        """Send ``n`` requests at once (records marked ``warmup``, not part of any stage's numbers)."""
+        tasks = []
+        for i in range(n):
+            rec = self._new_record(i, now(), warmup=True)
+            spec = self.workload.spec(1_000_000 + i)
+            tasks.append(self._launch(spec, rec))
+        if tasks:
+            await asyncio.wait(tasks, timeout=timeout_s)
+            for t in tasks:
+                if not t.done():
+                    self._tasks[t].reason = "warm-up timeout"
+                    t.cancel()
+            await asyncio.wait(tasks)
+
+    async def aclose(self) -> None:
+        """Stop at once and close the HTTP client if this runner made it."""
+        await self.stop(grace_s=0.0)
+        if self._own_target:
+            await self.target.aclose()
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _poke(self) -> None:
+        """Wake the pacer early: the rate changed or we are stopping."""
+        self._gen += 1
+        self._wake_up()
+
+    def _wake_up(self) -> None:
+        if self._wake is not None and not self._wake.done():
+            self._wake.set_result(None)
+
+    async def _sleep_until(self, deadline: float) -> None:
+        """Sleep to ``deadline`` (loop clock), returning early if poked."""
+        loop = asyncio.get_running_loop()
+        gen = self._gen
+        if deadline - loop.time() > SPIN_S:
+            self._wake = loop.create_future()
+            handle = loop.call_at(deadline - SPIN_S, self._wake_up) if deadline != math.inf else None
+            try:
+                await self._wake
+            finally:
+                if handle is not None:
+                    handle.cancel()
+                self._wake = None
+        while loop.time() < deadline and self._gen == gen:
+            await asyncio.sleep(0)
+
+    async def _pace(self, num_requests: int | None, end: float | None) -> None:
+        loop = asyncio.get_running_loop()
+        sched = self._schedule
+        assert sched is not None
+        i = 0
+        while not self._stopping and (num_requests is None or i < num_requests):
+            due = sched.peek()
+            if end is not None and due > end:
+                if due != math.inf:
+                    break
+                due = end  # paused with an end: wake at the end (or when poked)
+            if loop.time() < due:
+                await self._sleep_until(due)
+                continue  # re-read: the rate may have changed, or we were stopped
+            if due == end and sched.peek() > end:
+                break
+            sched.advance()
+            rec = self._new_record(i, mono_to_wall(due))
+            self._launch(self.workload.spec(i), rec)
+            i += 1
+
+    def _new_record(self, index: int, scheduled_t: float, warmup: bool = False) -> RequestRecord:
+        stage = "warmup" if warmup else self.stage
+        rid = f"{self.run_id + '-' if self.run_id else ''}{stage}-{self.mode or 'target'}-{index}"
+        return RequestRecord(request_id=rid, index=index, stage=self.stage, mode=self.mode,
+                             scheduled_t=scheduled_t, run_id=self.run_id, warmup=warmup)
+
+    def _launch(self, spec, rec: RequestRecord) -> asyncio.Task:
+        if not rec.warmup:
+            self.scheduled += 1
+            if self.window is not None:
+                self.window.note_sent(rec)
+            if self.on_send is not None:
+                self.on_send(rec)
+        task = asyncio.create_task(self._one(spec, rec))
+        self._tasks[task] = rec
+        return task
+
+    async def _one(self, spec, rec: RequestRecord) -> None:
+        try:
+            if self._sem is not None:
+                async with self._sem:
+                    await self.target.send(spec, rec)
+            else:
+                await self.target.send(spec, rec)
+        except asyncio.CancelledError:
+            # Cancelled while waiting for a concurrency slot, or mid-stream (target.send filled it in).
+            rec.status = "cancelled"
+            rec.reason = rec.reason or "cancelled"
+            if rec.end_t is None:
+                rec.end_t = now()
+        finally:
+            self._tasks.pop(asyncio.current_task(), None)  # type: ignore[arg-type]
+            self._emit(rec)
+
+    def _emit(self, rec: RequestRecord) -> None:
+        if not rec.warmup:
+            self.finished += 1
+            if rec.ok:
+                self.completed += 1
+            else:
+                self.failed[rec.status] = self.failed.get(rec.status, 0) + 1
+            if self.window is not None:
+                self.window.add(rec)
+        if self.on_record is not None:
+            self.on_record(rec)

@@ -1,0 +1,358 @@
+"""An OpenAI-compatible streaming client: one shared ``httpx.AsyncClient``, raw timestamps per chunk.
+
+Works against the local engine, vLLM, SGLang, TensorRT-LLM or a hosted API: ``/completions`` or
+``/chat/completions``, ``stream: true`` with ``stream_options.include_usage`` so the server's own
+token counts are recorded. The API key is read from the environment variable the profile names and
+sent as a bearer token; it is never logged, stored or put in an error message (server messages are
+scrubbed of it too).
+
+:func:`preflight` sends one tiny request before any load and turns the mistakes users of
+OpenAI-compatible channels hit first into one line that says what to do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from tui.load.pool import make_transport
+from tui.load.records import RequestRecord, now
+from tui.load.workload import RequestSpec
+
+
+class PreflightError(Exception):
+    """The target cannot serve the run; ``str(e)`` is one line that says why and what to do."""
+
+
+def read_api_key(env_name: str | None) -> str | None:
+    """The API key held in environment variable ``env_name`` (None when unnamed, unset or empty)."""
+    if not env_name:
+        return None
+    return os.environ.get(env_name) or None
+
+
+def root_url(base_url: str) -> str:
+    """The server root of an API base URL: ``http://h:8000/v1`` -> ``http://h:8000`` (for /metrics)."""
+    url = base_url.rstrip("/")
+    return url[: -len("/v1")] if url.endswith("/v1") else url
+
+
+def address_of(url: str) -> str:
+    """``host:port`` of a URL, for messages about connections."""
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return f"{parts.hostname}:{port}"
+
+
+def _error_message(text: str) -> str:
+    """The message inside an OpenAI/vLLM error body, else the start of the body."""
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        return " ".join(text.split())[:160]
+    if isinstance(obj, dict):
+        err = obj.get("error", obj)
+        if isinstance(err, dict):
+            parts = [str(err.get(k)) for k in ("message", "type", "code") if err.get(k)]
+            if parts:
+                return ": ".join(parts)[:200]
+        elif isinstance(err, str):
+            return err[:200]
+    return " ".join(text.split())[:160]
+
+
+def _looks_html(content_type: str, text: str) -> bool:
+    return "text/html" in content_type or text.lstrip()[:15].lower().startswith(("<!doctype", "<html"))
+
+
+def classify_http_error(code: int, text: str, content_type: str = "") -> tuple[str, str]:
+    """(status, short reason) for a non-200 response."""
+    if _looks_html(content_type, text):
+        msg = "an HTML page (is the base URL the API root, ending in /v1?)"
+    else:
+        msg = _error_message(text)
+    reason = f"HTTP {code}: {msg}" if msg else f"HTTP {code}"
+    if code in (401, 403):
+        return "http_401", reason
+    if code == 404:
+        return "http_404", reason
+    if "reject" in msg.lower():
+        return "rejected", reason
+    if code == 429:
+        return "http_429", reason
+    if code in (408, 504) or "timeout" in msg.lower():
+        return "timeout", reason  # e.g. the server's waiting-time limit (wait_timeout_s) fired
+    if code >= 500:
+        return "http_5xx", reason
+    return "rejected", reason  # any other 4xx: the server refused this request
+
+
+def _carries_output(choice: dict[str, Any], chat: bool) -> bool:
+    """Whether a streamed choice carries output (a token), per the design's TTFT definition."""
+    if chat:
+        delta = choice.get("delta") or {}
+        return bool(delta.get("content") or delta.get("reasoning_content") or delta.get("tool_calls"))
+    # A completions chunk is a token even when its text is empty (a byte-level model's special
+    # tokens decode to nothing); a chunk that only carries a finish_reason is not.
+    return bool(choice.get("text")) or choice.get("finish_reason") is None
+
+
+_FINISH_STATUS = {"rejected_backlog": "rejected", "rejected_too_long": "rejected", "timeout": "timeout"}
+
+
+class OpenAITarget:
+    """Sends :class:`RequestSpec`s to an OpenAI-compatible endpoint and fills in their records."""
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        endpoint: str = "completions",
+        api_key_env: str | None = None,
+        timeout_s: float = 120.0,
+        max_connections: int | None = None,
+        extra_body: dict[str, Any] | None = None,
+        fast_pool: bool = True,
+    ):
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.endpoint = endpoint
+        self.api_key_env = api_key_env
+        self.timeout_s = timeout_s
+        self.extra_body = dict(extra_body or {})
+        self.url = f"{self.base_url}/{'chat/completions' if endpoint == 'chat' else 'completions'}"
+        self._api_key = read_api_key(api_key_env)
+        headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
+        # One client for every request: its pool is sized to the concurrency (None: no limit, so a
+        # full pool never queues requests inside the client where it would look like server time).
+        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections or 512)
+        self.client = httpx.AsyncClient(
+            headers=headers,
+            timeout=httpx.Timeout(timeout_s, connect=min(10.0, timeout_s)),
+            limits=limits,
+            transport=make_transport(limits) if fast_pool else None,
+        )
+
+    def scrub(self, text: str) -> str:
+        """``text`` with the API key (if a server echoed it) replaced by ``***``."""
+        return text.replace(self._api_key, "***") if self._api_key and self._api_key in text else text
+
+    def body(self, spec: RequestSpec) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": self.model}
+        if self.endpoint == "chat":
+            body["messages"] = [{"role": "user", "content": spec.prompt}]
+        else:
+            body["prompt"] = spec.prompt
+        body.update(
+            max_tokens=spec.max_tokens,
+            temperature=spec.temperature,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+        body.update(self.extra_body)
+        return body
+
+    async def send(self, spec: RequestSpec, rec: RequestRecord) -> RequestRecord:
+        """Send one request and fill ``rec`` (timestamps, tokens, status); never raises except on cancel."""
+        rec.prompt_len, rec.max_tokens, rec.shared_prefix = spec.prompt_len, spec.max_tokens, spec.shared_prefix
+        body = self.body(spec)
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                rec.send_t = now()
+                await self._stream(body, rec)
+        except asyncio.CancelledError:
+            rec.status = "cancelled"
+            rec.reason = rec.reason or "cancelled"
+            self._finish(rec)
+            raise
+        except (TimeoutError, httpx.ConnectTimeout, httpx.TimeoutException) as e:
+            if isinstance(e, httpx.ConnectTimeout):
+                rec.status, rec.reason = "connect_error", f"connect timeout to {address_of(self.url)}"
+            else:
+                rec.status, rec.reason = "timeout", f"no complete answer within {self.timeout_s:g} s"
+        except httpx.ConnectError as e:
+            rec.status, rec.reason = "connect_error", f"cannot connect to {address_of(self.url)}: {_short(e)}"
+        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as e:
+            rec.status = "stream_cut" if rec.http_status is not None else "connect_error"
+            rec.reason = f"connection closed: {_short(e)}"
+        except (httpx.HTTPError, OSError, UnicodeDecodeError) as e:
+            rec.status, rec.reason = "stream_cut", f"{type(e).__name__}: {_short(e)}"
+        rec.reason = self.scrub(rec.reason)
+        self._finish(rec)
+        return rec
+
+    @staticmethod
+    def _finish(rec: RequestRecord) -> None:
+        rec.end_t = now()
+        if rec.completion_tokens is None and rec.num_chunks:
+            rec.completion_tokens = rec.num_chunks
+            rec.tokens_estimated = True
+        if rec.prompt_tokens is None and rec.completion_tokens is not None:
+            rec.prompt_tokens = rec.prompt_len
+            rec.tokens_estimated = True
+
+    async def _stream(self, body: dict[str, Any], rec: RequestRecord) -> None:
+        chat = self.endpoint == "chat"
+
+        async def trace(event: str, info: dict) -> None:
+            # httpcore reports when the request headers start going out: the client's own queueing
+            # (pool, connect) is wire_t − send_t, kept apart so a slow client cannot pass as a slow server.
+            if event == "http11.send_request_headers.started" and rec.wire_t is None:
+                rec.wire_t = now()
+
+        async with self.client.stream("POST", self.url, json=body, extensions={"trace": trace}) as resp:
+            rec.http_status = resp.status_code
+            ctype = resp.headers.get("content-type", "")
+            if resp.status_code != 200:
+                text = (await resp.aread())[:4096].decode("utf-8", errors="replace")
+                rec.status, rec.reason = classify_http_error(resp.status_code, text, ctype)
+                return
+            if "text/html" in ctype:
+                rec.status, rec.reason = "bad_chunk", "an HTML page instead of an event stream (base URL should end in /v1)"
+                return
+            done = got_usage = False
+            async for line in resp.aiter_lines():
+                if done or not line.startswith("data:"):
+                    # Blank separators, comments, event:/id: fields, and anything after [DONE]: the
+                    # body is still read to its end so the connection goes back to the pool.
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    done = True
+                    continue
+                try:
+                    obj = json.loads(data)
+                    if not isinstance(obj, dict):
+                        raise ValueError("not an object")
+                except ValueError:
+                    rec.status, rec.reason = "bad_chunk", f"unparseable chunk: {data[:60]!r}"
+                    return
+                if obj.get("error") or obj.get("object") == "error":
+                    msg = _error_message(data)
+                    rec.status = "rejected" if "reject" in msg.lower() else "http_5xx"
+                    rec.reason = f"error in stream: {msg}"
+                    return
+                choices = obj.get("choices") or []
+                if choices and isinstance(choices[0], dict):
+                    choice = choices[0]
+                    if _carries_output(choice, chat):
+                        t = now()
+                        if rec.first_token_t is None:
+                            rec.first_token_t = t
+                        else:
+                            rec.chunk_gaps_s.append(t - rec.last_token_t)  # type: ignore[operator]
+                        rec.last_token_t = t
+                        rec.num_chunks += 1
+                    if choice.get("finish_reason"):
+                        rec.finish_reason = choice["finish_reason"]
+                usage = obj.get("usage")
+                if isinstance(usage, dict) and usage.get("completion_tokens") is not None:
+                    got_usage = True
+                    rec.completion_tokens = int(usage["completion_tokens"])
+                    rec.prompt_tokens = int(usage.get("prompt_tokens") or 0)
+            if not (done or got_usage):
+                rec.status, rec.reason = "stream_cut", "the stream ended without [DONE] or usage"
+                return
+            status = _FINISH_STATUS.get(rec.finish_reason or "")
+            if status:
+                rec.status, rec.reason = status, f"server finished it: {rec.finish_reason}"
+            elif rec.finish_reason in ("abort", "aborted"):
+                rec.status, rec.reason = "stream_cut", "the server aborted it"
+            else:
+                rec.status, rec.reason = "ok", "" if got_usage else "no usage from the server: tokens counted from chunks"
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+    async def preflight(self, probe_prompt: str = "Hello") -> list[str]:
+        """Check the target with one tiny request before any load; raises :class:`PreflightError`.
+
+        Returns the models the endpoint lists (empty if it has no ``/models``).
+        """
+        models_url = f"{self.base_url}/models"
+        models: list[str] = []
+        try:
+            resp = await self.client.get(models_url, timeout=min(self.timeout_s, 15.0))
+        except httpx.ConnectError as e:
+            raise PreflightError(self._connect_message(e)) from None
+        except httpx.TimeoutException:
+            raise PreflightError(f"{models_url} did not answer within {min(self.timeout_s, 15.0):g} s") from None
+        except httpx.HTTPError as e:
+            raise PreflightError(f"cannot reach {models_url}: {self.scrub(_short(e))}") from None
+        text = resp.text[:65536]
+        ctype = resp.headers.get("content-type", "")
+        if resp.status_code in (401, 403):
+            raise PreflightError(self._auth_message(resp.status_code, models_url))
+        if _looks_html(ctype, text):
+            raise PreflightError(
+                f"{models_url} answered with an HTML page, not the OpenAI API: the base URL must be the API "
+                f"root, which usually ends in /v1 (e.g. {root_url(self.base_url)}/v1)"
+            )
+        if resp.status_code == 200:
+            with contextlib.suppress(ValueError, TypeError, AttributeError):
+                models = [str(m["id"]) for m in resp.json().get("data", []) if isinstance(m, dict) and "id" in m]
+            if models and self.model not in models:
+                raise PreflightError(self._model_message(models))
+        elif resp.status_code == 404 and not self.base_url.endswith("/v1"):
+            raise PreflightError(
+                f"{models_url} returned 404: no OpenAI-compatible API at {self.base_url}; "
+                "the base URL usually ends in /v1 (e.g. http://127.0.0.1:8000/v1)"
+            )
+        # Some endpoints have no /models: the tiny request below is the real check.
+        from tui.load.records import RequestRecord as _Rec
+
+        rec = _Rec(request_id="preflight", index=-1, stage="preflight", mode="", scheduled_t=now())
+        spec = RequestSpec(index=-1, prompt=probe_prompt, prompt_len=len(probe_prompt), max_tokens=1,
+                           shared_prefix=False)
+        await self.send(spec, rec)
+        if rec.status == "ok":
+            return models
+        if rec.status == "http_401":
+            raise PreflightError(self._auth_message(rec.http_status or 401, self.url))
+        if rec.status == "http_404":
+            if models:
+                raise PreflightError(self._model_message(models))
+            raise PreflightError(
+                f"{self.url} returned 404 for model {self.model!r}: the model is unknown or the path is wrong "
+                f"({rec.reason}); the base URL usually ends in /v1"
+            )
+        if rec.status == "connect_error":
+            raise PreflightError(f"cannot connect to {address_of(self.url)}: {rec.reason}")
+        raise PreflightError(f"a test request to {self.url} failed ({rec.status}): {rec.reason}")
+
+    def _connect_message(self, e: Exception) -> str:
+        return (
+            f"cannot connect to {address_of(self.base_url)} ({_short(e)}): is the server running, "
+            f"and is the base URL {self.base_url} right?"
+        )
+
+    def _auth_message(self, code: int, url: str) -> str:
+        name = self.api_key_env
+        if not name:
+            return (
+                f"{url} answered {code} Unauthorized and no API key was sent: name the environment variable "
+                "that holds the key with --api-key-env NAME (or target.api_key_env in the profile)"
+            )
+        if name not in os.environ:
+            state = "which is not set"
+        elif not os.environ[name]:
+            state = "which is set but empty"
+        else:
+            state = "which is set, but the server refused its value"
+        return f"{url} answered {code} Unauthorized: the API key is read from the environment variable {name}, {state}"
+
+    def _model_message(self, models: list[str]) -> str:
+        shown = ", ".join(models[:20]) + (f" (and {len(models) - 20} more)" if len(models) > 20 else "")
+        return f"model {self.model!r} is not served by {self.base_url}; it offers: {shown}"
+
+
+def _short(e: BaseException) -> str:
+    text = str(e) or type(e).__name__
+    return " ".join(text.split())[:160]

@@ -1,0 +1,121 @@
+"""``kvtui report DIR [DIR2]``: a recorded run's comparison table again, or two runs side by side.
+
+The table is rebuilt from the Parquet records with the same function the recorder used
+(``summary_table``), so a run that crashed before writing ``summary.csv`` still has a report.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from tui.load.records import read_records
+from tui.metrics.summary import compare_table, reconciliation_lines, summary_table, to_rich
+from tui.profile import Profile, ProfileError, SloConfig, load_profile
+
+
+@dataclass
+class RunData:
+    """One recorded run read back from its directory."""
+
+    path: Path
+    requests: pl.DataFrame
+    steps: pl.DataFrame
+    gpu: pl.DataFrame
+    info: dict[str, Any] = field(default_factory=dict)
+    profile: Profile | None = None
+    summary: pl.DataFrame = field(default_factory=pl.DataFrame)
+
+    @property
+    def partial(self) -> bool:
+        return bool(self.info.get("partial", True)) or (self.path / ".parts").is_dir()
+
+    @property
+    def name(self) -> str:
+        return f"{self.path.name} ({self.info.get('profile', '?')})"
+
+
+def is_run_dir(path: Path) -> bool:
+    return (path / "requests.parquet").is_file() or (path / ".parts" / "requests").is_dir()
+
+
+def load_run(path: Path) -> RunData:
+    """Read a run directory (a finished run, or the parts a crashed one left)."""
+    path = Path(path)
+    info: dict[str, Any] = {}
+    if (path / "run.json").is_file():
+        try:
+            info = json.loads((path / "run.json").read_text(encoding="utf-8"))
+        except ValueError:
+            info = {}
+    profile = None
+    if (path / "profile.toml").is_file():
+        try:
+            profile = load_profile(path / "profile.toml")
+        except ProfileError:
+            profile = None
+    tables = {name: pl.from_arrow(read_records(path, name)) for name in ("requests", "steps", "gpu")}
+    run = RunData(path, tables["requests"], tables["steps"], tables["gpu"], info, profile)  # type: ignore[arg-type]
+    slo = profile.slo if profile is not None else SloConfig()
+    run.summary = summary_table(run.requests, run.steps, run.gpu, slo, info.get("cells", []))
+    return run
+
+
+def _print_run(console, run: RunData) -> None:
+    title = f"{run.name}" + (" (partial)" if run.partial else "")
+    if run.summary.height:
+        console.print(to_rich(run.summary, title))
+    else:
+        console.print(f"{title}: no requests recorded")
+    for line in reconciliation_lines(run.summary):
+        console.print(line, markup=False, highlight=False)
+    if run.info.get("error"):
+        console.print(f"the run ended with an error: {run.info['error']}", markup=False, highlight=False)
+
+
+def _fmt(v: float | None) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.2f}" if abs(v) < 100 else f"{v:.0f}"
+
+
+def _print_compare(console, a: RunData, b: RunData) -> None:
+    from rich.table import Table
+
+    df = compare_table(a.summary, b.summary)
+    table = Table(title=f"A = {a.name}   B = {b.name}", header_style="bold")
+    for col in ("stage", "mode", "metric", "A", "B", "B vs A"):
+        table.add_column(col, justify="right" if col in ("A", "B", "B vs A") else "left")
+    for row in df.iter_rows(named=True):
+        change = "-" if row["change_pct"] is None else f"{row['change_pct']:+.1f}%"
+        table.add_row(row["stage"], row["mode"], row["metric"], _fmt(row["a"]), _fmt(row["b"]), change)
+    console.print(table)
+
+
+def report_main(dirs: list[Path], replay: bool = False) -> int:
+    """The CLI's ``report``: print one run's table, or compare two; returns the exit code."""
+    from tui.load.record import wide_console
+
+    console = wide_console()
+    if replay:
+        print("kvtui report: --replay (replaying a run in the dashboard) is not available in this version; "
+              "the table is printed instead", file=sys.stderr)
+    if not 1 <= len(dirs) <= 2:
+        print("kvtui report: give one run directory, or two to compare", file=sys.stderr)
+        return 2
+    for d in dirs:
+        if not Path(d).is_dir() or not is_run_dir(Path(d)):
+            print(f"kvtui report: {d} is not a recorded run (no requests.parquet); record one with "
+                  "kvtui --record --out DIR", file=sys.stderr)
+            return 2
+    runs = [load_run(Path(d)) for d in dirs]
+    for run in runs:
+        _print_run(console, run)
+    if len(runs) == 2:
+        _print_compare(console, runs[0], runs[1])
+    return 0

@@ -1,0 +1,318 @@
+"""The comparison table: one row per stage x mode, as a polars DataFrame.
+
+:func:`summary_table` is the one function that builds it; the recorder prints it and writes it to
+``summary.csv``/``summary.md``, and ``kvtui report`` rebuilds it from the Parquet records with the
+same code (so a crashed run's report still has a table). Latencies in the table are milliseconds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from tui.load.records import FAILURE_STATUSES
+from tui.metrics import stats
+from tui.profile import SloConfig
+
+# Reasons that mean "the KV cache could not hold it" (the engine's own word, or a server's OOM text).
+_KV_FULL = ("too_long", "kv", "oom", "out of memory", "memory")
+
+# What the printed table shows: (column, header, format)
+DISPLAY: tuple[tuple[str, str, str], ...] = (
+    ("stage", "stage", "s"),
+    ("mode", "mode", "s"),
+    ("target_rate", "rate/s", "r"),
+    ("requests", "reqs", "d"),
+    ("ttft_p50_ms", "TTFT P50", "ms"),
+    ("ttft_p99_ms", "TTFT P99", "ms"),
+    ("tpot_p50_ms", "TPOT P50", "ms"),
+    ("tpot_p99_ms", "TPOT P99", "ms"),
+    ("itl_p99_ms", "ITL P99", "ms"),
+    ("e2el_p99_ms", "E2EL P99", "ms"),
+    ("req_per_s", "req/s", "r"),
+    ("output_tok_per_s", "out tok/s", "r"),
+    ("goodput_req_per_s", "goodput/s", "r"),
+    ("failures", "failures", "s"),
+    ("preemptions", "preempt", "d"),
+    ("kv_use_mean_pct", "KV mean%", "p"),
+    ("kv_use_peak_pct", "KV peak%", "p"),
+    ("frag_mean_pct", "frag%", "p"),
+    ("gpu_sm_mean_pct", "SM%", "p"),
+    ("gpu_vram_peak_gib", "VRAM GiB", "r"),
+    ("prompt_tokens", "prompt tok", "d"),
+    ("completion_tokens", "compl tok", "d"),
+)
+
+
+def _fmt(value: Any, kind: str) -> str:
+    if value is None or (isinstance(value, float) and not np.isfinite(value)):
+        return "-"
+    if kind == "s":
+        return str(value)
+    if kind == "d":
+        return f"{int(value)}"
+    if kind == "ms":
+        return f"{value:.1f}" if abs(value) < 100 else f"{value:.0f}"
+    if kind == "p":
+        return f"{value:.1f}"
+    return f"{value:.2f}" if abs(value) < 100 else f"{value:.0f}"
+
+
+def _cell_order(requests: pl.DataFrame, cells: Sequence[dict[str, Any]]) -> list[tuple[str, str]]:
+    order = [(c["stage"], c["mode"]) for c in cells]
+    if requests.height:
+        firsts = (
+            requests.group_by("stage", "mode")
+            .agg(pl.col("scheduled_t").min().alias("t0"))
+            .sort("t0")
+        )
+        for stage, mode in firsts.select("stage", "mode").iter_rows():
+            if (stage, mode) not in order:
+                order.append((stage, mode))
+    return order
+
+
+def _ms(x: float | None) -> float | None:
+    return None if x is None else x * 1e3
+
+
+def summary_table(
+    requests: pl.DataFrame,
+    steps: pl.DataFrame | None = None,
+    gpu: pl.DataFrame | None = None,
+    slo: SloConfig | None = None,
+    cells: Sequence[dict[str, Any]] = (),
+) -> pl.DataFrame:
+    """One row per stage x mode from a run's records.
+
+    ``requests``/``steps``/``gpu`` are the Parquet tables (``warmup`` requests are left out);
+    ``cells`` are the recorder's per-cell notes (target rate, partial flag, the server's token
+    counter deltas for reconciliation), in run order; cells found only in the records follow.
+    """
+    slo = slo or SloConfig()
+    reqs = requests.filter(~pl.col("warmup")) if requests.height else requests
+    notes = {(c["stage"], c["mode"]): c for c in cells}
+    rows = []
+    for stage, mode in _cell_order(reqs, cells):
+        note = notes.get((stage, mode), {})
+        r = reqs.filter((pl.col("stage") == stage) & (pl.col("mode") == mode))
+        rows.append(_row(stage, mode, r, _part(steps, stage, mode), _part(gpu, stage, mode), slo, note))
+    return pl.DataFrame(rows, schema=_SCHEMA) if rows else pl.DataFrame(schema=_SCHEMA)
+
+
+def _part(df: pl.DataFrame | None, stage: str, mode: str) -> pl.DataFrame | None:
+    if df is None or df.height == 0:
+        return None
+    return df.filter((pl.col("stage") == stage) & (pl.col("mode") == mode))
+
+
+def _arr(df: pl.DataFrame, col: str) -> np.ndarray:
+    return df.get_column(col).cast(pl.Float64).fill_null(float("nan")).to_numpy()
+
+
+_SCHEMA: dict[str, Any] = {
+    "stage": pl.String, "mode": pl.String, "target_rate": pl.Float64, "requests": pl.Int64, "ok": pl.Int64,
+    "ttft_p50_ms": pl.Float64, "ttft_p90_ms": pl.Float64, "ttft_p99_ms": pl.Float64,
+    "tpot_p50_ms": pl.Float64, "tpot_p90_ms": pl.Float64, "tpot_p99_ms": pl.Float64,
+    "itl_p50_ms": pl.Float64, "itl_p99_ms": pl.Float64,
+    "e2el_p50_ms": pl.Float64, "e2el_p99_ms": pl.Float64,
+    "dispatch_lag_p99_ms": pl.Float64, "client_wait_p99_ms": pl.Float64, "wall_s": pl.Float64,
+    "req_per_s": pl.Float64, "output_tok_per_s": pl.Float64, "goodput_req_per_s": pl.Float64,
+    "failed": pl.Int64, "failures": pl.String,
+    **{f"fail_{s}": pl.Int64 for s in FAILURE_STATUSES},
+    "kv_full": pl.Int64, "preemptions": pl.Int64,
+    "prompt_tokens": pl.Int64, "completion_tokens": pl.Int64, "tokens_estimated": pl.Int64,
+    "kv_use_mean_pct": pl.Float64, "kv_use_peak_pct": pl.Float64,
+    "frag_mean_pct": pl.Float64, "frag_peak_pct": pl.Float64,
+    "gpu_sm_mean_pct": pl.Float64, "gpu_vram_peak_gib": pl.Float64,
+    "server_prompt_tokens": pl.Int64, "server_completion_tokens": pl.Int64,
+    "prompt_token_diff": pl.Int64, "completion_token_diff": pl.Int64, "tokens_mismatch": pl.Boolean,
+    "partial": pl.Boolean,
+}
+
+
+def _row(stage: str, mode: str, r: pl.DataFrame, steps: pl.DataFrame | None, gpu: pl.DataFrame | None,
+         slo: SloConfig, note: dict[str, Any]) -> dict[str, Any]:
+    ok = r.filter(pl.col("status") == "ok")
+    ttft, e2el, tpot = stats.latencies(
+        _arr(ok, "send_t"), _arr(ok, "first_token_t"), _arr(ok, "last_token_t"), _arr(ok, "completion_tokens")
+    )
+    itl = stats.pooled(ok.get_column("chunk_gaps_s").to_list())
+    lag = stats.percentiles(_arr(r, "dispatch_lag_s"))
+    client_wait = stats.percentiles(_arr(r, "wire_t") - _arr(r, "send_t"))  # pool + connect inside the client
+    wall = 0.0
+    if r.height:
+        t0 = np.nanmin(_arr(r, "scheduled_t"))
+        ends = _arr(r, "end_t")
+        wall = float(np.nanmax(ends) - t0) if np.isfinite(ends).any() else 0.0
+    p = {name: stats.percentiles(v) for name, v in (("ttft", ttft), ("tpot", tpot), ("itl", itl), ("e2el", e2el))}
+    out_tokens = float(np.nansum(_arr(ok, "completion_tokens")))
+    counts = dict(r.group_by("status").len().iter_rows()) if r.height else {}
+    failed = {s: int(counts.get(s, 0)) for s in FAILURE_STATUSES}
+    rejected = r.filter(pl.col("status") == "rejected")
+    kv_full = sum(
+        1 for reason in rejected.get_column("reason").fill_null("").to_list()
+        if any(k in reason.lower() for k in _KV_FULL)
+    )
+    row: dict[str, Any] = {
+        "stage": stage, "mode": mode, "target_rate": note.get("rate"),
+        "requests": r.height, "ok": ok.height,
+        "ttft_p50_ms": _ms(p["ttft"].p50), "ttft_p90_ms": _ms(p["ttft"].p90), "ttft_p99_ms": _ms(p["ttft"].p99),
+        "tpot_p50_ms": _ms(p["tpot"].p50), "tpot_p90_ms": _ms(p["tpot"].p90), "tpot_p99_ms": _ms(p["tpot"].p99),
+        "itl_p50_ms": _ms(p["itl"].p50), "itl_p99_ms": _ms(p["itl"].p99),
+        "e2el_p50_ms": _ms(p["e2el"].p50), "e2el_p99_ms": _ms(p["e2el"].p99),
+        "dispatch_lag_p99_ms": _ms(lag.p99), "client_wait_p99_ms": _ms(client_wait.p99), "wall_s": wall,
+        "req_per_s": stats.rate(ok.height, wall),
+        "output_tok_per_s": stats.rate(out_tokens, wall),
+        "goodput_req_per_s": stats.goodput(ttft, tpot, e2el, slo, wall),
+        "failed": sum(failed.values()),
+        "failures": (" ".join(f"{s}:{n}" for s, n in failed.items() if n) or "none")
+        + (f" (kv_full:{kv_full})" if kv_full else ""),
+        **{f"fail_{s}": n for s, n in failed.items()},
+        "kv_full": kv_full,
+        "prompt_tokens": int(np.nansum(_arr(r, "prompt_tokens"))),
+        "completion_tokens": int(np.nansum(_arr(r, "completion_tokens"))),
+        "tokens_estimated": int(r.get_column("tokens_estimated").sum() or 0) if r.height else 0,
+        "partial": bool(note.get("partial", False)),
+    }
+    if steps is not None and steps.height:
+        kv, frag = _arr(steps, "kv_usage"), _arr(steps, "fragmentation")
+        row.update(
+            preemptions=int(np.nansum(_arr(steps, "preempted"))),
+            kv_use_mean_pct=100 * float(np.nanmean(kv)), kv_use_peak_pct=100 * float(np.nanmax(kv)),
+            frag_mean_pct=100 * float(np.nanmean(frag)), frag_peak_pct=100 * float(np.nanmax(frag)),
+        )
+    if gpu is not None and gpu.height:
+        active = _arr(gpu, "sm_active_pct")
+        sm = active if np.isfinite(active).any() else _arr(gpu, "sm_util_pct")
+        row.update(gpu_sm_mean_pct=float(np.nanmean(sm)),
+                   gpu_vram_peak_gib=float(np.nanmax(_arr(gpu, "mem_used_bytes"))) / 2**30)
+    sp, sc = note.get("server_prompt_tokens"), note.get("server_completion_tokens")
+    if sp is not None and sc is not None:
+        row.update(
+            server_prompt_tokens=int(sp), server_completion_tokens=int(sc),
+            prompt_token_diff=row["prompt_tokens"] - int(sp),
+            completion_token_diff=row["completion_tokens"] - int(sc),
+        )
+        row["tokens_mismatch"] = row["prompt_token_diff"] != 0 or row["completion_token_diff"] != 0
+    return {k: row.get(k) for k in _SCHEMA}
+
+
+# ---------------------------------------------------------------------------------------------------
+# Rendering: the same DataFrame as markdown (summary.md, report) or a rich table (terminal)
+
+
+def display_rows(df: pl.DataFrame) -> tuple[list[str], list[list[str]]]:
+    """(headers, formatted rows) of the printed table."""
+    headers = [h for _, h, _ in DISPLAY]
+    rows = [[_fmt(row.get(col), kind) for col, _, kind in DISPLAY] for row in df.iter_rows(named=True)]
+    return headers, rows
+
+
+def reconciliation_lines(df: pl.DataFrame) -> list[str]:
+    """One line per cell comparing client token totals with the server's counters."""
+    lines = []
+    for row in df.iter_rows(named=True):
+        if row.get("server_completion_tokens") is None:
+            continue
+        flag = "MISMATCH (lost or truncated streams?)" if row["tokens_mismatch"] else "match"
+        lines.append(
+            f"{row['stage']} / {row['mode']}: client prompt {row['prompt_tokens']} vs server "
+            f"{row['server_prompt_tokens']} (diff {row['prompt_token_diff']:+d}); client completion "
+            f"{row['completion_tokens']} vs server {row['server_completion_tokens']} "
+            f"(diff {row['completion_token_diff']:+d}): {flag}"
+        )
+    return lines
+
+
+def to_markdown(df: pl.DataFrame, title: str | None = None, slo: SloConfig | None = None) -> str:
+    """The table as GitHub markdown, with the metric definitions and the reconciliation under it."""
+    headers, rows = display_rows(df)
+    out = [f"# {title}", ""] if title else []
+    out.append("| " + " | ".join(headers) + " |")
+    out.append("|" + "|".join("---" for _ in headers) + "|")
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    out += ["", _LEGEND]
+    if slo is not None:
+        targets = [f"{k} <= {v:g} ms" for k, v in (("TTFT", slo.ttft_ms), ("TPOT", slo.tpot_ms), ("E2EL", slo.e2el_ms))
+                   if v is not None]
+        out.append(f"Goodput SLOs: {', '.join(targets) if targets else 'none set (goodput = throughput of ok requests)'}.")
+    if any(df.get_column("partial").to_list()) if df.height else False:
+        out.append("Partial: the run was interrupted; cells marked partial did not finish.")
+    rec = reconciliation_lines(df)
+    if rec:
+        out += ["", "## Token reconciliation (client vs server /metrics)", ""] + [f"- {line}" for line in rec]
+    return "\n".join(out) + "\n"
+
+
+_LEGEND = (
+    "Latencies in ms over successful requests (vLLM serving-benchmark definitions): TTFT send -> first "
+    "output chunk; TPOT = (E2EL - TTFT)/(output tokens - 1); ITL every gap between output chunks; E2EL "
+    "send -> last chunk; percentiles numpy linear. Throughput = ok requests (output tokens) / wall time "
+    "from first scheduled send to last end. KV/frag from engine steps; SM/VRAM from NVML."
+)
+
+
+# The terminal shows the table in two halves so neither is squeezed into unreadable columns.
+_RICH_PARTS = (
+    ("latency and throughput", ("stage", "mode", "target_rate", "requests", "ttft_p50_ms", "ttft_p99_ms",
+                                "tpot_p50_ms", "tpot_p99_ms", "itl_p99_ms", "e2el_p99_ms", "req_per_s",
+                                "output_tok_per_s", "goodput_req_per_s")),
+    ("failures and capacity", ("stage", "mode", "failures", "preemptions", "kv_use_mean_pct", "kv_use_peak_pct",
+                               "frag_mean_pct", "gpu_sm_mean_pct", "gpu_vram_peak_gib", "prompt_tokens",
+                               "completion_tokens")),
+)
+
+
+def to_rich(df: pl.DataFrame, title: str | None = None):
+    """The table for the terminal: a ``rich`` group of two tables (latency/throughput, failures/capacity)."""
+    from rich.console import Group
+    from rich.markup import escape
+    from rich.table import Table
+
+    title = escape(title) if title else title
+
+    spec = {col: (header, kind) for col, header, kind in DISPLAY}
+    tables = []
+    for i, (part, cols) in enumerate(_RICH_PARTS):
+        t = Table(title=f"{title}: {part}" if title else part, header_style="bold", title_justify="left")
+        for col in cols:
+            t.add_column(spec[col][0], justify="left" if col in ("stage", "mode", "failures") else "right",
+                         no_wrap=col != "failures")
+        for row in df.iter_rows(named=True):
+            t.add_row(*[_fmt(row.get(col), spec[col][1]) for col in cols])
+        tables.append(t)
+        if i == 0 and title:
+            title = None  # the second half needs no repeat of the run's name
+    return Group(*tables)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Comparing two runs
+
+COMPARED = ("ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms", "e2el_p99_ms", "req_per_s",
+            "output_tok_per_s", "goodput_req_per_s", "failed", "kv_use_peak_pct")
+
+
+def compare_table(a: pl.DataFrame, b: pl.DataFrame) -> pl.DataFrame:
+    """Two runs' tables side by side: per stage x mode and metric, A, B and B vs A in percent."""
+    rows = []
+    b_rows = {(r["stage"], r["mode"]): r for r in b.iter_rows(named=True)}
+    a_keys = [(r["stage"], r["mode"]) for r in a.iter_rows(named=True)]
+    a_rows = {(r["stage"], r["mode"]): r for r in a.iter_rows(named=True)}
+    for key in a_keys + [k for k in b_rows if k not in a_rows]:
+        ra, rb = a_rows.get(key, {}), b_rows.get(key, {})
+        for metric in COMPARED:
+            va, vb = ra.get(metric), rb.get(metric)
+            change = None
+            if va is not None and vb is not None and va != 0:
+                change = 100.0 * (vb - va) / abs(va)
+            rows.append({"stage": key[0], "mode": key[1], "metric": metric,
+                         "a": None if va is None else float(va), "b": None if vb is None else float(vb),
+                         "change_pct": change})
+    schema = {"stage": pl.String, "mode": pl.String, "metric": pl.String, "a": pl.Float64, "b": pl.Float64,
+              "change_pct": pl.Float64}
+    return pl.DataFrame(rows, schema=schema) if rows else pl.DataFrame(schema=schema)

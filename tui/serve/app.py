@@ -1,0 +1,503 @@
+"""``kvtui serve``: the local engine behind an OpenAI-compatible API, ``/metrics`` and a control API.
+
+Routes::
+
+    POST /v1/completions, /v1/chat/completions   OpenAI-shaped, streaming (SSE) or not
+    GET  /v1/models, /health, /metrics
+    GET  /kvtui/v1/state                          {"engine": EngineSnapshot, "gpu": [GpuSample]}
+    GET  /kvtui/v1/steps?since=N                  {"steps": [StepTiming]}
+    POST /kvtui/v1/{pause,resume,step,mode,defenses,reset}
+
+A Starlette app on uvicorn; the engine runs in its own process (:mod:`tui.serve.engine_proc`, driven
+through :mod:`tui.serve.engine_loop`), so HTTP work and engine steps never share an interpreter lock. On
+SIGINT/SIGTERM the server drains: new generation requests get 503, open ones finish (up to
+``DRAIN_TIMEOUT_S``, then they are aborted), then it exits. A second signal exits at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import hmac
+import ipaddress
+import logging
+import os
+import socket
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator
+from types import FrameType
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from tui.metrics.gpu import GpuSampler
+from tui.profile import EngineMode, Profile, ProfileError, defenses_from_dict, engine_config_from_dict
+from tui.serve.engine_loop import EngineInfo, EngineLoop, EngineStartError, NotPausedError
+from tui.serve.generate import ClientGone, Counters, Generation, error_response, rejection_error
+from tui.serve.openai_api import ApiError, models_body, parse_completion, parse_json
+from tui.serve.prom import CONTENT_TYPE, ServerMetrics
+
+log = logging.getLogger("kvtui.serve")
+
+MAX_BODY_BYTES = 8 * 1024 * 1024
+DRAIN_TIMEOUT_S = 30.0
+GPU_SAMPLE_MAX_AGE_S = 0.25  # the dashboard polls state often; NVML is read at most this often
+LISTENING_PREFIX = "kvtui serve: listening on "  # LocalServer reads the port from this line
+PARENT_PID_ENV = "KVTUI_SERVE_PARENT_PID"  # set by LocalServer: exit when that process is gone
+
+
+@dataclasses.dataclass
+class ServeState:
+    """Everything the route handlers share."""
+
+    engine: EngineLoop
+    metrics: ServerMetrics
+    counters: Counters
+    api_key: str | None = None
+    gpu: GpuSampler | None = None
+    started: int = dataclasses.field(default_factory=lambda: int(time.time()))
+    _gpu_cache: tuple[float, list[dict[str, Any]]] = (0.0, [])
+
+    @property
+    def info(self) -> EngineInfo:
+        assert self.engine.info is not None
+        return self.engine.info
+
+    async def gpu_samples(self) -> list[dict[str, Any]]:
+        if self.gpu is None or not self.gpu.available:
+            return []
+        t, cached = self._gpu_cache
+        if time.monotonic() - t < GPU_SAMPLE_MAX_AGE_S:
+            return cached
+        samples = [dataclasses.asdict(s) for s in await asyncio.to_thread(self.gpu.sample)]
+        self._gpu_cache = (time.monotonic(), samples)
+        return samples
+
+
+# ---------------------------------------------------------------------------------------------------
+# Helpers
+
+
+def _state(request: Request) -> ServeState:
+    return request.app.state.serve
+
+
+def _check_auth(request: Request) -> None:
+    key = _state(request).api_key
+    if key is None:
+        return
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), key.encode()):
+        # never echo what was sent, nor the key
+        raise ApiError(401, "missing or invalid API key: send 'Authorization: Bearer <key>'",
+                       type="authentication_error", code="invalid_api_key")
+
+
+async def _read_json(request: Request) -> Any:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise ApiError(413, f"the request body is larger than {MAX_BODY_BYTES} bytes")
+    chunks = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise ApiError(413, f"the request body is larger than {MAX_BODY_BYTES} bytes")
+        chunks.append(chunk)
+    return parse_json(b"".join(chunks))
+
+
+async def _json_object(request: Request) -> dict[str, Any]:
+    raw = await request.body()
+    if not raw.strip():
+        return {}
+    body = parse_json(raw)
+    if not isinstance(body, dict):
+        raise ApiError(400, "the request body must be a JSON object")
+    return body
+
+
+def _state_body(snap: Any, gpu: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"engine": snap.to_dict(), "gpu": gpu}
+
+
+# ---------------------------------------------------------------------------------------------------
+# OpenAI API
+
+
+async def completions(request: Request) -> Response:
+    return await _generate(request, chat=False)
+
+
+async def chat_completions(request: Request) -> Response:
+    return await _generate(request, chat=True)
+
+
+async def _generate(request: Request, *, chat: bool) -> Response:
+    received = time.perf_counter()
+    st = _state(request)
+    _check_auth(request)
+    if st.counters.draining:
+        raise ApiError(503, "the server is shutting down", type="server_error", code="draining")
+    body = await _read_json(request)
+    info = st.info
+    params = parse_completion(body, chat=chat, served_model=info.model_name, encode=info.tokenizer.encode,
+                              vocab_size=info.vocab_size, max_model_len=info.max_model_len)
+    request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
+    try:
+        queue = await st.engine.add_request(request_id, params.prompt_token_ids, params.max_tokens,
+                                            temperature=params.temperature, seed=params.seed,
+                                            ignore_eos=params.ignore_eos)
+    except ValueError as e:  # malformed for this engine (the checks above should catch it first)
+        raise ApiError(400, str(e)) from None
+    except RuntimeError as e:  # the engine process is gone or stopping
+        raise ApiError(503, f"the engine is not available: {e}", type="server_error", code="no_engine") from None
+    except Exception as e:
+        reason = getattr(e, "reason", None)
+        if reason is None:
+            raise
+        st.metrics.rejected.labels(reason).inc()
+        raise rejection_error(reason, getattr(e, "message", "") or str(e)) from None
+    gen = Generation(st.engine, st.metrics, st.counters, info, request_id, params, queue, received)
+    try:
+        return await gen.respond(request.receive)
+    except ClientGone:
+        return Response(status_code=499)  # nobody reads it; the request is already aborted
+
+
+async def models(request: Request) -> Response:
+    _check_auth(request)
+    info = _state(request).info
+    return JSONResponse(models_body(info.model_name, info.max_model_len, _state(request).started))
+
+
+async def health(request: Request) -> Response:
+    st = _state(request)
+    if st.counters.draining:
+        return JSONResponse({"status": "draining"}, status_code=503)
+    if not st.engine.running:
+        return JSONResponse({"status": "engine stopped"}, status_code=503)
+    return JSONResponse({"status": "ok", "model": st.info.model_name})
+
+
+async def get_metrics(request: Request) -> Response:
+    st = _state(request)
+    try:
+        snap = await asyncio.wait_for(st.engine.snapshot(), timeout=5.0)
+        st.metrics.update_from_snapshot(snap, st.info.model_name)
+    except Exception as e:  # a busy or failed engine must not take /metrics down; serve the last values
+        log.warning("metrics: engine snapshot failed: %s", e)
+    return Response(st.metrics.render(), media_type=CONTENT_TYPE)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Control API
+
+
+async def get_state(request: Request) -> Response:
+    _check_auth(request)
+    st = _state(request)
+    return JSONResponse(_state_body(await st.engine.snapshot(), await st.gpu_samples()))
+
+
+async def get_steps(request: Request) -> Response:
+    _check_auth(request)
+    raw = request.query_params.get("since", "0")
+    try:
+        since = int(raw)
+    except ValueError:
+        raise ApiError(400, f"'since' must be an integer step number, got {raw[:40]!r}", param="since") from None
+    steps = await _state(request).engine.steps_since(since)
+    return JSONResponse({"steps": [dataclasses.asdict(s) for s in steps]})
+
+
+async def post_pause(request: Request) -> Response:
+    _check_auth(request)
+    st = _state(request)
+    return JSONResponse(_state_body(await st.engine.pause(), await st.gpu_samples()))
+
+
+async def post_resume(request: Request) -> Response:
+    _check_auth(request)
+    st = _state(request)
+    return JSONResponse(_state_body(await st.engine.resume(), await st.gpu_samples()))
+
+
+async def post_step(request: Request) -> Response:
+    _check_auth(request)
+    st = _state(request)
+    try:
+        snap = await st.engine.step_once()
+    except NotPausedError as e:
+        raise ApiError(409, str(e), code="not_paused") from None
+    return JSONResponse(_state_body(snap, await st.gpu_samples()))
+
+
+async def post_mode(request: Request) -> Response:
+    _check_auth(request)
+    st = _state(request)
+    body = await _json_object(request)
+    if "mode" in body:
+        text = body["mode"]
+    else:
+        unknown = set(body) - {"batching", "kv"}
+        if unknown:
+            raise ApiError(400, f"unknown key '{sorted(unknown)[0]}'; send {{\"batching\": ..., \"kv\": ...}}")
+        current = await st.engine.snapshot()
+        text = f"{body.get('batching', current.batching)}+{body.get('kv', current.kv)}"
+    try:
+        mode = EngineMode.parse(text) if isinstance(text, str) else EngineMode.parse(repr(text))
+    except ValueError as e:
+        raise ApiError(400, str(e), param="mode") from None
+    return JSONResponse(_state_body(await st.engine.switch_mode(mode), await st.gpu_samples()))
+
+
+async def post_defenses(request: Request) -> Response:
+    _check_auth(request)
+    st = _state(request)
+    body = await _json_object(request)
+    if set(body) == {"defenses"} and isinstance(body["defenses"], dict):
+        body = body["defenses"]
+    try:
+        defenses = defenses_from_dict(body)
+    except ProfileError as e:
+        raise ApiError(400, str(e), param="defenses") from None
+    return JSONResponse(_state_body(await st.engine.set_defenses(defenses), await st.gpu_samples()))
+
+
+async def post_reset(request: Request) -> Response:
+    """A fresh engine; a missing ``engine`` or ``defenses`` key keeps the current one's config."""
+    _check_auth(request)
+    st = _state(request)
+    body = await _json_object(request)
+    unknown = set(body) - {"engine", "defenses"}
+    if unknown:
+        raise ApiError(400, f"unknown key '{sorted(unknown)[0]}'; send {{\"engine\": {{...}}, \"defenses\": {{...}}}}")
+    info = st.info
+    try:
+        config = engine_config_from_dict(body["engine"]) if "engine" in body else info.config
+        defenses = defenses_from_dict(body["defenses"]) if "defenses" in body else info.defenses
+    except ProfileError as e:
+        raise ApiError(400, str(e)) from None
+    try:
+        snap = await st.engine.reset(config, defenses)
+    except Exception as e:  # the engine refused the config; the old engine keeps running
+        first_line = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise ApiError(400, f"cannot build an engine with that config: {first_line}") from None
+    return JSONResponse(_state_body(snap, await st.gpu_samples()))
+
+
+# ---------------------------------------------------------------------------------------------------
+# The app
+
+
+async def _api_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ApiError)
+    return error_response(exc)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 404:
+        err = ApiError(404, f"no route {request.method} {request.url.path}", code="not_found")
+    elif exc.status_code == 405:
+        err = ApiError(405, f"method {request.method} is not allowed on {request.url.path}",
+                       code="method_not_allowed")
+    else:
+        err = ApiError(exc.status_code, str(exc.detail))
+    return error_response(err)
+
+
+async def _internal_error(request: Request, exc: Exception) -> Response:
+    log.exception("internal error on %s %s", request.method, request.url.path, exc_info=exc)
+    return error_response(ApiError(500, "internal server error", type="server_error"))
+
+
+def create_app(
+    engine: EngineLoop,
+    *,
+    api_key: str | None = None,
+    gpu: GpuSampler | None = None,
+    metrics: ServerMetrics | None = None,
+) -> Starlette:
+    """The ASGI app around an :class:`EngineLoop` (started here if it is not yet; stopped on shutdown)."""
+    metrics = metrics or ServerMetrics()
+    if engine.on_step is None:
+        engine.on_step = _count_preemptions(metrics)
+    state = ServeState(engine=engine, metrics=metrics, counters=Counters(), api_key=api_key, gpu=gpu)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        if not engine.running:
+            await asyncio.to_thread(engine.start)
+        engine.attach(asyncio.get_running_loop())
+        try:
+            yield
+        finally:
+            engine.detach()
+            await asyncio.to_thread(engine.stop)
+
+    routes = [
+        Route("/v1/completions", completions, methods=["POST"]),
+        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        Route("/v1/models", models, methods=["GET"]),
+        Route("/health", health, methods=["GET"]),
+        Route("/metrics", get_metrics, methods=["GET"]),
+        Route("/kvtui/v1/state", get_state, methods=["GET"]),
+        Route("/kvtui/v1/steps", get_steps, methods=["GET"]),
+        Route("/kvtui/v1/pause", post_pause, methods=["POST"]),
+        Route("/kvtui/v1/resume", post_resume, methods=["POST"]),
+        Route("/kvtui/v1/step", post_step, methods=["POST"]),
+        Route("/kvtui/v1/mode", post_mode, methods=["POST"]),
+        Route("/kvtui/v1/defenses", post_defenses, methods=["POST"]),
+        Route("/kvtui/v1/reset", post_reset, methods=["POST"]),
+    ]
+    app = Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={ApiError: _api_error, HTTPException: _http_error, Exception: _internal_error},
+    )
+    app.state.serve = state
+    return app
+
+
+
+def _count_preemptions(metrics: ServerMetrics) -> Any:
+    def on_step(preempted: int, info: EngineInfo) -> None:
+        metrics.preemptions.labels(info.model_name).inc(preempted)
+
+    return on_step
+
+
+# ---------------------------------------------------------------------------------------------------
+# Running it
+
+
+class DrainingServer(uvicorn.Server):
+    """uvicorn's server with a drain: the first signal refuses new work and lets open requests finish."""
+
+    def __init__(self, config: uvicorn.Config, state: ServeState, drain_timeout_s: float = DRAIN_TIMEOUT_S,
+                 parent_pid: int | None = None) -> None:
+        super().__init__(config)
+        self.serve_state = state
+        self.drain_timeout_s = drain_timeout_s
+        self.parent_pid = parent_pid  # exit when our parent is no longer this process
+        self._drain_deadline: float | None = None
+        self._signals = 0
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        # Not recorded in _captured_signals on purpose: after a graceful shutdown the process exits 0
+        # instead of re-raising the signal.
+        self._signals += 1
+        if self._signals == 1:
+            self.begin_drain()
+        elif self._signals == 2:
+            self.should_exit = True
+        else:
+            self.force_exit = True
+
+    def begin_drain(self) -> None:
+        """Refuse new generation requests (503) and exit once the open ones are done."""
+        self.serve_state.counters.draining = True
+        self._drain_deadline = time.monotonic() + self.drain_timeout_s
+
+    async def on_tick(self, counter: int) -> bool:
+        if self.parent_pid is not None and counter % 10 == 0 and os.getppid() != self.parent_pid:
+            log.warning("the process that started this server is gone; shutting down")
+            self.parent_pid = None
+            self.serve_state.engine.abort_all()
+            self.should_exit = True
+        if self._drain_deadline is not None and not self.should_exit:
+            if self.serve_state.counters.active == 0:
+                self.should_exit = True
+            elif time.monotonic() > self._drain_deadline:
+                log.warning("drain timed out; aborting %d open request(s)", self.serve_state.counters.active)
+                self.serve_state.engine.abort_all()
+                self._drain_deadline = time.monotonic() + 5.0  # let the aborted streams end, then exit
+                self.drain_timeout_s = 0
+            if self.drain_timeout_s == 0 and time.monotonic() > self._drain_deadline:
+                self.should_exit = True
+        return await super().on_tick(counter)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A listening TCP socket (so ``--port 0`` can report the port it got)."""
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    family, socktype, proto, _, addr = infos[0]
+    sock = socket.socket(family, socktype, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(addr)
+        sock.listen(2048)
+    except OSError:
+        sock.close()
+        raise
+    sock.setblocking(False)
+    return sock
+
+
+def serve_main(profile: Profile, host: str = "127.0.0.1", port: int = 8000, api_key_env: str | None = None) -> int:
+    """``kvtui serve``: run until SIGINT/SIGTERM; returns the exit code."""
+    api_key = None
+    if api_key_env:
+        api_key = os.environ.get(api_key_env)
+        if not api_key:
+            print(f"kvtui serve: --api-key-env {api_key_env}: that environment variable is not set or empty",
+                  file=sys.stderr)
+            return 2
+    if not _is_loopback(host):
+        print(f"kvtui serve: WARNING: binding {host}, not loopback: the engine and its control API "
+              f"(pause, reset) are reachable from other machines" + ("" if api_key else " without an API key"),
+              file=sys.stderr)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        sock = bind_socket(host, port)  # first: a busy port fails fast, before the model is built
+    except OSError as e:
+        print(f"kvtui serve: cannot listen on {host}:{port}: {e.strerror or e}", file=sys.stderr)
+        return 1
+    engine = EngineLoop(profile.engine, profile.defenses)
+    try:
+        engine.start()
+    except EngineStartError as e:
+        sock.close()
+        print(f"kvtui serve: cannot start the engine: {e}", file=sys.stderr)
+        return 1
+    gpu = GpuSampler()
+    app = create_app(engine, api_key=api_key, gpu=gpu)
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
+                            timeout_graceful_shutdown=10)
+    parent = os.environ.get(PARENT_PID_ENV, "")
+    server = DrainingServer(config, app.state.serve, parent_pid=int(parent) if parent.isdigit() else None)
+    bound = sock.getsockname()[1]
+    shown = f"[{host}]" if ":" in host else host
+    info = engine.info
+    assert info is not None
+    print(f"{LISTENING_PREFIX}http://{shown}:{bound} (model {info.model_name}, "
+          f"{info.config.mode.label}, max_model_len {info.max_model_len})", flush=True)
+    try:
+        server.run(sockets=[sock])
+    finally:
+        engine.stop()
+        gpu.close()
+        sock.close()
+    print("kvtui serve: stopped", flush=True)
+    return 0
+

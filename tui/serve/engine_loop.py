@@ -1,0 +1,363 @@
+"""The API server's handle on the engine core process (:mod:`tui.serve.engine_proc`).
+
+:meth:`EngineLoop.start` spawns the engine process and waits until its engine is built (raising what
+building it raised). :meth:`EngineLoop.attach` then plugs the process's socket into the asyncio loop:
+replies resolve the awaiting commands, and each step's outputs land straight in the per-request
+``asyncio.Queue`` — no thread hop, no lock. Pausing, single steps, mode switches, defenses and resets
+are commands like any other, so they always happen at a step boundary.
+
+If the engine process dies, every open stream ends with reason ``"error"``, commands raise
+``RuntimeError`` and :attr:`EngineLoop.running` turns False (``/health`` reports it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from tui.engine.snapshot import EngineSnapshot, StepTiming
+from tui.profile import DefensesConfig, EngineConfig, EngineMode
+
+log = logging.getLogger("kvtui.serve")
+
+
+class EngineStartError(RuntimeError):
+    """The engine process could not build its engine (the message says why)."""
+
+
+class NotPausedError(RuntimeError):
+    """``POST step`` while the engine is running."""
+
+
+class EngineRejected(Exception):
+    """The engine's ``RequestRejected``, rebuilt on this side: ``reason`` and ``message``."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+class EngineCommandError(Exception):
+    """A command failed inside the engine process for another reason (the message names the type)."""
+
+
+@dataclass(frozen=True)
+class Output:
+    """One request's share of one step (the engine's ``RequestOutput``, as received)."""
+
+    request_id: str
+    new_token_ids: list[int] = field(default_factory=list)
+    finished: bool = False
+    finish_reason: str | None = None
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    t: float = 0.0  # time.perf_counter() when it reached the API server
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """What the HTTP side reads without asking the engine (replaced whole on every reset)."""
+
+    model_name: str
+    max_model_len: int
+    vocab_size: int
+    eos_token_id: int | None
+    tokenizer: Any
+    config: EngineConfig
+    defenses: DefensesConfig
+
+
+@dataclass
+class _Sink:
+    queue: asyncio.Queue
+    epoch: int  # resets sent before this request was added
+
+
+def _rebuild_error(payload: tuple[str, str, str, str | None]) -> Exception:
+    kind, type_name, message, reason = payload
+    if kind == "rejected":
+        return EngineRejected(reason or "rejected", message)
+    if kind == "not_paused":
+        return NotPausedError(message)
+    if kind == "value":
+        return ValueError(message)
+    return EngineCommandError(f"{type_name}: {message}")
+
+
+class EngineLoop:
+    """The engine, in its own process, served to asyncio code."""
+
+    def __init__(
+        self,
+        config: EngineConfig,
+        defenses: DefensesConfig | None = None,
+        *,
+        on_step: Callable[[int, EngineInfo], None] | None = None,
+        start_timeout_s: float = 300.0,
+    ) -> None:
+        self._initial = (config, defenses or DefensesConfig())
+        self.on_step = on_step  # called with the step's preemption count
+        self.start_timeout_s = start_timeout_s
+        self.info: EngineInfo | None = None
+        self._proc: subprocess.Popen | None = None
+        self._conn: Connection | None = None
+        self._send_lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._sinks: dict[str, _Sink] = {}
+        self._pending: dict[int, asyncio.Future] = {}
+        self._seq = 0
+        self._epoch = 0
+        self._alive = False
+
+    # -- lifecycle (sync) --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Spawn the engine process and wait for its engine; raises :class:`EngineStartError`."""
+        if self._proc is not None:
+            return
+        ours, theirs = socket.socketpair()
+        env = dict(os.environ)
+        root = str(Path(__file__).resolve().parents[2])  # so `-m tui.serve.engine_proc` finds this checkout
+        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        fd = theirs.fileno()
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "tui.serve.engine_proc", "--fd", str(fd)],
+            pass_fds=(fd,), stdin=subprocess.DEVNULL, env=env,
+        )
+        theirs.close()
+        self._conn = Connection(ours.detach())
+        config, defenses = self._initial
+        try:
+            self._conn.send((config, defenses))
+            if not self._conn.poll(self.start_timeout_s):
+                raise EngineStartError(f"the engine was not ready after {self.start_timeout_s:.0f} s")
+            kind, payload = self._conn.recv()
+        except (EOFError, OSError) as e:
+            self._reap()
+            raise EngineStartError(f"the engine process exited while starting ({type(e).__name__})") from None
+        except EngineStartError:
+            self._reap()
+            raise
+        if kind != "ready":
+            self._reap()
+            raise EngineStartError(payload)
+        self.info = self._make_info(payload, config, defenses)
+        self._alive = True
+
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Receive the engine's messages on ``loop`` (call from that loop's thread)."""
+        assert self._conn is not None, "start() first"
+        if self._loop is loop:
+            return
+        self._loop = loop
+        loop.add_reader(self._conn.fileno(), self._on_readable)
+
+    def detach(self) -> None:
+        """Stop receiving; open streams end ("aborted"). Call from the loop's thread."""
+        if self._loop is not None and self._conn is not None:
+            with contextlib.suppress(Exception):
+                self._loop.remove_reader(self._conn.fileno())
+        self._loop = None
+        self._finish_all("aborted")
+        self._fail_pending(RuntimeError("the engine is shutting down"))
+
+    @property
+    def running(self) -> bool:
+        return self._alive and self._proc is not None and self._proc.poll() is None
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Ask the engine process to exit (kill it after ``timeout`` s)."""
+        if self._proc is None:
+            return
+        if self._proc.poll() is None:
+            with contextlib.suppress(OSError, ValueError):
+                self._send(("cmd", None, "stop", ()))
+        self._reap(timeout)
+
+    def _reap(self, timeout: float = 10.0) -> None:
+        proc, self._proc = self._proc, None
+        self._alive = False
+        if proc is not None:
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5.0)
+        if self._conn is not None:
+            with contextlib.suppress(OSError):
+                self._conn.close()
+
+    # -- messages ------------------------------------------------------------------------------------
+
+    def _send(self, msg: tuple) -> None:
+        if self._conn is None or self._conn.closed:
+            raise RuntimeError("the engine process is not running")
+        with self._send_lock:
+            self._conn.send(msg)
+
+    def _on_readable(self) -> None:
+        conn = self._conn
+        if conn is None:
+            return
+        try:
+            while conn.poll():
+                self._handle(conn.recv())
+        except (EOFError, OSError):
+            self._engine_died()
+
+    def _handle(self, msg: tuple) -> None:
+        kind = msg[0]
+        if kind == "out":
+            _, outputs, preempted = msg
+            sinks = self._sinks
+            now = time.perf_counter()
+            for rid, ids, finished, reason, prompt_tokens, output_tokens in outputs:
+                sink = sinks.get(rid)
+                if sink is None:
+                    continue  # aborted here, or never ours
+                if finished:
+                    del sinks[rid]
+                sink.queue.put_nowait(Output(rid, ids, finished, reason, prompt_tokens, output_tokens, now))
+            if self.on_step is not None and preempted and self.info is not None:
+                self.on_step(preempted, self.info)
+        elif kind == "reply":
+            _, seq, ok, payload = msg
+            fut = self._pending.pop(seq, None)
+            if fut is None or fut.done():
+                return
+            if ok:
+                fut.set_result(payload)
+            else:
+                fut.set_exception(_rebuild_error(payload))
+        elif kind == "error_all":
+            log.error("the engine failed a step (%s); ended every open request", msg[1])
+            self._finish_all("error")
+
+    def _engine_died(self) -> None:
+        if not self._alive:
+            return
+        code = self._proc.poll() if self._proc is not None else None
+        log.error("the engine process died (exit code %s); ending every open request", code)
+        self._alive = False
+        if self._loop is not None and self._conn is not None:
+            with contextlib.suppress(Exception):
+                self._loop.remove_reader(self._conn.fileno())
+        self._finish_all("error")
+        self._fail_pending(RuntimeError("the engine process died"))
+
+    def _finish_all(self, reason: str, before_epoch: int | None = None) -> None:
+        for rid, sink in list(self._sinks.items()):
+            if before_epoch is None or sink.epoch < before_epoch:
+                del self._sinks[rid]
+                sink.queue.put_nowait(Output(rid, [], True, reason, t=time.perf_counter()))
+
+    def _fail_pending(self, error: Exception) -> None:
+        pending, self._pending = self._pending, {}
+        for fut in pending.values():
+            if not fut.done():
+                fut.set_exception(error)
+
+    async def _call(self, name: str, *args: Any) -> Any:
+        if not self.running or self._loop is None:
+            raise RuntimeError("the engine process is not running")
+        self._seq += 1
+        seq = self._seq
+        fut = self._loop.create_future()
+        self._pending[seq] = fut
+        try:
+            self._send(("cmd", seq, name, args))
+        except (OSError, ValueError, RuntimeError) as e:
+            self._pending.pop(seq, None)
+            raise RuntimeError(f"the engine process is not reachable: {e}") from None
+        return await fut
+
+    def _make_info(self, payload: dict[str, Any], config: EngineConfig, defenses: DefensesConfig) -> EngineInfo:
+        return EngineInfo(config=config, defenses=defenses, **payload)
+
+    # -- the commands ----------------------------------------------------------------------------------
+
+    async def add_request(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        max_tokens: int,
+        *,
+        temperature: float = 0.0,
+        seed: int | None = None,
+        ignore_eos: bool = False,
+    ) -> asyncio.Queue:
+        """Admit a request; returns the queue its :class:`Output` s arrive on.
+
+        Raises :class:`EngineRejected` (the engine's RequestRejected) or ValueError.
+        """
+        queue: asyncio.Queue = asyncio.Queue()
+        # registered before sending, so no output can arrive before its queue exists
+        self._sinks[request_id] = _Sink(queue, self._epoch)
+        try:
+            await self._call("add", request_id, prompt_token_ids, max_tokens, temperature, seed, ignore_eos)
+        except BaseException:
+            self._sinks.pop(request_id, None)
+            raise
+        return queue
+
+    def abort(self, request_id: str) -> None:
+        """Abort a request (its KV is freed at once); its queue receives nothing more. Does not wait."""
+        self._sinks.pop(request_id, None)
+        if self.running:
+            with contextlib.suppress(OSError, ValueError, RuntimeError):
+                self._send(("cmd", None, "abort", (request_id,)))
+
+    def abort_all(self) -> None:
+        """Abort every open request; their streams end ("aborted"). Does not wait."""
+        self._finish_all("aborted")
+        if self.running:
+            with contextlib.suppress(OSError, ValueError, RuntimeError):
+                self._send(("cmd", None, "abort_all", ()))
+
+    async def snapshot(self) -> EngineSnapshot:
+        return await self._call("snapshot")
+
+    async def pause(self) -> EngineSnapshot:
+        return await self._call("pause")
+
+    async def resume(self) -> EngineSnapshot:
+        return await self._call("resume")
+
+    async def step_once(self) -> EngineSnapshot:
+        """One engine step while paused; returns the new state. Raises NotPausedError when running."""
+        return await self._call("step")
+
+    async def switch_mode(self, mode: EngineMode) -> EngineSnapshot:
+        return await self._call("mode", mode)
+
+    async def set_defenses(self, defenses: DefensesConfig) -> EngineSnapshot:
+        snap = await self._call("defenses", defenses)
+        if self.info is not None:
+            self.info = dataclasses.replace(self.info, defenses=defenses)
+        return snap
+
+    async def reset(self, config: EngineConfig, defenses: DefensesConfig) -> EngineSnapshot:
+        """A fresh engine; open streams end ("aborted"). If building fails the old engine stays."""
+        self._epoch += 1
+        epoch = self._epoch
+        snap, payload = await self._call("reset", config, defenses)
+        self._finish_all("aborted", before_epoch=epoch)
+        self.info = self._make_info(payload, config, defenses)
+        return snap
+
+    async def steps_since(self, step: int) -> list[StepTiming]:
+        return await self._call("steps_since", step)

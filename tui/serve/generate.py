@@ -1,0 +1,263 @@
+"""One admitted generation request on the HTTP side: its token queue, its text, its usage and metrics.
+
+The engine process's outputs fill the request's queue; :class:`Generation` turns each engine output into a text
+delta, applies stop strings (aborting the engine request the moment one matches), and on
+:meth:`Generation.close` — which always runs, however the response ended — aborts the engine request if
+it is still open (a client disconnect frees its KV at once) and records the request in the metrics.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from starlette.responses import JSONResponse, StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from tui.serve.engine_loop import EngineInfo, EngineLoop
+from tui.serve.openai_api import (
+    SSE_DONE,
+    ApiError,
+    GenerationParams,
+    ResponseHead,
+    TextAssembler,
+    openai_finish_reason,
+    sse,
+)
+from tui.serve.prom import ServerMetrics
+
+T = TypeVar("T")
+
+
+@dataclass
+class Counters:
+    """Requests in flight on the HTTP side (the shutdown drain waits for this to reach zero)."""
+
+    active: int = 0
+    draining: bool = False
+
+
+class ClientGone(Exception):
+    """The client disconnected before the response was ready."""
+
+
+# Engine finish reasons that end a request before it produced anything, as HTTP errors.
+_ERRORS: dict[str, ApiError] = {
+    "rejected_backlog": ApiError(429, "the server's backlog is full (backlog circuit breaker); retry later",
+                                 type="rate_limit_error", code="rejected_backlog"),
+    "rejected_too_long": ApiError(400, "the request can never fit this engine's max_model_len or KV budget",
+                                  code="rejected_too_long"),
+    "timeout": ApiError(503, "the request waited longer than the server's waiting-time limit (wait_timeout_s)",
+                        type="server_error", code="timeout"),
+    "aborted": ApiError(503, "the request was aborted by the server (engine reset or shutdown)",
+                        type="server_error", code="aborted"),
+    "error": ApiError(500, "the engine failed while running this request", type="server_error",
+                      code="engine_error"),
+}
+
+
+def rejection_error(reason: str, message: str) -> ApiError:
+    """The HTTP error for the engine's synchronous ``RequestRejected``."""
+    base = _ERRORS.get(reason)
+    if base is None:
+        return ApiError(503, message or reason, type="server_error", code=reason)
+    return ApiError(base.status, message or base.message, type=base.type, code=base.code)
+
+
+class Generation:
+    """The HTTP side of one admitted request."""
+
+    def __init__(
+        self,
+        engine: EngineLoop,
+        metrics: ServerMetrics,
+        counters: Counters,
+        info: EngineInfo,
+        request_id: str,
+        params: GenerationParams,
+        queue: asyncio.Queue,
+        received: float,
+    ) -> None:
+        self.engine = engine
+        self.metrics = metrics
+        self.counters = counters
+        self.model = info.model_name
+        self.request_id = request_id
+        self.params = params
+        self.queue = queue
+        self.received = received
+        self.head = ResponseHead.new(request_id, info.model_name, params.chat)
+        self.text = TextAssembler(info.tokenizer.decode, params.stop, info.eos_token_id)
+        self.prompt_tokens = len(params.prompt_token_ids)
+        self.finish_reason: str | None = None  # the engine's reason (or "stop" for our stop strings)
+        self.done = False
+        self.served = False  # a 200 response was (or is being) sent
+        self._closed = False
+        self._last_token_t: float | None = None
+        counters.active += 1
+
+    async def next(self) -> tuple[str, bool]:
+        """The next text delta and whether the request is finished.
+
+        Everything already queued is taken at once, so a client that fell behind catches up with one
+        chunk instead of one per step (latency metrics still see every step's arrival time).
+        """
+        outs = [await self.queue.get()]
+        while not outs[-1].finished and not self.queue.empty():
+            outs.append(self.queue.get_nowait())
+        return self.consume(outs)
+
+    def consume(self, outs: list[Any]) -> tuple[str, bool]:
+        ids: list[int] = []
+        for out in outs:
+            if out.new_token_ids:
+                if self._last_token_t is None:
+                    self.metrics.ttft.labels(self.model).observe(out.t - self.received)
+                else:
+                    self.metrics.itl.labels(self.model).observe(out.t - self._last_token_t)
+                self._last_token_t = out.t
+                ids.extend(out.new_token_ids)
+        last = outs[-1]
+        if last.prompt_tokens:
+            self.prompt_tokens = last.prompt_tokens  # the engine may have truncated the prompt
+        final = bool(last.finished)
+        text = self.text.add(ids, final=final, ended_by_eos=final and last.finish_reason == "stop")
+        if self.text.stopped:
+            if not final:
+                self.engine.abort(self.request_id)  # our stop string: free the KV now
+            final = True
+            self.finish_reason = "stop"
+        elif final:
+            self.finish_reason = last.finish_reason
+        self.done = final
+        return text, final
+
+    def error(self) -> ApiError | None:
+        """The HTTP error for a request that ended before producing any token, else None."""
+        if self.done and self.text.tokens == 0 and self.finish_reason not in ("length", "stop"):
+            return _ERRORS.get(self.finish_reason or "", _ERRORS["error"])
+        return None
+
+    def close(self) -> None:
+        """Abort the engine request if still open; account the request. Safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        self.counters.active -= 1
+        if not self.done:
+            self.engine.abort(self.request_id)  # client gone: free its KV at once
+        m = self.metrics
+        reason = self.finish_reason
+        if reason == "timeout":
+            m.timed_out.inc()
+        elif reason is not None and reason.startswith("rejected"):
+            m.rejected.labels(reason).inc()
+        if self.served:
+            m.prompt_tokens.labels(self.model).inc(self.prompt_tokens)
+            m.generation_tokens.labels(self.model).inc(self.text.tokens)
+        if self.done and reason in ("length", "stop"):
+            m.e2e.labels(self.model).observe(time.perf_counter() - self.received)
+            m.request_success.labels(self.model, reason).inc()
+
+    # -- responses ---------------------------------------------------------------------------------
+
+    async def respond(self, receive: Receive) -> Any:
+        """The whole response: a JSON body, or an SSE stream that starts once the first output is in."""
+        try:
+            if self.params.stream:
+                first = await race_disconnect(self.next(), receive)
+                err = self.error()
+                if err is not None:
+                    return error_response(err)
+                self.served = True
+                return SSEResponse(self._events(first), self.close)
+            parts = await race_disconnect(self._collect(), receive)
+            err = self.error()
+            if err is not None:
+                return error_response(err)
+            self.served = True
+            body = self.head.response("".join(parts), openai_finish_reason(self.finish_reason),
+                                      self.prompt_tokens, self.text.tokens)
+            return JSONResponse(body)
+        finally:
+            if not self.params.stream or not self.served:
+                self.close()
+
+    async def _collect(self) -> list[str]:
+        parts = []
+        done = False
+        while not done:
+            text, done = await self.next()
+            parts.append(text)
+        return parts
+
+    async def _events(self, first: tuple[str, bool]) -> AsyncIterator[str]:
+        head = self.head
+        try:
+            text, done = first
+            yield head.sse_chunk(text, openai_finish_reason(self.finish_reason) if done else None, first=True)
+            while not done:
+                text, done = await self.next()
+                if done and self.finish_reason == "error":
+                    # the engine failed mid-stream: an error event (the openai client raises on it)
+                    if text:
+                        yield head.sse_chunk(text)
+                    yield sse(_ERRORS["error"].body())
+                    break
+                if text or done:
+                    yield head.sse_chunk(text, openai_finish_reason(self.finish_reason) if done else None)
+            if self.params.include_usage and self.finish_reason != "error":
+                yield sse(head.usage_chunk(self.prompt_tokens, self.text.tokens))
+            yield SSE_DONE
+        finally:
+            self.close()
+
+
+async def race_disconnect(aw: Awaitable[T], receive: Receive) -> T:
+    """Await ``aw`` unless the client disconnects first (then raise ClientGone)."""
+    work = asyncio.ensure_future(aw)
+    watch = asyncio.ensure_future(_wait_disconnect(receive))
+    try:
+        await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        work.cancel()
+        watch.cancel()
+        raise
+    if work.done():
+        watch.cancel()
+        return work.result()
+    work.cancel()
+    raise ClientGone()
+
+
+async def _wait_disconnect(receive: Receive) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+class SSEResponse(StreamingResponse):
+    """A server-sent-event stream whose cleanup runs however the response ends.
+
+    Starlette may cancel the stream before it ever iterates the generator (a client that is already
+    gone), in which case the generator's own ``finally`` never runs; ``on_close`` covers that.
+    """
+
+    def __init__(self, content: AsyncIterator[str], on_close: Callable[[], None]) -> None:
+        super().__init__(content, media_type="text/event-stream",
+                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        self._on_close = on_close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._on_close()
+
+
+def error_response(err: ApiError) -> JSONResponse:
+    return JSONResponse(err.body(), status_code=err.status)

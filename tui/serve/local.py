@@ -1,0 +1,227 @@
+"""Run ``kvtui serve`` as a child process on a free loopback port (the embedded local target).
+
+The dashboard and the recorder use this so the engine's steps run in their own interpreter and never
+compete with the UI for the interpreter lock. ``start()`` returns once ``/health`` answers; if the
+server exits or never answers, :class:`LocalServerError` carries the reason and the server's last log
+lines. ``stop()`` sends SIGTERM (the server drains and exits) and kills it if it does not go.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tui.profile import Profile, to_dict
+from tui.serve.app import LISTENING_PREFIX, PARENT_PID_ENV
+
+_PORT_RE = re.compile(re.escape(LISTENING_PREFIX) + r"http://\[?[^\s\]]*\]?:(\d+)")
+
+
+class LocalServerError(RuntimeError):
+    """The local server could not start, or died; the message includes its last log lines."""
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)  # a JSON string is a valid TOML basic string
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"cannot write {value!r} to TOML")
+
+
+def profile_toml(profile: Profile) -> str:
+    """The profile's ``[engine]`` and ``[defenses]`` tables as TOML (all ``kvtui serve`` reads)."""
+    lines = [f"name = {_toml_value(profile.name)}"]
+    for table, obj in (("engine", profile.engine), ("defenses", profile.defenses)):
+        lines.append(f"\n[{table}]")
+        for key, value in to_dict(obj).items():
+            lines.append(f"{key} = {_toml_value(value)}")
+    return "\n".join(lines) + "\n"
+
+
+class LocalServer:
+    """``kvtui serve`` in a child process; a context manager."""
+
+    def __init__(
+        self,
+        profile: Profile,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        startup_timeout_s: float = 120.0,
+        api_key_env: str | None = None,
+        log_lines: int = 200,
+    ) -> None:
+        self.profile = profile
+        self.host = host
+        self.requested_port = port
+        self.startup_timeout_s = startup_timeout_s
+        self.api_key_env = api_key_env
+        self.port: int | None = None
+        self._proc: subprocess.Popen[str] | None = None
+        self._log: collections.deque[str] = collections.deque(maxlen=log_lines)
+        self._port_seen = threading.Event()
+        self._reader: threading.Thread | None = None
+        self._tmp: str | None = None
+
+    # -- addresses ---------------------------------------------------------------------------------
+
+    @property
+    def root_url(self) -> str:
+        if self.port is None:
+            raise LocalServerError("the local server is not started")
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI-compatible base URL (``.../v1``)."""
+        return self.root_url + "/v1"
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    def start(self) -> LocalServer:
+        """Start the server and wait until it is healthy; raises :class:`LocalServerError`."""
+        if self._proc is not None:
+            return self
+        self._tmp = tempfile.mkdtemp(prefix="kvtui-serve-")
+        profile_path = Path(self._tmp) / "engine.toml"
+        profile_path.write_text(profile_toml(self.profile), encoding="utf-8")
+        cmd = [sys.executable, "-m", "tui", "serve", "--host", self.host, "--port", str(self.requested_port),
+               "--profile", str(profile_path)]
+        if self.api_key_env:
+            cmd += ["--api-key-env", self.api_key_env]
+        env = dict(os.environ)
+        env["PYTHONUNBUFFERED"] = "1"
+        env[PARENT_PID_ENV] = str(os.getpid())  # the server exits if we die without stopping it
+        root = str(Path(__file__).resolve().parents[2])  # so `-m tui` finds this checkout
+        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        self._proc = subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env=env, start_new_session=True,  # a Ctrl-C in the dashboard's terminal is the dashboard's to handle
+        )
+        self._reader = threading.Thread(target=self._read_output, name="kvtui-serve-log", daemon=True)
+        self._reader.start()
+        try:
+            self._wait_healthy()
+        except BaseException:
+            self.stop(timeout=5.0)
+            raise
+        return self
+
+    def _read_output(self) -> None:
+        assert self._proc is not None and self._proc.stdout is not None
+        for line in self._proc.stdout:
+            line = line.rstrip("\n")
+            self._log.append(line)
+            if not self._port_seen.is_set():
+                m = _PORT_RE.search(line)
+                if m:
+                    self.port = int(m.group(1))
+                    self._port_seen.set()
+
+    def _wait_healthy(self) -> None:
+        assert self._proc is not None
+        deadline = time.monotonic() + self.startup_timeout_s
+        last_error = "no answer yet"
+        with httpx.Client(timeout=2.0, trust_env=False) as client:
+            while time.monotonic() < deadline:
+                code = self._proc.poll()
+                if code is not None:
+                    if self._reader is not None:
+                        self._reader.join(2.0)  # collect its last words
+                    raise LocalServerError(
+                        f"the local server exited with code {code} before it was ready"
+                        + self._tail_text()
+                    )
+                if self._port_seen.is_set():
+                    try:
+                        r = client.get(self.root_url + "/health")
+                        if r.status_code == 200:
+                            return
+                        last_error = f"/health answered {r.status_code}"
+                    except httpx.HTTPError as e:
+                        last_error = f"{type(e).__name__}: {e}"
+                time.sleep(0.05)
+        where = self.root_url if self.port is not None else "(no port reported)"
+        raise LocalServerError(
+            f"the local server at {where} was not healthy after {self.startup_timeout_s:.0f} s ({last_error})"
+            + self._tail_text()
+        )
+
+    def _tail_text(self, n: int = 15) -> str:
+        lines = list(self._log)[-n:]
+        if not lines:
+            return "; it printed nothing"
+        return "; its last log lines:\n  " + "\n  ".join(lines)
+
+    def log_tail(self, n: int = 20) -> list[str]:
+        """The server's last ``n`` log lines."""
+        return list(self._log)[-n:]
+
+    @property
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def check(self) -> None:
+        """Raise :class:`LocalServerError` (with its last log lines) if the server has died."""
+        if self._proc is None:
+            raise LocalServerError("the local server is not started")
+        code = self._proc.poll()
+        if code is not None:
+            raise LocalServerError(f"the local server at {self.root_url} exited with code {code}" + self._tail_text())
+
+    def stop(self, timeout: float = 15.0) -> int | None:
+        """SIGTERM (graceful drain), then SIGKILL after ``timeout`` s; returns the exit code."""
+        proc = self._proc
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            try:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5.0)
+            except ProcessLookupError:
+                pass
+        if self._reader is not None:
+            self._reader.join(2.0)
+        if proc.stdout is not None:
+            proc.stdout.close()
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+        self._proc = None
+        return proc.returncode
+
+    def __enter__(self) -> LocalServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def __del__(self) -> None:  # a forgotten server must not outlive its owner
+        proc = getattr(self, "_proc", None)
+        if proc is not None and proc.poll() is None:
+            proc.kill()

@@ -1,0 +1,140 @@
+"""The GPU pane: NVML gauges per GPU, or, without one, what the engine measures itself.
+
+Three states, each said plainly: NVML readings (SM utilization, GPM SM activity where the GPU has it,
+VRAM); no NVIDIA GPU (the reason, then the engine's busy fraction of wall time and its KV pool use);
+a remote server (its own gauges from ``/metrics``: KV cache usage, running, waiting, preemptions).
+"""
+
+from __future__ import annotations
+
+from rich.console import Group, RenderableType
+from rich.text import Text
+from textual.widgets import Static
+
+from tui.engine.snapshot import EngineSnapshot
+from tui.metrics.types import GpuSample, ServerGauges
+from tui.ui.model import DashboardSnapshot
+from tui.ui.paint import fmt_bytes, gauge, gauge_colour
+
+LABEL_W = 11
+
+
+def _gauge_line(label: str, frac: float | None, width: int, value: str, colour: str | None = None) -> Text:
+    """``label ████░░ value``; coloured by how full it is unless ``colour`` is given."""
+    t = Text(f"{label:<{LABEL_W}}", style="bold")
+    t.append_text(gauge(frac, width, colour or gauge_colour(frac)))
+    t.append(f" {value}")
+    return t
+
+
+def compact_gpu_line(s: GpuSample, width: int) -> Text:
+    """One GPU on one line (for machines with many): SM utilization bar, GPM activity, VRAM bar."""
+    mem = s.mem_used_bytes / s.mem_total_bytes if s.mem_total_bytes else None
+    t = Text(f"GPU{s.index:<2} ", style="bold #61afef")
+    t.append_text(gauge(s.sm_util_pct / 100, width, gauge_colour(s.sm_util_pct / 100)))
+    t.append(f" {s.sm_util_pct:3.0f}%")
+    t.append(f" act {s.sm_active_pct:3.0f}% " if s.sm_active_pct is not None else " act  n/a ", style="dim")
+    t.append_text(gauge(mem, width, gauge_colour(mem)))
+    t.append(f" {s.mem_used_bytes / 2**30:.0f}/{s.mem_total_bytes / 2**30:.0f}G")
+    return t
+
+
+def gpu_lines(samples: tuple[GpuSample, ...], width: int) -> list[RenderableType]:
+    """Per GPU: a title line, SM utilization, SM activity (GPM) and VRAM; one line each beyond two."""
+    out: list[RenderableType] = []
+    if len(samples) > 2:
+        out.append(Text(f"{len(samples)} × {samples[0].name}   SM util · GPM SM active · VRAM", style="dim"))
+        return out + [compact_gpu_line(s, max(3, (width - 4) // 2)) for s in sorted(samples, key=lambda s: s.index)]
+    for s in sorted(samples, key=lambda s: s.index):
+        out.append(Text(f"GPU{s.index} {s.name}", style="bold #61afef"))
+        out.append(_gauge_line(" SM util", s.sm_util_pct / 100, width, f"{s.sm_util_pct:.0f}%"))
+        if s.sm_active_pct is None:
+            out.append(Text(f"{' SM active':<{LABEL_W}}n/a (no GPM on this GPU)", style="dim"))
+        else:
+            out.append(_gauge_line(" SM active", s.sm_active_pct / 100, width, f"{s.sm_active_pct:.0f}% GPM"))
+        mem = s.mem_used_bytes / s.mem_total_bytes if s.mem_total_bytes else None
+        out.append(
+            _gauge_line(" VRAM", mem, width, f"{s.mem_used_bytes / 2**30:.1f}/{fmt_bytes(s.mem_total_bytes)}")
+        )
+    return out
+
+
+def engine_lines(engine: EngineSnapshot, width: int) -> list[RenderableType]:
+    """What the engine measures about itself: busy share of wall time, KV pool use and waste."""
+    tot = engine.totals
+    return [
+        _gauge_line("busy", engine.busy_fraction, width, f"{100 * engine.busy_fraction:.0f}% of wall"),
+        _gauge_line("KV use", tot.usage, width, f"{100 * tot.usage:.0f}% reserved"),
+        _gauge_line("KV filled", tot.utilization, width, f"{100 * tot.utilization:.0f}% of it", "#61afef"),
+    ]
+
+
+def server_lines(g: ServerGauges, width: int) -> list[RenderableType]:
+    """A remote server's own gauges (vLLM metric names), '—' where it does not export one."""
+
+    def num(x: float | None) -> str:
+        return "—" if x is None else f"{x:,.0f}"
+
+    kv = g.kv_cache_usage
+    return [
+        _gauge_line("KV cache", kv, width, "—" if kv is None else f"{100 * kv:.0f}%"),
+        Text(f"{'running':<{LABEL_W}}{num(g.num_running)}   waiting {num(g.num_waiting)}"),
+        Text(f"{'preempted':<{LABEL_W}}{num(g.num_preemptions)} (total)"),
+        Text(f"{'tokens':<{LABEL_W}}prompt {num(g.prompt_tokens)} · generated {num(g.generation_tokens)}"),
+    ]
+
+
+def gpu_renderable(snap: DashboardSnapshot, width: int) -> RenderableType:
+    """The pane's content for one snapshot."""
+    bar_w = max(6, min(30, width - LABEL_W - 15))
+    parts: list[RenderableType] = []
+    if snap.target.kind != "local":
+        parts.append(Text(f"server gauges from {snap.target.label}/metrics", style="bold"))
+        if snap.server is None:
+            parts.append(Text("no /metrics readings from the server (yet)", style="dim italic"))
+        else:
+            parts += server_lines(snap.server, bar_w)
+        if snap.gpu:
+            parts += gpu_lines(snap.gpu, bar_w)
+        return Group(*parts)
+    if snap.gpu:
+        parts += gpu_lines(snap.gpu, bar_w)
+        if snap.engine is not None:
+            parts.append(Text("engine", style="bold #61afef"))
+            parts += engine_lines(snap.engine, bar_w)
+        return Group(*parts)
+    reason = snap.gpu_note or "no NVIDIA GPU reported"
+    parts.append(Text(f"No NVIDIA GPU: {reason}", style="bold #e5c07b"))
+    parts.append(Text("the engine's own gauges instead:", style="dim"))
+    if snap.engine is None:
+        parts.append(Text("waiting for the engine…", style="dim italic"))
+    else:
+        parts += engine_lines(snap.engine, bar_w)
+    return Group(*parts)
+
+
+class GpuPane(Static):
+    """GPU gauges (or the engine's own, or a remote server's)."""
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self._key: tuple | None = None
+        self._snap: DashboardSnapshot | None = None
+
+    def on_mount(self) -> None:
+        self.border_title = "GPU"
+
+    def apply(self, snap: DashboardSnapshot) -> None:
+        """Redraw when anything this pane shows has changed."""
+        self._snap = snap
+        key = (snap.gpu, snap.gpu_note, snap.server, snap.target, snap.engine and (
+            snap.engine.busy_fraction, snap.engine.totals), self.content_region.width)
+        if key == self._key:
+            return
+        self._key = key
+        # The pane's size is fixed by the layout: redraw it without a layout pass.
+        self.update(gpu_renderable(snap, self.content_region.width or 40), layout=False)
+
+    def on_resize(self) -> None:
+        if self._snap is not None:
+            self.apply(self._snap)

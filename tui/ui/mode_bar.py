@@ -1,0 +1,107 @@
+"""The mode bar: batching policy and KV layout buttons, the drain in progress, and the defense toggles."""
+
+from __future__ import annotations
+
+from textual import on
+from textual.app import ComposeResult
+from textual.containers import Horizontal
+from textual.widgets import Button, Label
+
+from tui.engine.snapshot import EngineSnapshot
+from tui.profile import DefensesConfig
+from tui.ui.messages import DefenseName, SetMode, ToggleDefense
+from tui.ui.model import DashboardSnapshot
+
+# Defense toggles: (message name, button label, key shown on the button).
+DEFENSES: tuple[tuple[DefenseName, str, str], ...] = (
+    ("prefix_caching", "prefix cache", "c"),
+    ("backlog", "breaker", "r"),
+    ("truncate", "truncate", "t"),
+    ("timeout", "timeout", "o"),
+)
+
+
+def defense_states(engine: EngineSnapshot | None, asked: DefensesConfig) -> dict[DefenseName, bool]:
+    """Which defenses are on: the engine's own report when there is one, else what was asked."""
+    d = dict(engine.defenses) if engine is not None and engine.defenses else {
+        "prefix_caching": asked.prefix_caching,
+        "backlog_limit": asked.backlog_limit,
+        "truncate_prompt_to": asked.truncate_prompt_to,
+        "wait_timeout_s": asked.wait_timeout_s,
+    }
+    return {
+        "prefix_caching": bool(d.get("prefix_caching")),
+        "backlog": d.get("backlog_limit") is not None,
+        "truncate": d.get("truncate_prompt_to") is not None,
+        "timeout": d.get("wait_timeout_s") is not None,
+    }
+
+
+class ModeBar(Horizontal):
+    """One line of buttons; every press becomes a typed message the app acts on."""
+
+    DEFAULT_CSS = """
+    ModeBar { height: 1; }
+    ModeBar > Horizontal { width: auto; height: 1; margin-right: 2; }
+    ModeBar Label.group { color: $text-muted; }
+    ModeBar Button { margin: 0 1 0 0; min-width: 6; }
+    ModeBar Label { padding: 0 1 0 0; }
+    ModeBar #drain { color: $text; background: $accent-darken-1; text-style: bold; }
+    ModeBar #drain.-idle { display: none; }
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self._key: tuple | None = None
+
+    def compose(self) -> ComposeResult:
+        with Horizontal(id="mode-group"):
+            yield Label("batching b", classes="group")
+            yield Button("static", id="mode-static", compact=True)
+            yield Button("continuous", id="mode-continuous", compact=True)
+            yield Label("KV k", classes="group")
+            yield Button("contiguous", id="mode-contiguous", compact=True)
+            yield Button("paged", id="mode-paged", compact=True)
+            yield Label("", id="drain", classes="-idle")
+        with Horizontal(id="defense-group"):
+            yield Label("defenses", classes="group")
+            for name, label, key in DEFENSES:
+                yield Button(f"{label} {key}", id=f"def-{name}", compact=True)
+
+    def apply(self, snap: DashboardSnapshot) -> None:
+        """Highlight the current mode and the defenses that are on; show a drain in progress."""
+        engine = snap.engine
+        states = defense_states(engine, snap.defenses)
+        key = (engine and (engine.batching, engine.kv, engine.draining_to), tuple(states.items()),
+               snap.target.controllable)
+        if key == self._key:
+            return
+        self._key = key
+        current = {engine.batching, engine.kv} if engine is not None else set()
+        for mode in ("static", "continuous", "contiguous", "paged"):
+            button = self.query_one(f"#mode-{mode}", Button)
+            button.variant = "primary" if mode in current else "default"
+            button.disabled = not snap.target.controllable
+        drain = self.query_one("#drain", Label)
+        if engine is not None and engine.draining_to:
+            drain.update(f" draining → {engine.draining_to} ")
+            drain.remove_class("-idle")
+        else:
+            drain.add_class("-idle")
+        for name, label, key_ in DEFENSES:
+            button = self.query_one(f"#def-{name}", Button)
+            on_ = states[name]
+            button.label = f"{'●' if on_ else '○'} {label} {key_}"
+            button.variant = "warning" if on_ else "default"
+            button.disabled = not snap.target.controllable
+
+    @on(Button.Pressed)
+    def _pressed(self, event: Button.Pressed) -> None:
+        bid = event.button.id or ""
+        event.stop()
+        if bid in ("mode-static", "mode-continuous"):
+            self.post_message(SetMode(batching=bid.removeprefix("mode-")))  # type: ignore[arg-type]
+        elif bid in ("mode-contiguous", "mode-paged"):
+            self.post_message(SetMode(kv=bid.removeprefix("mode-")))  # type: ignore[arg-type]
+        elif bid.startswith("def-"):
+            self.post_message(ToggleDefense(bid.removeprefix("def-")))  # type: ignore[arg-type]

@@ -1,0 +1,68 @@
+"""What the dashboard draws: one frozen :class:`DashboardSnapshot` per screen update.
+
+Every pane is fed through ``KVTuiApp.apply(snapshot)``: the live poller, the tests (fixed seeded
+snapshots) and a recorded run all build one of these, so a view never reaches into an engine, a
+load runner or a socket.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from tui.engine.snapshot import EngineSnapshot
+from tui.metrics.types import GpuSample, ServerGauges, WindowStats
+from tui.profile import DefensesConfig
+
+StatusLevel = Literal["info", "warn", "error"]
+
+
+@dataclass(frozen=True)
+class LoadState:
+    """The load generator as the user set it (what is *asked*; WindowStats says what happens)."""
+
+    rate: float = 2.0
+    running: bool = False
+    arrival: str = "poisson"
+    workload: str = "profile"
+
+
+@dataclass(frozen=True)
+class HistoryPoint:
+    """One sample of the rolling statistics, for the charts over time (``t`` in seconds since start)."""
+
+    t: float
+    ttft_p50: float | None = None
+    ttft_p99: float | None = None
+    tpot_p50: float | None = None
+    tpot_p99: float | None = None
+    itl_p50: float | None = None
+    tokens_per_s: float = 0.0
+    requests_per_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class TargetInfo:
+    """What the dashboard is pointed at; ``controllable`` when the kvtui control API is there."""
+
+    kind: Literal["local", "openai"] = "local"
+    label: str = "local engine"
+    model: str = ""
+    controllable: bool = True
+
+
+@dataclass(frozen=True)
+class DashboardSnapshot:
+    """Everything on screen at one moment."""
+
+    engine: EngineSnapshot | None = None
+    stats: WindowStats = field(default_factory=lambda: WindowStats(window_s=30.0))
+    gpu: tuple[GpuSample, ...] = ()
+    gpu_note: str = ""  # why there is no GPU reading ("no NVIDIA driver"), shown in the no-GPU state
+    server: ServerGauges | None = None  # a remote server's own gauges from its /metrics
+    load: LoadState = field(default_factory=LoadState)
+    history: tuple[HistoryPoint, ...] = ()  # oldest first, bounded by the poller
+    target: TargetInfo = field(default_factory=TargetInfo)
+    status: str = ""
+    status_level: StatusLevel = "info"
+    defenses: DefensesConfig = field(default_factory=DefensesConfig)  # asked for; the engine's own report wins

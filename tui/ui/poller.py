@@ -1,0 +1,415 @@
+"""The live backend: a local engine server (or a remote target), the load runner, and the pollers.
+
+``LiveBackend.run()`` runs as one Textual worker on the app's event loop. It starts the local server
+(``LocalServer``, in a thread: it blocks while the model loads) or checks the remote target, then
+polls at a bounded rate (``POLL_HZ``, at most 10 Hz): the engine state and GPU samples from
+``GET /kvtui/v1/state``, a remote server's ``/metrics``, and the rolling window's statistics. Each
+poll publishes one snapshot; the app coalesces them. Network calls are async (httpx) and JSON is
+decoded off the loop, so the UI never waits on the network or on torch (which lives in the server
+process). Every failure becomes a status line; nothing here raises into the app.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import logging
+import time
+from collections import deque
+from typing import Any
+
+import httpx
+
+from tui.engine.snapshot import EngineSnapshot
+from tui.metrics.types import GpuSample, ServerGauges
+from tui.profile import DefensesConfig, Profile, to_dict
+from tui.ui.backend import Backend
+from tui.ui.messages import DefenseName
+from tui.ui.model import HistoryPoint
+
+log = logging.getLogger(__name__)
+
+POLL_HZ = 10.0  # engine state and statistics
+METRICS_HZ = 2.0  # a remote server's /metrics: be polite to someone else's server
+HISTORY_EVERY_S = 0.5  # one chart column per half second
+HISTORY_LEN = 600  # five minutes of chart
+
+
+def parse_state(body: bytes) -> tuple[EngineSnapshot, tuple[GpuSample, ...]]:
+    """Decode a ``GET /kvtui/v1/state`` body."""
+    data = json.loads(body)
+    engine = EngineSnapshot.from_dict(data["engine"])
+    gpu = tuple(GpuSample(**g) for g in data.get("gpu", ()))
+    return engine, gpu
+
+
+def describe_http_error(e: Exception, url: str) -> str:
+    """One line for the status bar; never includes a header (the API key lives there)."""
+    if isinstance(e, httpx.ConnectError):
+        return f"target unreachable: cannot connect to {url}"
+    if isinstance(e, httpx.TimeoutException):
+        return f"target did not answer in time: {url}"
+    if isinstance(e, httpx.HTTPStatusError):
+        code = e.response.status_code
+        if code in (401, 403):
+            return f"{code} Unauthorized from {url}: check the API key environment variable"
+        detail = ""
+        with contextlib.suppress(ValueError, KeyError, TypeError, AttributeError):
+            detail = ": " + str(e.response.json()["error"]["message"])[:120]
+        return f"HTTP {code} from {url}{detail}"
+    return f"{type(e).__name__} talking to {url}: {str(e)[:120]}"
+
+
+def defenses_of(engine: EngineSnapshot | None, fallback: DefensesConfig) -> DefensesConfig:
+    """The engine's reported defenses as a config (unknown keys ignored), else ``fallback``."""
+    if engine is None or not engine.defenses:
+        return fallback
+    names = {f.name for f in dataclasses.fields(DefensesConfig)}
+    return DefensesConfig(**{k: v for k, v in engine.defenses.items() if k in names})
+
+
+class LiveBackend(Backend):
+    """Drives a real target: the embedded local engine (default) or any OpenAI-compatible endpoint."""
+
+    live = True
+
+    def __init__(
+        self,
+        profile: Profile,
+        *,
+        base_url: str | None = None,
+        window_s: float | None = None,
+        server: Any | None = None,
+    ) -> None:
+        """``base_url`` points at an already running kvtui server (tests); else the profile decides."""
+        super().__init__(profile)
+        from tui.metrics.window import RollingWindow
+
+        self.local = profile.target.kind == "local"
+        self.base_url = base_url or (None if self.local else profile.target.base_url)
+        self.server = server  # a LocalServer we started (and stop)
+        self.window = RollingWindow(window_s or profile.record.window_s)
+        self.runner: Any | None = None
+        self.client: httpx.AsyncClient | None = None
+        self._history: deque[HistoryPoint] = deque(maxlen=HISTORY_LEN)
+        self._t0 = 0.0
+        self._next_history = 0.0
+        self._next_metrics = 0.0
+        self._poll_error: str | None = None
+        self._tasks: set[asyncio.Task] = set()
+        self.polls = 0
+
+    # -- addresses ---------------------------------------------------------------------------------
+
+    @property
+    def root_url(self) -> str:
+        assert self.base_url is not None
+        return self.base_url.rstrip("/").removesuffix("/v1")
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Connect, then poll until cancelled."""
+        loop = asyncio.get_running_loop()
+        self._t0 = loop.time()
+        if not await self._connect():
+            return
+        period = 1.0 / POLL_HZ
+        while True:
+            started = loop.time()
+            await self._poll_once()
+            self.polls += 1
+            await asyncio.sleep(max(0.0, period - (loop.time() - started)))
+
+    async def _connect(self) -> bool:
+        from tui.load.target import read_api_key
+
+        headers = {}
+        key = read_api_key(self.profile.target.api_key_env) if not self.local else None
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        self.client = httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(5.0, connect=3.0))
+        if self.base_url is None:
+            self.set_status("starting the local engine on loopback…")
+            try:
+                from tui.serve.local import LocalServer
+
+                self.server = LocalServer(self.profile)
+                await asyncio.to_thread(self.server.start)
+            except Exception as e:
+                self.set_status(f"the local engine did not start: {_one_line(e)}", "error")
+                return False
+            self.base_url = self.server.base_url
+            self.set_status(f"local engine ready at {self.root_url}")
+        else:
+            self.set_status(f"connected to {self.root_url}" if self.local else f"target {self.root_url}")
+        return True
+
+    async def close(self) -> None:
+        """Stop the load, the HTTP client and the local server (if we started it)."""
+        for task in list(self._tasks):
+            task.cancel()
+        if self.runner is not None:
+            with contextlib.suppress(Exception):
+                await self.runner.aclose()
+            self.runner = None
+        if self.client is not None:
+            with contextlib.suppress(Exception):
+                await self.client.aclose()
+            self.client = None
+        server, self.server = self.server, None
+        if server is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(server.stop, 5.0)
+
+    # -- polling -----------------------------------------------------------------------------------
+
+    async def _poll_once(self) -> None:
+        loop = asyncio.get_running_loop()
+        now_loop = loop.time()
+        changes: dict[str, Any] = {}
+        asked = self.local or now_loop >= self._next_metrics
+        try:
+            if self.local:
+                engine, gpu = await self._get_state()
+                old = self.latest.engine
+                changes["engine"] = old if engine == old else engine
+                changes["gpu"] = gpu
+            elif asked:
+                self._next_metrics = now_loop + 1.0 / METRICS_HZ
+                changes["server"] = await self._get_metrics()
+            if asked and self._poll_error is not None:
+                self._poll_error = None
+                changes.update(status=f"reconnected to {self.root_url}", status_level="info")
+        except Exception as e:
+            msg = self._explain(e)
+            if msg != self._poll_error:
+                self._poll_error = msg
+                changes.update(status=msg, status_level="error")
+        stats = self.window.stats(time.time())
+        changes["stats"] = stats
+        if now_loop >= self._next_history:
+            self._next_history = now_loop + HISTORY_EVERY_S
+            self._history.append(
+                HistoryPoint(
+                    t=now_loop - self._t0,
+                    ttft_p50=stats.ttft.p50,
+                    ttft_p99=stats.ttft.p99,
+                    tpot_p50=stats.tpot.p50,
+                    tpot_p99=stats.tpot.p99,
+                    itl_p50=stats.itl.p50,
+                    tokens_per_s=stats.output_tokens_per_s,
+                    requests_per_s=stats.requests_per_s,
+                )
+            )
+            changes["history"] = tuple(self._history)
+        running = self.runner is not None and self.runner.running
+        if running != self.load.running:
+            changes["load"] = dataclasses.replace(self.load, running=running)
+        self.publish(**changes)
+
+    async def _get_state(self) -> tuple[EngineSnapshot, tuple[GpuSample, ...]]:
+        assert self.client is not None
+        resp = await self.client.get(f"{self.root_url}/kvtui/v1/state")
+        resp.raise_for_status()
+        # Decoding a few hundred requests' block tables takes milliseconds: off the UI's loop.
+        return await asyncio.to_thread(parse_state, resp.content)
+
+    async def _get_metrics(self) -> ServerGauges:
+        from tui.metrics.prom import parse_server_gauges
+
+        assert self.client is not None
+        resp = await self.client.get(f"{self.root_url}/metrics")
+        resp.raise_for_status()
+        return parse_server_gauges(resp.text)
+
+    def _explain(self, e: Exception) -> str:
+        msg = describe_http_error(e, self.root_url)
+        if isinstance(e, httpx.HTTPStatusError) and e.response.status_code in (401, 403):
+            msg = f"{e.response.status_code} Unauthorized from {self.root_url}: {_key_state(self.profile.target.api_key_env)}"
+        if self.local and self.server is not None and isinstance(e, httpx.TransportError):
+            died = _server_exit(self.server)
+            if died:
+                return died
+        return msg
+
+    # -- load --------------------------------------------------------------------------------------
+
+    def _make_runner(self) -> Any:
+        from tui.load.runner import LoadRunner
+
+        load = dataclasses.replace(self.profile.load, arrival=self.load.arrival)  # type: ignore[arg-type]
+        profile = dataclasses.replace(self.profile, load=load, workload=self.presets[self.load.workload])
+        return LoadRunner(
+            profile,
+            self.base_url,
+            rate=self.load.rate,
+            stage="live",
+            window=self.window,
+            on_record=self._on_record,
+        )
+
+    def _on_record(self, rec: Any) -> None:
+        if not rec.ok and rec.status != "cancelled":
+            self.set_status(f"request failed: {rec.status}: {rec.reason}", "warn")
+
+    async def toggle_load(self) -> None:
+        if self.base_url is None:
+            self.set_status("not connected yet: the load starts once the target answers", "warn")
+            return
+        if self.runner is not None and self.runner.running:
+            self.publish(load=dataclasses.replace(self.load, running=False))
+            await self.runner.stop(grace_s=0.5)
+            self.set_status("load stopped")
+            return
+        if not self.local:
+            from tui.load.runner import make_target
+            from tui.load.target import PreflightError
+
+            probe = make_target(self.profile, self.base_url)
+            try:
+                self.set_status(f"checking {self.root_url} with one tiny request…")
+                await probe.preflight()
+            except PreflightError as e:
+                self.set_status(str(e), "error")
+                return
+            finally:
+                await probe.aclose()
+        if self.runner is not None:
+            await self.runner.aclose()
+        self.window.reset()
+        self.runner = self._make_runner()
+        await self.runner.start()
+        self.publish(load=dataclasses.replace(self.load, running=True))
+        self.set_status(f"load running at {self.load.rate:g} req/s")
+
+    def set_rate(self, rate: float) -> None:
+        super().set_rate(rate)
+        if self.runner is not None:
+            self.runner.set_rate(rate)
+
+    def cycle_workload(self) -> None:
+        super().cycle_workload()
+        if self.runner is not None:
+            self.runner.set_workload(self.presets[self.load.workload])
+
+    def cycle_arrival(self) -> None:
+        super().cycle_arrival()
+        # The arrival process is fixed for a runner's schedule: restart it if it is sending.
+        if self.runner is not None and self.runner.running:
+            self._spawn(self._restart_runner())
+
+    async def _restart_runner(self) -> None:
+        old, self.runner = self.runner, self._make_runner()
+        if old is not None:
+            await old.aclose()
+        await self.runner.start()
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # -- engine controls ---------------------------------------------------------------------------
+
+    async def _control(self, path: str, body: dict[str, Any] | None = None) -> EngineSnapshot | None:
+        """POST a control call; publishes the state it returns. None (and a status line) on failure."""
+        if not self.local:
+            self.set_status(f"{self.root_url} is not a kvtui engine: {path} needs the local engine", "warn")
+            return None
+        if self.client is None or self.base_url is None:
+            self.set_status("not connected to the engine yet", "warn")
+            return None
+        url = f"{self.root_url}/kvtui/v1/{path}"
+        try:
+            resp = await self.client.post(url, json=body or {})
+            resp.raise_for_status()
+            engine, gpu = await asyncio.to_thread(parse_state, resp.content)
+        except httpx.HTTPStatusError as e:
+            if e.response.status_code == 409 and path == "step":
+                self.set_status("step runs one iteration of a paused engine: press p to pause first", "warn")
+            else:
+                self.set_status(describe_http_error(e, url), "error")
+            return None
+        except Exception as e:
+            self.set_status(self._explain(e), "error")
+            return None
+        self.publish(engine=engine, gpu=gpu)
+        return engine
+
+    async def set_mode(self, batching: str | None, kv: str | None) -> None:
+        body = {k: v for k, v in (("batching", batching), ("kv", kv)) if v is not None}
+        engine = await self._control("mode", body)
+        if engine is not None:
+            if engine.draining_to:
+                self.set_status(f"switching to {engine.draining_to}: draining the running requests first")
+            else:
+                self.set_status(f"engine mode {engine.mode}")
+
+    async def toggle_pause(self) -> None:
+        engine = self.latest.engine
+        paused = engine is not None and engine.paused
+        if await self._control("resume" if paused else "pause") is not None:
+            self.set_status("engine resumed" if paused else "engine paused: s steps one iteration, p resumes")
+
+    async def step(self) -> None:
+        engine = await self._control("step")
+        if engine is not None:
+            self.set_status(f"stepped: engine at step {engine.step}")
+
+    async def toggle_defense(self, name: DefenseName) -> None:
+        from tui.ui.backend import toggled_defenses
+
+        current = defenses_of(self.latest.engine, self.defenses)
+        wanted = toggled_defenses(current, name, self.profile)
+        if not self.local:
+            self.set_status("defenses are the local engine's: a remote target has its own", "warn")
+            return
+        engine = await self._control("defenses", to_dict(wanted))
+        if engine is not None:
+            self.publish(defenses=wanted)
+            self.set_status(f"defenses: {_defenses_label(wanted)}")
+
+
+def _defenses_label(d: DefensesConfig) -> str:
+    on = []
+    if d.prefix_caching:
+        on.append("prefix caching")
+    if d.backlog_limit is not None:
+        on.append(f"breaker at {d.backlog_limit} waiting")
+    if d.truncate_prompt_to is not None:
+        on.append(f"truncate to {d.truncate_prompt_to} when over {d.truncate_when_backlog_over} waiting")
+    if d.wait_timeout_s is not None:
+        on.append(f"timeout {d.wait_timeout_s:g}s")
+    return ", ".join(on) or "none"
+
+
+def _key_state(env_name: str | None) -> str:
+    """Where the API key comes from and whether it is there (never the key itself)."""
+    import os
+
+    if not env_name:
+        return "no API key is sent; name its environment variable with --api-key-env NAME"
+    if not os.environ.get(env_name):
+        return f"the API key is read from the environment variable {env_name}, which is not set or empty"
+    return f"the server refused the API key in the environment variable {env_name}"
+
+
+def _one_line(e: BaseException) -> str:
+    lines = [ln for ln in str(e).strip().splitlines() if ln.strip()] or [type(e).__name__]
+    return " | ".join(lines[-3:])[:300]
+
+
+def _server_exit(server: Any) -> str | None:
+    """'the local engine server died: …' (with its last log line) when its process is gone, else None."""
+    if getattr(server, "alive", True):
+        return None
+    try:
+        server.check()
+    except Exception as e:
+        lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+        last = f"; last log: {lines[-1][:160]}" if len(lines) > 1 else ""
+        return f"the local engine server died: {lines[0][:160] if lines else type(e).__name__}{last}"
+    return None

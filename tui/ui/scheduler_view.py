@@ -1,0 +1,436 @@
+"""The scheduler pane: the engine's step, mode and KV accounting, and every request's KV drawn as cells.
+
+Two parts. A fixed summary (step, mode, totals, and a map of the whole KV pool: for the contiguous
+layout the arena as reserved ranges, the part of each that holds tokens, and the holes between them,
+so external fragmentation is visible at a glance). Below it a scrolling table with one row per request
+and its block table as coloured cells. The table is a line-API ``ScrollView``: only the rows on screen
+are drawn, and each drawn row is cached until the next snapshot, so hundreds of requests and thousands
+of blocks stay cheap.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from rich.console import Group
+from rich.segment import Segment
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.cache import LRUCache
+from textual.containers import Vertical
+from textual.geometry import Size
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+from textual.widgets import Static
+
+from tui.engine.snapshot import ArenaSegment, EngineSnapshot, KVTotals, RequestView
+from tui.ui.paint import eighth, owner_colour, style
+
+ID_W, STATE_W, NUM_W = 10, 10, 6
+PREFIX_W = ID_W + 1 + STATE_W + 1 + NUM_W * 3 + 2  # id, state, prompt, out, preemptions, gap
+HOLE = "#5c6370"
+STATE_COLOURS = {
+    "waiting": "#7f848e",
+    "prefilling": "#56b6c2",
+    "running": "#98c379",
+    "preempted": "#e06c75",
+    "finished": "#5c6370",
+}
+GLYPH_FULL, GLYPH_SHARED, GLYPH_PART_USED, GLYPH_RESERVED, GLYPH_HOLE = "█", "▓", "▒", "░", "·"
+
+
+def _fmt_int(n: int) -> str:
+    return f"{n:,}"
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+# ---------------------------------------------------------------------------------------------------
+# The summary: header, totals, pool map, legend
+
+
+def header_text(snap: EngineSnapshot) -> Text:
+    """Step, mode, run state and the queue counters on one line."""
+    t = Text()
+    t.append(f"step {_fmt_int(snap.step)}", style="bold")
+    t.append("  ")
+    t.append(snap.mode, style="bold #61afef")
+    t.append("  ")
+    if snap.paused:
+        t.append(" ⏸ PAUSED ", style="bold #282c34 on #e5c07b")
+    else:
+        t.append("▶ stepping", style="#98c379")
+    if snap.draining_to:
+        t.append("  ")
+        t.append(f" draining → {snap.draining_to} ", style="bold #282c34 on #c678dd")
+    t.append(f"   running {snap.num_running}  waiting {snap.num_waiting}")
+    t.append(f"  preemptions {snap.num_preemptions}  rejected {snap.num_rejected}")
+    t.append(f"  timed out {snap.num_timed_out}")
+    t.append(f"  on {snap.device}", style="dim")
+    return t
+
+
+def totals_text(tot: KVTotals) -> Text:
+    """The pool accounting: used, free, cached, waste, largest hole (all computed by the engine)."""
+    t = Text()
+    t.append("KV  ", style="bold")
+    if tot.layout == "paged":
+        t.append(f"blocks {_fmt_int(tot.used_blocks)}/{_fmt_int(tot.total_blocks)} held ({_pct(tot.usage)})")
+        t.append(f" · free {_fmt_int(tot.free_blocks)} · cached {_fmt_int(tot.cached_blocks)}")
+        t.append(f" · tokens {_fmt_int(tot.used_slots)} in {_fmt_int(tot.reserved_slots)} slots")
+        t.append(f" · waste {_fmt_int(tot.waste_slots)} ({_pct(1 - tot.utilization)}, last blocks only)")
+    else:
+        t.append(f"reserved {_fmt_int(tot.reserved_slots)}/{_fmt_int(tot.total_slots)} slots ({_pct(tot.usage)})")
+        t.append(f" · used {_fmt_int(tot.used_slots)} · free {_fmt_int(tot.free_slots)}")
+        waste_style = "bold #e5c07b" if tot.utilization < 0.5 else ""
+        t.append(" · waste ")
+        t.append(f"{_fmt_int(tot.waste_slots)} ({_pct(1 - tot.utilization)})", style=waste_style)
+        t.append(" · largest hole ")
+        frag_style = "bold #e06c75" if tot.fragmentation > 0.5 else ""
+        t.append(f"{_fmt_int(tot.largest_hole)} (fragmentation {tot.fragmentation:.2f})", style=frag_style)
+    return t
+
+
+def arena_cells(
+    segments: tuple[ArenaSegment, ...], total: int, ncells: int
+) -> tuple[np.ndarray, np.ndarray, list[str | None]]:
+    """Per map cell: fraction of slots holding tokens, fraction reserved, and the owner drawn there.
+
+    Each owned segment adds a ramp to the cumulative used/reserved counts; evaluating those ramps at
+    the cell edges gives every cell's share in O(segments + cells), however large the arena.
+    """
+    owned = sorted((s for s in segments if s.owner is not None), key=lambda s: s.start)
+    xs, used_cum, res_cum = [0.0], [0.0], [0.0]
+    u = r = 0.0
+    for s in owned:
+        xs += [s.start, s.start + min(s.used, s.length), s.start + s.length]
+        used_cum += [u, u + min(s.used, s.length), u + min(s.used, s.length)]
+        res_cum += [r, r + min(s.used, s.length), r + s.length]
+        u += min(s.used, s.length)
+        r += s.length
+    xs.append(float(max(total, xs[-1])))
+    used_cum.append(u)
+    res_cum.append(r)
+    edges = np.linspace(0.0, float(total), ncells + 1)
+    cell = total / ncells
+    used = np.diff(np.interp(edges, xs, used_cum)) / cell
+    reserved = np.diff(np.interp(edges, xs, res_cum)) / cell
+    starts = np.array([s.start for s in owned], dtype=np.float64)
+    # The owner of a cell is the last reservation starting before the cell's right edge: segments
+    # do not overlap, so if any reservation reaches into the cell, that one does.
+    idx = np.searchsorted(starts, edges[1:], side="left") - 1
+    owners = [owned[i].owner if i >= 0 and reserved[c] > 0 else None for c, i in enumerate(idx)]
+    return used, reserved, owners
+
+
+def arena_map(snap: EngineSnapshot, width: int, rows: int) -> list[Text]:
+    """The contiguous arena, ``rows`` lines of ``width`` cells, left to right then down."""
+    tot = snap.totals
+    ncells = max(1, min(width * rows, tot.total_slots))
+    used, reserved, owners = arena_cells(snap.segments, tot.total_slots, ncells)
+    cells: list[tuple[str, str]] = []
+    for c in range(ncells):
+        if reserved[c] < 0.25 or owners[c] is None:
+            cells.append((GLYPH_HOLE, HOLE))
+        elif used[c] >= 0.75 * reserved[c]:
+            cells.append((GLYPH_FULL, owner_colour(owners[c])))
+        elif used[c] > 0.1:
+            cells.append((GLYPH_PART_USED, owner_colour(owners[c])))
+        else:
+            cells.append((GLYPH_RESERVED, owner_colour(owners[c])))
+    return _cells_to_lines(cells, width)
+
+
+def pool_map(snap: EngineSnapshot, width: int, rows: int) -> list[Text]:
+    """The paged block pool by block id: who holds each block, shared blocks marked."""
+    tot = snap.totals
+    nblocks = max(1, tot.total_blocks)
+    owner = np.full(nblocks, -1, dtype=np.int64)
+    shared = np.zeros(nblocks, dtype=bool)
+    for i, r in enumerate(snap.requests):
+        for b in r.blocks:
+            if 0 <= b.block_id < nblocks:
+                if owner[b.block_id] < 0:
+                    owner[b.block_id] = i
+                shared[b.block_id] |= b.shared
+    ncells = max(1, min(width * rows, nblocks))
+    edges = np.linspace(0, nblocks, ncells + 1).round().astype(np.int64)
+    held = np.concatenate([[0], np.cumsum(owner >= 0)])
+    nshared = np.concatenate([[0], np.cumsum(shared)])
+    cells: list[tuple[str, str]] = []
+    for c in range(ncells):
+        lo, hi = edges[c], max(edges[c + 1], edges[c] + 1)
+        frac = (held[hi] - held[lo]) / (hi - lo)
+        if frac == 0:
+            cells.append((GLYPH_HOLE, HOLE))
+            continue
+        first = owner[lo:hi][owner[lo:hi] >= 0][0]
+        colour = owner_colour(snap.requests[first].request_id)
+        if nshared[hi] - nshared[lo]:
+            cells.append((GLYPH_SHARED, colour))
+        else:
+            cells.append((GLYPH_FULL if frac >= 0.75 else GLYPH_PART_USED, colour))
+    return _cells_to_lines(cells, width)
+
+
+def _cells_to_lines(cells: list[tuple[str, str]], width: int) -> list[Text]:
+    lines = []
+    for start in range(0, len(cells), width):
+        t = Text()
+        for glyph, colour in cells[start : start + width]:
+            t.append(glyph, style=colour)
+        lines.append(t)
+    return lines
+
+
+def legend_text(layout: str, unit: int) -> Text:
+    """What the glyphs mean in the current layout."""
+    t = Text(style="dim")
+    if layout == "paged":
+        t.append(f"{GLYPH_FULL} full block  ▄ last block, height = fill  {GLYPH_SHARED} shared prefix (ref>1)  ")
+        t.append(f"{GLYPH_HOLE} free   one cell = one block in the table")
+    else:
+        t.append(f"{GLYPH_FULL} used  {GLYPH_PART_USED} partly used  {GLYPH_RESERVED} reserved, unused  ")
+        t.append(f"{GLYPH_HOLE} hole   one cell = {unit} slots in the table")
+    return t
+
+
+# ---------------------------------------------------------------------------------------------------
+# The request table
+
+
+@dataclass(frozen=True)
+class _Row:
+    """One screen line of the request table: a request, and which slice of its cells it shows."""
+
+    request: int
+    chunk: int
+
+
+class RequestTable(ScrollView, can_focus=True):
+    """One row per request with its KV as cells; drawn line by line (``render_line``)."""
+
+    DEFAULT_CSS = """
+    RequestTable {
+        scrollbar-gutter: stable;
+        overflow-x: hidden;
+        overflow-y: auto;
+        height: 1fr;
+    }
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.snapshot: EngineSnapshot | None = None
+        self._rows: list[_Row] = []
+        self._unit = 16  # slots per cell in the contiguous layout
+        self._cells_w = 1
+        self._layout_width = -1
+        self._cache: LRUCache[int, Strip] = LRUCache(1024)
+        self._seg_used: dict[str, int] = {}
+
+    def set_snapshot(self, snap: EngineSnapshot | None) -> None:
+        """Show a new engine snapshot (drops the drawn-line cache; lines are redrawn lazily)."""
+        if snap is self.snapshot:
+            return
+        self.snapshot = snap
+        self._layout(force=True)
+        self.refresh()
+
+    def relayout(self) -> None:
+        """Recompute the rows if the width changed since the last layout."""
+        self._layout(force=False)
+
+    @property
+    def unit(self) -> int:
+        """Token slots per cell in the contiguous layout (one block's worth, or more to fit)."""
+        return self._unit
+
+    def on_resize(self) -> None:
+        self._layout(force=False)
+
+    def _content_width(self) -> int:
+        return max(PREFIX_W + 8, self.scrollable_content_region.width)
+
+    def _layout(self, *, force: bool) -> None:
+        width = self._content_width()
+        if not force and width == self._layout_width:
+            return
+        self._layout_width = width
+        self._cache.clear()
+        snap = self.snapshot
+        self._cells_w = cells_w = max(8, width - PREFIX_W)
+        rows: list[_Row] = []
+        if snap is not None:
+            if snap.kv == "paged":
+                for i, r in enumerate(snap.requests):
+                    for chunk in range(max(1, math.ceil(len(r.blocks) / cells_w))):
+                        rows.append(_Row(i, chunk))
+            else:
+                bs = max(1, snap.totals.block_size)
+                longest = max((r.arena_reserved for r in snap.requests), default=0)
+                # Whole blocks per cell, so the table reads like the paged one, scaled to fit.
+                self._unit = bs * max(1, math.ceil(longest / (bs * cells_w)))
+                rows = [_Row(i, 0) for i in range(len(snap.requests))]
+                self._seg_used = {seg.owner: seg.used for seg in snap.segments if seg.owner is not None}
+        self._rows = rows
+        self.virtual_size = Size(width, len(rows))
+
+    def render_line(self, y: int) -> Strip:
+        index = y + self.scroll_offset.y
+        width = self.scrollable_content_region.width
+        if index >= len(self._rows) or self.snapshot is None:
+            return Strip.blank(width, self.rich_style)
+        strip = self._cache.get(index)
+        if strip is None:
+            row = self._rows[index]
+            segments = self._row_segments(self.snapshot.requests[row.request], row.chunk)
+            strip = Strip(segments).adjust_cell_length(width).apply_style(self.rich_style)
+            self._cache[index] = strip
+        return strip
+
+    def _row_segments(self, r: RequestView, chunk: int) -> list[Segment]:
+        snap = self.snapshot
+        assert snap is not None
+        colour = owner_colour(r.request_id)
+        segs: list[Segment] = []
+        if chunk == 0:
+            rid = r.request_id if len(r.request_id) <= ID_W else "…" + r.request_id[-(ID_W - 1) :]
+            segs.append(Segment(rid.ljust(ID_W) + " ", style(colour, bold=True)))
+            segs.append(Segment(r.state.ljust(STATE_W) + " ", style(STATE_COLOURS.get(r.state, "white"))))
+            pre_style = style("#e06c75", bold=True) if r.preemptions else style("#7f848e")
+            segs.append(Segment(f"{r.prompt_tokens:>{NUM_W}}{r.output_tokens:>{NUM_W}}", style("#abb2bf")))
+            segs.append(Segment(f"{r.preemptions:>{NUM_W}}  ", pre_style))
+        else:
+            segs.append(Segment(" " * (PREFIX_W - 2) + "↳ ", style("#5c6370")))
+        if snap.kv == "paged":
+            segs += self._paged_cells(r, chunk, colour, snap.totals.block_size)
+        else:
+            segs += self._contiguous_cells(r, colour)
+        return segs
+
+    def _paged_cells(self, r: RequestView, chunk: int, colour: str, block_size: int) -> list[Segment]:
+        if not r.blocks:
+            return [self._no_kv(r)]
+        lo = chunk * self._cells_w
+        blocks = r.blocks[lo : lo + self._cells_w]
+        last = len(r.blocks) - 1
+        runs: list[Segment] = []
+        run_glyphs, run_style = "", None
+        for j, b in enumerate(blocks, start=lo):
+            if b.shared:
+                glyph, st = GLYPH_SHARED, style(colour, bold=True)
+            elif j == last and b.fill < block_size:
+                glyph, st = eighth(max(b.fill, 1) / block_size), style(colour)
+            else:
+                glyph, st = GLYPH_FULL, style(colour)
+            if st is run_style:
+                run_glyphs += glyph
+            else:
+                if run_glyphs:
+                    runs.append(Segment(run_glyphs, run_style))
+                run_glyphs, run_style = glyph, st
+        if run_glyphs:
+            runs.append(Segment(run_glyphs, run_style))
+        return runs
+
+    def _contiguous_cells(self, r: RequestView, colour: str) -> list[Segment]:
+        if not r.arena_reserved:
+            return [self._no_kv(r)]
+        unit = self._unit
+        # The arena segment's count is the engine's own; the request's counters are the fallback.
+        used = self._seg_used.get(r.request_id, r.computed_tokens or r.prompt_tokens + r.output_tokens)
+        used = min(used, r.arena_reserved)
+        n_cells = max(1, math.ceil(r.arena_reserved / unit))
+        full, rest = divmod(used, unit)
+        segs = [Segment(GLYPH_FULL * full, style(colour))] if full else []
+        n = full
+        if rest and n < n_cells:
+            segs.append(Segment(eighth(rest / unit) or "▁", style(colour)))
+            n += 1
+        if n < n_cells:
+            segs.append(Segment(GLYPH_RESERVED * (n_cells - n), style(colour)))
+        segs.append(Segment(f" {used}/{r.arena_reserved}", style("#5c6370")))
+        return segs
+
+    @staticmethod
+    def _no_kv(r: RequestView) -> Segment:
+        if r.state == "waiting":
+            return Segment(f"no KV yet · waited {r.waited_s:.1f}s", style("#7f848e"))
+        return Segment("no KV", style("#7f848e"))
+
+
+class SchedulerView(Vertical):
+    """The scheduler pane: summary on top, the request table below."""
+
+    DEFAULT_CSS = """
+    SchedulerView > #sched-summary { height: 1; }
+    SchedulerView > #sched-columns { height: 1; color: $text-muted; text-style: bold; }
+    """
+
+    MAP_ROWS = 3
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.snapshot: EngineSnapshot | None = None
+        self.note = "waiting for the engine…"
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="sched-summary")
+        yield Static(id="sched-columns")
+        yield RequestTable(id="sched-table")
+
+    def on_mount(self) -> None:
+        self.border_title = "Scheduler"
+        self._draw_summary()
+
+    def apply(self, snap: EngineSnapshot | None, note: str = "") -> None:
+        """Draw a new engine snapshot (``note`` explains an absent one)."""
+        if snap is self.snapshot and note == self.note:
+            return
+        self.snapshot, self.note = snap, note or self.note
+        self.query_one(RequestTable).set_snapshot(snap)
+        self._draw_summary()
+
+    def on_resize(self) -> None:
+        self._draw_summary()
+
+    def _draw_summary(self) -> None:
+        if not self.is_mounted:
+            return
+        summary = self.query_one("#sched-summary", Static)
+        columns = self.query_one("#sched-columns", Static)
+        snap = self.snapshot
+        if snap is None:
+            self._set_summary(summary, [Text(self.note, style="dim italic", no_wrap=True, overflow="ellipsis")])
+            columns.update("", layout=False)
+            return
+        width = max(10, self.content_region.width - 8)
+        label = "arena" if snap.kv == "contiguous" else "pool "
+        rows = arena_map(snap, width, self.MAP_ROWS) if snap.kv == "contiguous" else pool_map(snap, width, 2)
+        map_lines = []
+        for i, line in enumerate(rows):
+            head = Text(label if i == 0 else "     ", style="bold")
+            head.append("  ")
+            map_lines.append(head + line)
+        table = self.query_one(RequestTable)
+        table.relayout()
+        lines = [header_text(snap), totals_text(snap.totals), *map_lines, legend_text(snap.kv, table.unit)]
+        self._set_summary(summary, lines)
+        cols = f"{'request':<{ID_W}} {'state':<{STATE_W}} {'prompt':>{NUM_W}}{'out':>{NUM_W}}{'pre':>{NUM_W}}  "
+        cols += "block table" if snap.kv == "paged" else "reservation (used/reserved slots)"
+        columns.update(Text(cols), layout=False)
+
+    @staticmethod
+    def _set_summary(summary: Static, lines: list[Text]) -> None:
+        """One line per Text (none wraps), so the height is known and a redraw needs no layout pass
+        unless the number of lines changed (a switch between the paged and contiguous layouts)."""
+        for line in lines:
+            line.no_wrap, line.overflow = True, "ellipsis"
+        if summary.styles.height is None or summary.styles.height.value != len(lines):
+            summary.styles.height = len(lines)
+        summary.update(Group(*lines), layout=False)
