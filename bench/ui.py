@@ -23,11 +23,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tui.profile import Profile  # noqa: E402
-from tui.ui import synthetic as syn  # noqa: E402
-from tui.ui.app import KVTuiApp  # noqa: E402
-from tui.ui.backend import FixedBackend  # noqa: E402
-from tui.ui.poller import parse_state  # noqa: E402
+from tui.profile import Profile
+from tui.ui import synthetic as syn
+from tui.ui.app import KVTuiApp
+from tui.ui.backend import FixedBackend
+from tui.ui.poller import parse_state
 
 SIZE = (200, 60)
 N_VARIANTS = 24
@@ -56,7 +56,10 @@ async def measure(app: KVTuiApp, bodies: list[bytes], hz: float | None, seconds:
         engine, gpu = await asyncio.to_thread(parse_state, bodies[i % len(bodies)])
         blocks = engine.totals.used_blocks
         stats = dataclasses.replace(base.stats, completed=base.stats.completed + i)
-        backend.publish(engine=engine, gpu=gpu, stats=stats, history=history[i % 60 :][:180])
+        changes = {"engine": engine, "gpu": gpu, "stats": stats}
+        if i % 5 == 0:  # the poller adds a chart point every 0.5 s
+            changes["history"] = history[(i // 5) % 60 :][:180]
+        backend.publish(**changes)
         i += 1
         if hz is not None:
             await asyncio.sleep(max(0.0, t0 + i / hz - loop.time()))

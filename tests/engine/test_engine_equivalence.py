@@ -88,3 +88,35 @@ def test_sampling_is_deterministic_per_seed(engine_factory, drive):
     assert first == again
     assert first["a"] == other["a"]  # a's own generator, untouched by b's seed
     assert first["b"] != other["b"]
+
+
+def test_length_grouped_decode_attention_matches_full_forward(engine_factory, drive, monkeypatch):
+    """Decode rows split into several context-length groups give the same logits."""
+    import tui.engine.model_runner as mr
+
+    monkeypatch.setattr(mr, "_GROUP_SPLIT_CELLS", 0)
+    assert mr._length_groups([100, 90, 40, 39, 10]) == [(0, 2), (2, 4), (4, 5)]
+    g = torch.Generator().manual_seed(3)
+    prompts = {f"r{i}": torch.randint(0, 256, (n,), generator=g).tolist() for i, n in enumerate([90, 7, 40, 3, 20])}
+    max_tokens = dict.fromkeys(prompts, 6)
+    for mode in ("continuous+paged", "continuous+contiguous"):
+        eng = engine_factory(mode, model="tiny", reservation="exact", max_model_len=256)
+        seen = record_logits(eng)
+        for rid, p in prompts.items():
+            eng.add_request(rid, p, max_tokens[rid])
+        got = drive(eng)
+        check_against_reference(eng, seen, got, prompts, max_tokens)
+
+
+def test_same_seed_and_calls_give_the_same_schedule_and_tokens(engine_factory, drive):
+    def run() -> tuple[dict, list]:
+        eng = engine_factory("continuous+paged", slots=10 * 16, max_num_batched_tokens=40)
+        for i in range(6):
+            eng.add_request(f"r{i}", [(7 * i + j) % 256 for j in range(10 + 9 * i)], 30,
+                            temperature=0.7 if i % 2 else 0.0, seed=i)
+        got = drive(eng)
+        sched = [(t.step, t.prefill_tokens, t.decode_tokens, t.batch_size, t.preempted) for t in eng.steps_since(0)]
+        assert eng.num_preemptions > 0
+        return got, sched
+
+    assert run() == run()

@@ -3,16 +3,32 @@
 from __future__ import annotations
 
 from collections import Counter
+from itertools import pairwise
 
 import hypothesis.strategies as st
+import torch
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from tui.engine.engine import FINISH_REASONS, Engine, RequestRejected
 from tui.engine.kv import ContiguousKV, PagedKV
+from tui.engine.model import PRESETS
 from tui.profile import DefensesConfig, EngineConfig, EngineMode
 
-from .conftest import FakeClock, budget_mb  # noqa: TID252
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+    def advance(self, dt: float) -> None:
+        self.t += dt
+
+
+def budget_mb(slots: int) -> float:
+    return slots * PRESETS["micro"].kv_bytes_per_token(torch.float32) / (1 << 20)
 
 MODES = [EngineMode("continuous", "paged"), EngineMode("static", "contiguous"),
          EngineMode("continuous", "contiguous"), EngineMode("static", "paged")]
@@ -105,9 +121,9 @@ class EngineMachine(RuleBasedStateMachine):
             assert isinstance(kv, ContiguousKV)
             assert set(kv.reservations) <= holders
             spans = sorted((r.start, r.start + r.length) for r in kv.reservations.values())
-            for (_, end), (start, _) in zip(spans, spans[1:], strict=False):
+            for (_, end), (start, _) in pairwise(spans):
                 assert end <= start, "overlapping reservations"
-            assert all(0 <= s and e <= kv.num_slots for s, e in spans)
+            assert all(s >= 0 and e <= kv.num_slots for s, e in spans)
             t = eng.totals()
             assert t.reserved_slots + t.free_slots == t.total_slots
         for r in eng.scheduler.running:

@@ -43,6 +43,7 @@ class FakeServer:
         self.prompt_tokens = 0
         self.generation_tokens = 0
         self.bodies: list[dict] = []
+        self.active = 0  # streams being served (the fake's "KV usage" is active / 100)
         self._lock = threading.Lock()
         app = Starlette(
             routes=[
@@ -103,7 +104,9 @@ class FakeServer:
             f'vllm:prompt_tokens_total{{model_name="fake"}} {float(self.prompt_tokens)}\n'
             "# TYPE vllm:generation_tokens_total counter\n"
             f'vllm:generation_tokens_total{{model_name="fake"}} {float(self.generation_tokens)}\n'
-            'vllm:num_requests_running{model_name="fake"} 0.0\n'
+            f'vllm:num_requests_running{{model_name="fake"}} {float(self.active)}\n'
+            f'vllm:kv_cache_usage_perc{{model_name="fake"}} {min(1.0, self.active / 100)}\n'
+            'vllm:num_preemptions_total{model_name="fake"} 7.0\n'
         )
         return PlainTextResponse(text)
 
@@ -152,6 +155,16 @@ class FakeServer:
                 choice = {"index": 0, "text": text, "finish_reason": finish}
             return "data: " + json.dumps({"id": "x", "object": "chunk", "choices": [choice]}) + "\n\n"
 
+        with self._lock:
+            self.active += 1
+        try:
+            async for event in self._events(chat, prompt_len, max_tokens, fault, usage_on, chunk):
+                yield event
+        finally:
+            with self._lock:
+                self.active -= 1
+
+    async def _events(self, chat, prompt_len, max_tokens, fault, usage_on, chunk):
         if chat:
             yield "data: " + json.dumps({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
                                                       "finish_reason": None}]}) + "\n\n"

@@ -13,7 +13,13 @@ from hypothesis import strategies as st
 from tui.load.records import REQUEST_SCHEMA, RequestRecord, rows_to_table
 from tui.metrics import stats
 from tui.metrics.prom import parse_server_gauges, token_counters
-from tui.metrics.summary import compare_table, reconciliation_lines, summary_table, to_markdown
+from tui.metrics.summary import (
+    client_delay_lines,
+    compare_table,
+    reconciliation_lines,
+    summary_table,
+    to_markdown,
+)
 from tui.metrics.window import RollingWindow
 from tui.profile import SloConfig
 
@@ -135,6 +141,9 @@ def test_summary_table_uses_the_same_definitions():
     assert len(lines) == 1 and "MISMATCH" in lines[0]
     md = to_markdown(df, "t", SloConfig(ttft_ms=200))
     assert "| s | continuous+paged |" in md and "TTFT <= 200 ms" in md
+    assert client_delay_lines(df) == []  # 1 ms of dispatch lag, no client wait: nothing to say
+    slow = df.with_columns(pl.lit(80.0).alias("client_wait_p99_ms"))
+    assert len(client_delay_lines(slow)) == 2 and "80.0 ms" in client_delay_lines(slow)[0]
     cmp = compare_table(df, df)
     assert set(cmp.get_column("change_pct").drop_nulls().to_list()) == {0.0}
 

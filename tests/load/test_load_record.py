@@ -89,6 +89,9 @@ def test_record_writes_everything_and_report_reads_it(fake_server, tmp_path, mon
     assert summary.get_column("requests").to_list() == [12, 20]
     # reconciliation: the fake counts what it served; 429s and warm-ups are outside the client totals
     assert summary.get_column("server_completion_tokens").to_list() == summary.get_column("completion_tokens").to_list()
+    # a remote server's own gauges fill the KV and preemption columns (the fake's counter stays at 7)
+    assert summary.get_column("preemptions").to_list() == [0, 0]
+    assert summary.get_column("kv_use_peak_pct").null_count() == 0
     info = json.loads((out / "run.json").read_text())
     assert info["partial"] is False and info["exit_code"] == 0
     printed = capsys.readouterr().out
@@ -206,3 +209,14 @@ def test_profile_toml_round_trips_the_builtin_profile(tmp_path):
     p.write_text(profile_toml(Profile()), encoding="utf-8")
     again = load_profile(p)
     assert again.workload == Profile().workload and again.record == Profile().record and again.load == Profile().load
+
+
+def test_records_of_an_older_run_without_a_column_still_read(tmp_path):
+    import pyarrow as pa
+
+    old = pa.table({"request_id": ["a"], "index": [0], "stage": ["s"], "mode": ["m"], "warmup": [False],
+                    "scheduled_t": [1.0], "status": ["ok"]})
+    pq.write_table(old, tmp_path / "requests.parquet")
+    table = read_records(tmp_path)
+    assert table.num_rows == 1 and table.column("wire_t").null_count == 1
+    assert table.column("status").to_pylist() == ["ok"]

@@ -178,3 +178,16 @@ async def test_api_key_goes_as_bearer_and_never_into_reasons(fake_server, monkey
     _, recs = await run(profile(echo.base_url, api_key_env="LOADTEST_KEY"), n=2)
     assert [r.status for r in recs] == ["http_401", "http_401"]
     assert all("sk-wrong-key-123" not in r.reason and "***" in r.reason for r in recs)
+
+
+async def test_restarting_continues_indices_and_ids(fake_server):
+    srv = fake_server(FakeConfig())
+    recs: list[RequestRecord] = []
+    runner = LoadRunner(profile(srv.base_url, rate=200, out_len=2), on_record=recs.append)
+    for _ in range(2):  # the dashboard stops and starts the same runner
+        await runner.start(num_requests=5)
+        await runner.wait_scheduled()
+        await runner.stop(grace_s=5.0)
+    await runner.aclose()
+    assert sorted(r.index for r in recs) == list(range(10))
+    assert len({r.request_id for r in recs}) == 10

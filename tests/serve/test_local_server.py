@@ -33,6 +33,13 @@ def test_serve_main_refuses_an_unset_key_variable(monkeypatch, capsys):
     assert "KVTUI_TEST_NO_SUCH_KEY" in capsys.readouterr().err
 
 
+def test_serve_main_warns_about_a_non_loopback_host(monkeypatch, capsys):
+    monkeypatch.delenv("KVTUI_TEST_NO_SUCH_KEY", raising=False)
+    assert serve_main(PROFILE, host="0.0.0.0", port=0, api_key_env="KVTUI_TEST_NO_SUCH_KEY") == 2
+    err = capsys.readouterr().err
+    assert "WARNING" in err and "0.0.0.0" in err
+
+
 def test_start_serve_drain_on_stop():
     srv = LocalServer(PROFILE).start()
     try:
@@ -41,7 +48,7 @@ def test_start_serve_drain_on_stop():
         r = cl.completions.create(model="kvtui-tiny", prompt="hello", max_tokens=4, extra_body={"ignore_eos": True})
         assert r.usage.completion_tokens == 4
         with httpx.Client(timeout=30, trust_env=False) as c:
-            body = {"prompt": "in flight", "max_tokens": 50, "stream": True, "ignore_eos": True,
+            body = {"prompt": "in flight", "max_tokens": 400, "stream": True, "ignore_eos": True,
                     "stream_options": {"include_usage": True}}
             with c.stream("POST", srv.base_url + "/completions", json=body) as resp:
                 lines = resp.iter_lines()
@@ -59,7 +66,7 @@ def test_start_serve_drain_on_stop():
                 assert refused.status_code == 503 and refused.json()["error"]["code"] == "draining"
                 c.post(srv.root_url + "/kvtui/v1/resume")
                 rest = [line for line in lines if line.startswith("data: ")]
-            assert rest[-1] == "data: [DONE]" and '"completion_tokens":50' in rest[-2]
+            assert rest[-1] == "data: [DONE]" and '"completion_tokens":400' in rest[-2]
         stopper.join(30)
         assert codes == [0]  # drained, then exited cleanly
     finally:

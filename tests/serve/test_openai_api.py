@@ -123,3 +123,13 @@ def test_fast_chunks_equal_the_plain_ones(chat):
     usage = head.usage_chunk(3, 4)
     assert usage["choices"] == [] and usage["usage"] == {"prompt_tokens": 3, "completion_tokens": 4,
                                                          "total_tokens": 7}
+
+
+def test_the_api_server_side_never_imports_torch_or_textual():
+    import subprocess
+    import sys
+
+    code = ("import sys, tui.serve.app, tui.serve.local, tui.metrics.gpu; "
+            "print(sorted(m for m in ('torch', 'textual') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "[]"  # torch lives in the engine process only

@@ -71,23 +71,28 @@ def test_pause_then_step_advances_exactly_one_step(fresh_server, client, poll):
     assert not _ctl(srv, client, "resume")["paused"]
 
 
-def test_disconnect_mid_stream_frees_blocks(server, client, poll):
+def test_disconnect_mid_stream_frees_blocks(fresh_server, client, poll):
+    server = fresh_server
     body = {"model": MODEL, "prompt": "a long story", "max_tokens": 200, "stream": True, "ignore_eos": True}
     with httpx.Client(timeout=30, trust_env=False) as c, \
             c.stream("POST", server.base_url + "/completions", json=body) as r:
         it = r.iter_lines()
-        got = [next(it) for _ in range(6)]
-        assert any(line.startswith("data: ") for line in got)
-        rid = json.loads(next(line for line in got if line.startswith("data: "))[6:])["id"]
-        held = next(q for q in server.state(client)["requests"] if q["request_id"] == rid)
-        assert held["blocks"] and held["state"] in ("running", "prefilling")
-    # the client closed the connection mid-stream: the request is aborted and its blocks freed
+        first = next(line for line in it if line.startswith("data: "))
+        rid = json.loads(first[6:])["id"]
+        state = _ctl(server, client, "pause")  # hold it mid-stream
+        held = next(q for q in state["requests"] if q["request_id"] == rid)
+        assert held["blocks"] and held["state"] == "running" and held["output_tokens"] < 200
+        assert state["totals"]["used_blocks"] > 0
+    # the client closed the connection mid-stream: the request is aborted and its blocks freed at once,
+    # even though the engine is paused and takes no step
+
     def freed() -> bool:
         s = server.state(client)
         mine = [q for q in s["requests"] if q["request_id"] == rid]
         return s["totals"]["used_blocks"] == 0 and all(q["state"] == "finished" and not q["blocks"] for q in mine)
 
     poll(freed)
+    assert server.app.state.serve.counters.active == 0
 
 
 def test_disconnect_while_waiting_non_streaming_aborts(fresh_server, client, poll):

@@ -11,7 +11,7 @@ from tui.profile import Profile, TargetConfig
 from tui.ui import synthetic as syn
 from tui.ui.app import KVTuiApp
 from tui.ui.backend import FixedBackend, target_info
-from tui.ui.gpu import gpu_renderable
+from tui.ui.gpu import gpu_text
 from tui.ui.latency import LatencyChart
 from tui.ui.model import DashboardSnapshot, HistoryPoint
 from tui.ui.paint import fmt_s, gauge
@@ -22,6 +22,10 @@ def plain(renderable, width: int = 100) -> str:
     console = Console(width=width, record=True, color_system=None, file=open("/dev/null", "w"))  # noqa: SIM115
     console.print(renderable)
     return console.export_text()
+
+
+def text_of(lines) -> str:
+    return "\n".join(line.plain for line in lines)
 
 
 def engine(kv: str, requests: tuple[RequestView, ...], totals: KVTotals, segments=()) -> EngineSnapshot:
@@ -48,7 +52,7 @@ def test_arena_map_shows_the_hole_between_reservations():
     tot = KVTotals("contiguous", total_slots=48, used_slots=16, reserved_slots=32, largest_hole=16, free_slots=16)
     snap = engine("contiguous", (), tot, segs)
     (line,) = arena_map(snap, width=3, rows=1)
-    assert line.plain == "█·░"  # used, hole, reserved-but-unused
+    assert "".join(seg.text for seg in line) == "█·░"  # used, hole, reserved-but-unused
 
 
 def test_totals_name_waste_hole_and_fragmentation():
@@ -113,7 +117,7 @@ async def test_latency_chart_scales_each_band_to_its_peak():
         chart = app.query_one(LatencyChart)
         top = chart.render_line(0).text
         assert top.startswith("TTFT P50") and fmt_s(0.8) in top
-        shown, band_h = chart._bands()
+        _, band_h = chart._bands()
         bottom_of_first_band = chart.render_line(band_h - 1).text
         assert bottom_of_first_band.rstrip().endswith("█")  # the peak fills its band
         assert "max 800ms" in bottom_of_first_band or band_h == 1
@@ -121,16 +125,16 @@ async def test_latency_chart_scales_each_band_to_its_peak():
 
 def test_gpu_pane_states():
     eng = syn.paged_engine(1, n_requests=4)
-    no_gpu = plain(gpu_renderable(syn.dashboard(eng, gpu_note="no NVIDIA driver"), 60))
-    assert "No NVIDIA GPU: no NVIDIA driver" in no_gpu
+    no_gpu = text_of(gpu_text(syn.dashboard(eng, gpu_note="no NVIDIA driver"), 60))
+    assert "No NVIDIA GPU\nno NVIDIA driver" in no_gpu
     assert "busy" in no_gpu and "62% of wall" in no_gpu and "KV use" in no_gpu
-    two = plain(gpu_renderable(syn.dashboard(eng, gpu=syn.gpus(2)), 60))
+    two = text_of(gpu_text(syn.dashboard(eng, gpu=syn.gpus(2)), 60))
     assert "GPU0" in two and "GPU1" in two and "61% GPM" in two and "no GPM" in two
     assert "71.0/80.0 GiB" in two
     profile = Profile(target=TargetConfig(kind="openai", base_url="http://h:1/v1", model="m"))
     remote = syn.dashboard(None, server=ServerGauges(kv_cache_usage=0.5, num_running=3, num_waiting=1,
                                                      num_preemptions=0), target=target_info(profile))
-    text = plain(gpu_renderable(remote, 60))
+    text = text_of(gpu_text(remote, 60))
     assert "http://h:1/metrics" in text and "50%" in text and "running    3" in text
 
 
@@ -142,6 +146,6 @@ def test_gauge_has_the_asked_width():
 
 
 def test_many_gpus_get_one_line_each():
-    text = plain(gpu_renderable(syn.dashboard(None, gpu=syn.gpus(8)), 60))
+    text = text_of(gpu_text(syn.dashboard(None, gpu=syn.gpus(8)), 60))
     lines = [ln for ln in text.splitlines() if ln.startswith("GPU")]
     assert len(lines) == 8 and "8 × NVIDIA H100" in text

@@ -132,7 +132,10 @@ async def test_command_palette_runs_a_dashboard_command():
         await pilot.press("enter")
         await pilot.pause()
         assert app.backend.load.rate == 2.5
-        assert "palette is open" in str(app.query_one(StatusLine).render())
+        assert "palette is open" in app.query_one(StatusLine).plain
+        # What was typed into the palette's search went there, not to the dashboard's bindings.
+        assert app.backend.load.arrival == "poisson" and not app.backend.load.running
+        assert not app.backend.defenses.truncate_prompt_to
 
 
 async def test_snapshot_updates_are_coalesced():
@@ -146,7 +149,7 @@ async def test_snapshot_updates_are_coalesced():
         await pilot.pause()
         assert app.applied - drawn <= 2  # fifty publications, one or two redraws
         assert app.snapshot is not None and app.snapshot.status == "update 49"
-        assert "update 49" in str(app.query_one(StatusLine).render())
+        assert "update 49" in app.query_one(StatusLine).plain
 
 
 async def test_scheduler_table_draws_only_what_is_on_screen():

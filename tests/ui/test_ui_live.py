@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import socket
 import threading
 import time
@@ -31,7 +32,7 @@ SIZE = (160, 48)
 PROFILE = Profile(
     engine=EngineConfig(model="tiny", device="cpu", threads=1, kv_budget_mb=4.0, max_model_len=256,
                         max_num_seqs=16, max_num_batched_tokens=512),
-    workload=WorkloadConfig(prompt_len=LengthDist(value=24), output_len=LengthDist(value=96)),
+    workload=WorkloadConfig(prompt_len=LengthDist(value=24), output_len=LengthDist(value=32)),
     load=LoadConfig(rate=20.0, arrival="constant"),
 )
 
@@ -79,6 +80,8 @@ async def test_pause_and_step_the_local_engine_with_keys(fresh_engine: LocalServ
         assert any(after.get(rid, 0) > n for rid, n in tokens.items())  # one iteration made progress
         await pilot.press("n")  # the other step key
         await until(pilot, lambda: engine_of(app).step == step + 2)
+        await pilot.click("#engine-step")  # and the button
+        await until(pilot, lambda: engine_of(app).step == step + 3)
         await pilot.press("p")
         await until(pilot, lambda: not engine_of(app).paused)
         await pilot.press("space")
@@ -120,6 +123,35 @@ async def test_rate_keys_change_the_running_load(fresh_engine: LocalServer):
         await until(pilot, lambda: not app.backend.load.running)
 
 
+async def test_remote_target_shows_the_server_gauges_from_its_metrics(local_server: LocalServer):
+    """Any OpenAI-compatible server: the dashboard reads its /metrics (vLLM names) and runs load."""
+    profile = dataclasses.replace(
+        PROFILE, target=TargetConfig(kind="openai", base_url=local_server.base_url, model="kvtui-tiny")
+    )
+    app = KVTuiApp(LiveBackend(profile), live=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.backend.latest.server is not None)
+        assert app.backend.latest.server.kv_cache_usage is not None
+        assert app.backend.latest.engine is None  # no control API is used on a remote target
+        await pilot.press("space")  # preflight, then load
+        await until(pilot, lambda: app.backend.latest.stats.completed > 0)
+        await until(pilot, lambda: (app.backend.latest.server.generation_tokens or 0) > 0)
+        await pilot.press("space")
+        await until(pilot, lambda: not app.backend.load.running)
+
+
+async def test_the_dashboard_starts_and_stops_its_own_local_server():
+    """`kvtui` with no target: the backend starts `kvtui serve` on loopback and stops it on quit."""
+    backend = LiveBackend(PROFILE)
+    app = KVTuiApp(backend, live=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: engine_of(app) is not None)
+        server = backend.server
+        assert server is not None and server.alive and server.root_url.startswith("http://127.0.0.1:")
+        await pilot.press("q")
+    assert backend.server is None and not server.alive
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -133,7 +165,7 @@ async def test_unreachable_target_shows_in_the_status_line():
         await until(pilot, lambda: "target unreachable" in app.backend.latest.status)
         await pilot.pause()
         assert app.backend.latest.status_level == "error"
-        assert "target unreachable" in str(app.query_one(StatusLine).render())
+        assert "target unreachable" in app.query_one(StatusLine).plain
         await pilot.press("p")  # the app keeps running and keeps answering keys
         await pilot.press("plus")
         assert app.backend.load.rate == nudge_rate(20.0, up=True)

@@ -86,21 +86,21 @@ class RotaryEmbedding(nn.Module):
         self._cos = torch.empty(0)
         self._sin = torch.empty(0)
 
-    def _table(self, n: int, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        if self._cos.shape[0] < n or self._cos.device != device or self._cos.dtype != dtype:
+    def _table(self, n: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._cos.shape[0] < n or self._cos.device != device:
             size = max(n, 2 * self._cos.shape[0], 1024)
             t = torch.arange(size, dtype=torch.float32, device=device)
             freqs = torch.outer(t, self.inv_freq.to(device))
-            self._cos, self._sin = freqs.cos().to(dtype), freqs.sin().to(dtype)
+            self._cos, self._sin = freqs.cos(), freqs.sin()
         return self._cos, self._sin
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """x: [T, heads, D]; positions: [T]."""
-        cos_t, sin_t = self._table(int(positions.max()) + 1, x.device, x.dtype)
+        """x: [T, heads, D]; positions: [T]. Rotated in float32 (bf16 angles drift at long positions)."""
+        cos_t, sin_t = self._table(int(positions.max()) + 1, x.device)
         cos = cos_t[positions].unsqueeze(1)
         sin = sin_t[positions].unsqueeze(1)
-        x1, x2 = x.chunk(2, dim=-1)
-        return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+        x1, x2 = x.float().chunk(2, dim=-1)
+        return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
 
 
 def _llama3_scaled(inv_freq: torch.Tensor, s: dict) -> torch.Tensor:

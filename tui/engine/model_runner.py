@@ -7,12 +7,20 @@ for both layouts (the paged view is ``[num_blocks, block_size, kv_heads, head_di
    positions and the slot each token's K/V is written to;
 2. runs the model; in each layer the attention callback scatters the new K/V into their slots and
    attends:
-   - decodes as one batch: each request's context is gathered into a preallocated buffer
-     (paged: whole blocks by block-table index, so one copy per block; contiguous: its range),
-     padded to the longest context in the batch and masked, never to the model's max length;
+   - decodes in a few batches of similar context length (rows sorted longest first, cut where the
+     padding saved outweighs a kernel launch): each request's context is gathered into a reused
+     buffer (paged: whole blocks by block-table index, one copy per block; contiguous: its range),
+     padded to the longest context of its group and masked; only blocks a request holds are read;
+     the query heads sharing a KV head ride the query-length axis, so GQA makes no K/V copy;
    - each prefill chunk on its own: a fresh prompt attends over its own K/V (causal), a later chunk
      over the context gathered from the cache;
 3. returns the logits of the last token of every request whose chunk reaches its end.
+
+Padding rows (finished members of a static batch) attend over their context like any decode, write
+their K/V to one scratch slot past the pool, and are never sampled.
+
+On CUDA the same path runs (SDPA over the gathered blocks); an in-place paged kernel was not wired
+in because no GPU was available to measure one against it.
 """
 
 from __future__ import annotations
@@ -37,16 +45,40 @@ class _Prefill:
 
 
 @dataclass
+class _DecodeGroup:
+    """Decode rows ``[start, end)`` (sorted by context, longest first) attended together."""
+
+    start: int
+    end: int
+    index: torch.Tensor  # paged: [rows * blocks] block ids; contiguous: [rows * length] slots
+    length: int  # padded context length of the group
+    mask: torch.Tensor | None  # [rows, 1, 1, length] True where a slot holds context; None: all do
+
+
+@dataclass
 class _StepMeta:
     """Everything the attention callback needs for one step; built once, used by every layer."""
 
     slot_mapping: torch.Tensor  # [T] where each token's K/V goes
-    num_decodes: int
-    decode_index: torch.Tensor | None  # paged: [B * max_blocks] block ids; contiguous: [B * L] slots
-    decode_len: int  # padded context length L
-    decode_mask: torch.Tensor | None  # [B, 1, 1, L] True where a slot holds context
+    groups: list[_DecodeGroup]
     prefills: list[_Prefill]
     paged: bool
+
+
+# A separate decode group costs a few kernel launches; split only when the padding it saves is larger
+# than about this many (row x context-token) cells.
+_GROUP_SPLIT_CELLS = 8192
+
+
+def _length_groups(ctx: list[int]) -> list[tuple[int, int]]:
+    """Cut contexts sorted longest first into groups whose padding to the group's longest is small."""
+    groups, start, n = [], 0, len(ctx)
+    for j in range(1, n):
+        if ctx[j] * 2 <= ctx[start] and (n - j) * (ctx[start] - ctx[j]) > _GROUP_SPLIT_CELLS:
+            groups.append((start, j))
+            start = j
+    groups.append((start, n))
+    return groups
 
 
 class ModelRunner:
@@ -67,12 +99,15 @@ class ModelRunner:
         self.v_cache = [torch.zeros(shape, device=self.device, dtype=self.dtype) for _ in range(cfg.num_layers)]
         self._kbuf = torch.empty(0, device=self.device, dtype=self.dtype)
         self._vbuf = torch.empty(0, device=self.device, dtype=self.dtype)
+        # when a list, each step's prepared forward inputs are appended (the benchmark replays them)
+        self.trace: list[tuple] | None = None
 
     # -- public --------------------------------------------------------------------------------------
 
     def execute(self, chunks: list[ScheduledChunk], kv: KVManager) -> tuple[list[Request], torch.Tensor]:
         """Run one step; the requests that sample a token now and their logits ``[N, vocab]``."""
-        decodes = [c for c in chunks if c.num_new == 1]
+        # decodes longest context first, so rows of similar length can be attended as one group
+        decodes = sorted((c for c in chunks if c.num_new == 1), key=lambda c: -c.request.num_computed)
         prefills = [c for c in chunks if c.num_new != 1]
         tokens: list[int] = []
         positions: list[int] = []
@@ -109,8 +144,14 @@ class ModelRunner:
         meta = self._meta(decodes, prefills, kv, slot_all)
         input_ids = torch.tensor(tokens, dtype=torch.long, device=dev)
         idx = torch.tensor(sample_idx, dtype=torch.long, device=dev)
+        if self.trace is not None:
+            self.trace.append((input_ids, pos_all.to(dev), meta, idx))
         logits = self.model(input_ids, pos_all.to(dev), lambda i, q, k, v: self._attend(meta, i, q, k, v), idx)
         return sample_reqs, logits
+
+    def replay(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: _StepMeta, idx: torch.Tensor) -> torch.Tensor:
+        """Run a traced step's forward again: the model and attention work alone, no bookkeeping."""
+        return self.model(input_ids, positions, lambda i, q, k, v: self._attend(meta, i, q, k, v), idx)
 
     # -- metadata ------------------------------------------------------------------------------------
 
@@ -134,27 +175,11 @@ class ModelRunner:
               slot_all: torch.Tensor) -> _StepMeta:
         dev = self.device
         paged = isinstance(kv, PagedKV)
-        decode_index = decode_mask = None
-        decode_len = 0
+        groups: list[_DecodeGroup] = []
         if decodes:
             ctx = [c.request.num_computed + (0 if c.padding else 1) for c in decodes]
-            if isinstance(kv, PagedKV):
-                bs = kv.block_size
-                nb = -(-max(ctx) // bs)
-                rows: list[int] = []
-                for c in decodes:
-                    t = kv.tables[c.request.request_id][:nb]
-                    rows += t
-                    rows += [0] * (nb - len(t))  # padding points at block 0 and is masked off
-                decode_index = torch.tensor(rows, dtype=torch.long)
-                decode_len = nb * bs
-            else:
-                decode_len = max(ctx)
-                starts = torch.tensor([kv.start(c.request.request_id) for c in decodes], dtype=torch.long)
-                decode_index = (starts[:, None] + torch.arange(decode_len)).clamp_(max=self.num_slots - 1).view(-1)
-            lens = torch.tensor(ctx, dtype=torch.long)
-            decode_mask = (torch.arange(decode_len)[None, :] < lens[:, None]).view(len(decodes), 1, 1, decode_len)
-            decode_index, decode_mask = decode_index.to(dev), decode_mask.to(dev)
+            for start, end in _length_groups(ctx):
+                groups.append(self._decode_group(decodes[start:end], ctx[start:end], kv, start))
         pre: list[_Prefill] = []
         offset = len(decodes)
         for c in prefills:
@@ -164,7 +189,29 @@ class ModelRunner:
                 index = self._slot_range(kv, c.request.request_id, torch.arange(s + n)).to(dev)
             pre.append(_Prefill(offset, n, s, index))
             offset += n
-        return _StepMeta(slot_all.to(dev), len(decodes), decode_index, decode_len, decode_mask, pre, paged)
+        return _StepMeta(slot_all.to(dev), groups, pre, paged)
+
+    def _decode_group(self, decodes: list[ScheduledChunk], ctx: list[int], kv: KVManager, start: int) -> _DecodeGroup:
+        dev = self.device
+        if isinstance(kv, PagedKV):
+            bs = kv.block_size
+            nb = -(-ctx[0] // bs)
+            rows: list[int] = []
+            for c in decodes:
+                t = kv.tables[c.request.request_id][:nb]
+                rows += t
+                rows += [0] * (nb - len(t))  # padding points at block 0 and is masked off
+            index = torch.tensor(rows, dtype=torch.long)
+            length = nb * bs
+        else:
+            length = ctx[0]
+            starts = torch.tensor([kv.start(c.request.request_id) for c in decodes], dtype=torch.long)
+            index = (starts[:, None] + torch.arange(length)).clamp_(max=self.num_slots - 1).view(-1)
+        mask = None
+        if ctx[-1] != length:
+            lens = torch.tensor(ctx, dtype=torch.long)
+            mask = (torch.arange(length)[None, :] < lens[:, None]).view(len(decodes), 1, 1, length).to(dev)
+        return _DecodeGroup(start, start + len(decodes), index.to(dev), length, mask)
 
     # -- attention -----------------------------------------------------------------------------------
 
@@ -177,7 +224,7 @@ class ModelRunner:
             buf = torch.empty(need, device=self.device, dtype=self.dtype)
             setattr(self, buf_name, buf)
         if paged:
-            src = cache.view(-1, self.block_size, self.kv_heads, self.head_dim)
+            src = cache[: self.num_slots].view(-1, self.block_size, self.kv_heads, self.head_dim)
             out = buf[:need].view(index.shape[0], self.block_size, self.kv_heads, self.head_dim)
         else:
             src = cache
@@ -190,15 +237,15 @@ class ModelRunner:
         kc.index_copy_(0, meta.slot_mapping, k)
         vc.index_copy_(0, meta.slot_mapping, v)
         out = torch.empty_like(q)
-        b = meta.num_decodes
-        if b:
-            kk = self._gather(kc, "_kbuf", meta.decode_index, meta.paged, b, meta.decode_len)
-            vv = self._gather(vc, "_vbuf", meta.decode_index, meta.paged, b, meta.decode_len)
-            o = F.scaled_dot_product_attention(
-                q[:b].unsqueeze(2), kk.transpose(1, 2), vv.transpose(1, 2), attn_mask=meta.decode_mask,
-                enable_gqa=True,
-            )
-            out[:b] = o.squeeze(2)
+        for g in meta.groups:
+            rows = g.end - g.start
+            kk = self._gather(kc, "_kbuf", g.index, meta.paged, rows, g.length)
+            vv = self._gather(vc, "_vbuf", g.index, meta.paged, rows, g.length)
+            # one query token per row: fold each KV head's group of query heads into the query-length
+            # axis, [rows, kv_heads, group, D], so no K/V copy is made for grouped-query attention
+            qg = q[g.start : g.end].view(rows, self.kv_heads, -1, self.head_dim)
+            o = F.scaled_dot_product_attention(qg, kk.transpose(1, 2), vv.transpose(1, 2), attn_mask=g.mask)
+            out[g.start : g.end] = o.view(rows, -1, self.head_dim)
         for p in meta.prefills:
             qp = q[p.offset : p.offset + p.num_new].transpose(0, 1)
             if p.context_index is None:

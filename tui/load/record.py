@@ -28,7 +28,8 @@ import httpx
 from tui.load.records import PartWriter, RequestRecord, now, read_records
 from tui.load.runner import LoadRunner, make_target
 from tui.load.target import OpenAITarget, PreflightError, root_url
-from tui.metrics.prom import token_counters
+from tui.metrics.prom import parse_server_gauges
+from tui.metrics.types import ServerGauges
 from tui.metrics.window import RollingWindow
 from tui.profile import Profile, Stage, to_dict
 
@@ -220,8 +221,12 @@ class Recorder:
             await runner.warmup(self.profile.load.warmup_requests, timeout_s=rec_cfg.drain_timeout_s)
             if local:
                 step_base = await self._engine_step(target, root, step_base)
-        counters_before = await self._counters(target, root)
-        poller = asyncio.create_task(self._poll_engine(target, root, stage.name, mode, step_base)) if local else None
+        before = await self._gauges(target, root)
+        kv_samples: list[float] = []  # a remote server's own KV gauge, when it has one
+        if local:
+            poller = asyncio.create_task(self._poll_engine(target, root, stage.name, mode, step_base))
+        else:
+            poller = asyncio.create_task(self._poll_server_kv(target, root, kv_samples))
         stop_wait = asyncio.create_task(self._stop.wait())
         try:
             with self._progress(stage, mode):
@@ -246,11 +251,15 @@ class Recorder:
         if local:
             with contextlib.suppress(httpx.HTTPError, ValueError):
                 await self._collect_steps(target, root, stage.name, mode, self._steps_seen)
-        counters_after = await self._counters(target, root)
-        if counters_before[0] is not None and counters_after[0] is not None:
-            note["server_prompt_tokens"] = counters_after[0] - counters_before[0]
-        if counters_before[1] is not None and counters_after[1] is not None:
-            note["server_completion_tokens"] = counters_after[1] - counters_before[1]
+        after = await self._gauges(target, root)
+        for key, field in (("server_prompt_tokens", "prompt_tokens"), ("server_completion_tokens", "generation_tokens"),
+                           ("server_preemptions", "num_preemptions")):
+            b, a = getattr(before, field), getattr(after, field)
+            if a is not None and b is not None:
+                note[key] = a - b
+        if kv_samples:
+            note["server_kv_mean"] = sum(kv_samples) / len(kv_samples)
+            note["server_kv_peak"] = max(kv_samples)
         note["partial"] = self._stop.is_set()
         note["ended_t"] = now()
         w = window.stats()
@@ -332,15 +341,24 @@ class Recorder:
                 gpu = resp.json().get("gpu") or []
                 self._writers["gpu"].add_many([{**g, "stage": stage, "mode": mode} for g in gpu])
 
-    async def _counters(self, target: OpenAITarget, root: str) -> tuple[float | None, float | None]:
-        """The server's (prompt, generation) token counters, or Nones when it has no /metrics."""
+    async def _gauges(self, target: OpenAITarget, root: str) -> ServerGauges:
+        """The server's own ``/metrics`` gauges and counters (all None when it has no /metrics)."""
         try:
             resp = await target.client.get(f"{root}/metrics", timeout=10.0)
         except httpx.HTTPError:
-            return None, None
+            return ServerGauges()
         if resp.status_code != 200:
-            return None, None
-        return token_counters(resp.text)
+            return ServerGauges()
+        return parse_server_gauges(resp.text)
+
+    async def _poll_server_kv(self, target: OpenAITarget, root: str, samples: list[float]) -> None:
+        """A remote server's KV-cache gauge (vLLM's kv_cache_usage_perc) as the stage starts, then each second."""
+        while True:
+            kv = (await self._gauges(target, root)).kv_cache_usage
+            if kv is None:
+                return  # this server does not report it
+            samples.append(kv)
+            await asyncio.sleep(POLL_EVERY_S)
 
     # -- progress, flushing, the end ----------------------------------------------------------------
 
@@ -411,9 +429,9 @@ class Recorder:
         (self.out / "summary.md").write_text(to_markdown(table, title, self.profile.slo), encoding="utf-8")
         if table.height:
             self.console.print(to_rich(table, title))
-            from tui.metrics.summary import reconciliation_lines
+            from tui.metrics.summary import client_delay_lines, reconciliation_lines
 
-            for line in reconciliation_lines(table):
+            for line in reconciliation_lines(table) + client_delay_lines(table):
                 self.console.print(line, markup=False, highlight=False)
         self.err.print(f"records written to {self.out} ({read_records(self.out).num_rows} requests)", highlight=False)
 

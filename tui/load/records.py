@@ -204,11 +204,20 @@ class PartWriter:
         return final
 
 
+def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table`` with exactly ``schema``'s columns: a column an older run lacks reads as nulls."""
+    cols = [
+        table.column(f.name).cast(f.type) if f.name in table.column_names else pa.nulls(table.num_rows, f.type)
+        for f in schema
+    ]
+    return pa.Table.from_arrays(cols, schema=schema)
+
+
 def _read_parts(parts_dir: Path, schema: pa.Schema) -> pa.Table:
     tables = [pq.read_table(p) for p in sorted(parts_dir.glob("part-*.parquet"))]
     if not tables:
         return schema.empty_table()
-    return pa.concat_tables([t.select(schema.names).cast(schema) for t in tables])
+    return pa.concat_tables([_conform(t, schema) for t in tables])
 
 
 def read_records(run_dir: Path, name: str = "requests") -> pa.Table:
@@ -218,7 +227,7 @@ def read_records(run_dir: Path, name: str = "requests") -> pa.Table:
     tables = []
     final = run_dir / f"{name}.parquet"
     if final.is_file():
-        tables.append(pq.read_table(final).select(schema.names).cast(schema))
+        tables.append(_conform(pq.read_table(final), schema))
     parts = run_dir / ".parts" / name
     if parts.is_dir():
         tables.append(_read_parts(parts, schema))

@@ -9,7 +9,6 @@ it has a :class:`RequestRecord` that is handed to ``on_record`` exactly once, wh
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 from collections.abc import Callable
 from typing import Any
@@ -129,8 +128,7 @@ class LoadRunner:
     async def wait_scheduled(self) -> None:
         """Wait until the pacer has scheduled its last request (``num_requests``/``duration_s`` reached or stopped)."""
         if self._pacer is not None:
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.shield(self._pacer)
+            await asyncio.shield(self._pacer)  # shielded: a cancelled waiter must not stop the pacer
 
     async def drain(self, timeout_s: float, reason: str = "drain timeout") -> None:
         """Wait up to ``timeout_s`` for in-flight requests, then cancel the rest (status cancelled)."""
@@ -210,7 +208,7 @@ class LoadRunner:
         loop = asyncio.get_running_loop()
         sched = self._schedule
         assert sched is not None
-        i = 0
+        i = 0  # sent by this start(); indices continue across start()/stop() (the dashboard restarts)
         while not self._stopping and (num_requests is None or i < num_requests):
             due = sched.peek()
             if end is not None and due > end:
@@ -223,8 +221,8 @@ class LoadRunner:
             if due == end and sched.peek() > end:
                 break
             sched.advance()
-            rec = self._new_record(i, mono_to_wall(due))
-            self._launch(self.workload.spec(i), rec)
+            index = self.scheduled
+            self._launch(self.workload.spec(index), self._new_record(index, mono_to_wall(due)))
             i += 1
 
     def _new_record(self, index: int, scheduled_t: float, warmup: bool = False) -> RequestRecord:

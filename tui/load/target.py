@@ -131,7 +131,8 @@ class OpenAITarget:
         self._api_key = read_api_key(api_key_env)
         headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
         # One client for every request: its pool is sized to the concurrency (None: no limit, so a
-        # full pool never queues requests inside the client where it would look like server time).
+        # full pool never queues requests inside the client where it would look like server time),
+        # over a pool whose bookkeeping stays linear with hundreds of streams (tui.load.pool).
         limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections or 512)
         self.client = httpx.AsyncClient(
             headers=headers,

@@ -15,7 +15,13 @@ from typing import Any
 import polars as pl
 
 from tui.load.records import read_records
-from tui.metrics.summary import compare_table, reconciliation_lines, summary_table, to_rich
+from tui.metrics.summary import (
+    client_delay_lines,
+    compare_table,
+    reconciliation_lines,
+    summary_table,
+    to_rich,
+)
 from tui.profile import Profile, ProfileError, SloConfig, load_profile
 
 
@@ -72,7 +78,7 @@ def _print_run(console, run: RunData) -> None:
         console.print(to_rich(run.summary, title))
     else:
         console.print(f"{title}: no requests recorded")
-    for line in reconciliation_lines(run.summary):
+    for line in reconciliation_lines(run.summary) + client_delay_lines(run.summary):
         console.print(line, markup=False, highlight=False)
     if run.info.get("error"):
         console.print(f"the run ended with an error: {run.info['error']}", markup=False, highlight=False)

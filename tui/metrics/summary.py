@@ -185,6 +185,11 @@ def _row(stage: str, mode: str, r: pl.DataFrame, steps: pl.DataFrame | None, gpu
             kv_use_mean_pct=100 * float(np.nanmean(kv)), kv_use_peak_pct=100 * float(np.nanmax(kv)),
             frag_mean_pct=100 * float(np.nanmean(frag)), frag_peak_pct=100 * float(np.nanmax(frag)),
         )
+    elif note.get("server_kv_mean") is not None:  # a remote server's own gauge, polled during the stage
+        row.update(kv_use_mean_pct=100 * float(note["server_kv_mean"]),
+                   kv_use_peak_pct=100 * float(note["server_kv_peak"]))
+    if row.get("preemptions") is None and note.get("server_preemptions") is not None:
+        row["preemptions"] = int(note["server_preemptions"])
     if gpu is not None and gpu.height:
         active = _arr(gpu, "sm_active_pct")
         sm = active if np.isfinite(active).any() else _arr(gpu, "sm_util_pct")
@@ -228,6 +233,25 @@ def reconciliation_lines(df: pl.DataFrame) -> list[str]:
     return lines
 
 
+def client_delay_lines(df: pl.DataFrame, min_ms: float = 5.0, share: float = 0.1) -> list[str]:
+    """Warnings for cells where the client itself was slow (late sends, or queueing inside the HTTP client).
+
+    TTFT and E2EL are measured from the send, as vLLM's benchmark does, so a client that cannot keep up
+    inflates them; this names the cells where its delay is above ``min_ms`` and ``share`` of TTFT P50.
+    """
+    lines = []
+    for row in df.iter_rows(named=True):
+        ttft = row.get("ttft_p50_ms") or 0.0
+        lag, wait = row.get("dispatch_lag_p99_ms") or 0.0, row.get("client_wait_p99_ms") or 0.0
+        worst = max(lag, wait)
+        if worst > min_ms and worst > share * ttft:
+            lines.append(
+                f"{row['stage']} / {row['mode']}: the client was slow (dispatch lag P99 {lag:.1f} ms, time inside "
+                f"the HTTP client before sending P99 {wait:.1f} ms, vs TTFT P50 {ttft:.1f} ms); latencies include it"
+            )
+    return lines
+
+
 def to_markdown(df: pl.DataFrame, title: str | None = None, slo: SloConfig | None = None) -> str:
     """The table as GitHub markdown, with the metric definitions and the reconciliation under it."""
     headers, rows = display_rows(df)
@@ -242,6 +266,9 @@ def to_markdown(df: pl.DataFrame, title: str | None = None, slo: SloConfig | Non
         out.append(f"Goodput SLOs: {', '.join(targets) if targets else 'none set (goodput = throughput of ok requests)'}.")
     if any(df.get_column("partial").to_list()) if df.height else False:
         out.append("Partial: the run was interrupted; cells marked partial did not finish.")
+    slow = client_delay_lines(df)
+    if slow:
+        out += ["", "## Client delay", ""] + [f"- {line}" for line in slow]
     rec = reconciliation_lines(df)
     if rec:
         out += ["", "## Token reconciliation (client vs server /metrics)", ""] + [f"- {line}" for line in rec]
@@ -252,7 +279,8 @@ _LEGEND = (
     "Latencies in ms over successful requests (vLLM serving-benchmark definitions): TTFT send -> first "
     "output chunk; TPOT = (E2EL - TTFT)/(output tokens - 1); ITL every gap between output chunks; E2EL "
     "send -> last chunk; percentiles numpy linear. Throughput = ok requests (output tokens) / wall time "
-    "from first scheduled send to last end. KV/frag from engine steps; SM/VRAM from NVML."
+    "from first scheduled send to last end. KV use and fragmentation: mean and peak over engine steps; "
+    "SM/VRAM from NVML."
 )
 
 

@@ -1,0 +1,6 @@
+"""``kvtui serve``: the local engine behind an OpenAI-compatible API, ``/metrics`` and a control API.
+
+``app`` (routes, ``serve_main``), ``engine_loop`` + ``engine_proc`` (the engine in its own process),
+``generate`` (one request's stream), ``openai_api`` (the wire format), ``prom`` (metrics), ``local``
+(``LocalServer``: the server as a child process of the dashboard or the recorder).
+"""

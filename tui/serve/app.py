@@ -11,7 +11,8 @@ Routes::
 A Starlette app on uvicorn; the engine runs in its own process (:mod:`tui.serve.engine_proc`, driven
 through :mod:`tui.serve.engine_loop`), so HTTP work and engine steps never share an interpreter lock. On
 SIGINT/SIGTERM the server drains: new generation requests get 503, open ones finish (up to
-``DRAIN_TIMEOUT_S``, then they are aborted), then it exits. A second signal exits at once.
+``DRAIN_TIMEOUT_S``, then they are aborted), then it exits. A second signal aborts the open requests
+and exits at once; a third skips the rest of uvicorn's shutdown.
 """
 
 from __future__ import annotations
@@ -40,7 +41,14 @@ from starlette.routing import Route
 
 from tui.metrics.gpu import GpuSampler
 from tui.profile import EngineMode, Profile, ProfileError, defenses_from_dict, engine_config_from_dict
-from tui.serve.engine_loop import EngineInfo, EngineLoop, EngineStartError, NotPausedError
+from tui.serve.engine_loop import (
+    EngineInfo,
+    EngineLoop,
+    EngineRejected,
+    EngineStartError,
+    EngineUnavailable,
+    NotPausedError,
+)
 from tui.serve.generate import ClientGone, Counters, Generation, error_response, rejection_error
 from tui.serve.openai_api import ApiError, models_body, parse_completion, parse_json
 from tui.serve.prom import CONTENT_TYPE, ServerMetrics
@@ -157,16 +165,11 @@ async def _generate(request: Request, *, chat: bool) -> Response:
         queue = await st.engine.add_request(request_id, params.prompt_token_ids, params.max_tokens,
                                             temperature=params.temperature, seed=params.seed,
                                             ignore_eos=params.ignore_eos)
+    except EngineRejected as e:  # the backlog breaker, or a request that can never fit
+        st.metrics.rejected.labels(e.reason).inc()
+        raise rejection_error(e.reason, e.message) from None
     except ValueError as e:  # malformed for this engine (the checks above should catch it first)
         raise ApiError(400, str(e)) from None
-    except RuntimeError as e:  # the engine process is gone or stopping
-        raise ApiError(503, f"the engine is not available: {e}", type="server_error", code="no_engine") from None
-    except Exception as e:
-        reason = getattr(e, "reason", None)
-        if reason is None:
-            raise
-        st.metrics.rejected.labels(reason).inc()
-        raise rejection_error(reason, getattr(e, "message", "") or str(e)) from None
     gen = Generation(st.engine, st.metrics, st.counters, info, request_id, params, queue, received)
     try:
         return await gen.respond(request.receive)
@@ -317,6 +320,10 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return error_response(err)
 
 
+async def _engine_unavailable(request: Request, exc: Exception) -> Response:
+    return error_response(ApiError(503, str(exc), type="server_error", code="no_engine"))
+
+
 async def _internal_error(request: Request, exc: Exception) -> Response:
     log.exception("internal error on %s %s", request.method, request.url.path, exc_info=exc)
     return error_response(ApiError(500, "internal server error", type="server_error"))
@@ -364,7 +371,8 @@ def create_app(
     app = Starlette(
         routes=routes,
         lifespan=lifespan,
-        exception_handlers={ApiError: _api_error, HTTPException: _http_error, Exception: _internal_error},
+        exception_handlers={ApiError: _api_error, HTTPException: _http_error, EngineUnavailable: _engine_unavailable,
+                            Exception: _internal_error},
     )
     app.state.serve = state
     return app
@@ -400,7 +408,9 @@ class DrainingServer(uvicorn.Server):
         self._signals += 1
         if self._signals == 1:
             self.begin_drain()
-        elif self._signals == 2:
+        elif self._signals == 2:  # stop now: end the open streams ("abort") and exit
+            self.serve_state.counters.draining = True
+            self.serve_state.engine.abort_all()
             self.should_exit = True
         else:
             self.force_exit = True
@@ -456,17 +466,15 @@ def bind_socket(host: str, port: int) -> socket.socket:
 
 def serve_main(profile: Profile, host: str = "127.0.0.1", port: int = 8000, api_key_env: str | None = None) -> int:
     """``kvtui serve``: run until SIGINT/SIGTERM; returns the exit code."""
-    api_key = None
-    if api_key_env:
-        api_key = os.environ.get(api_key_env)
-        if not api_key:
-            print(f"kvtui serve: --api-key-env {api_key_env}: that environment variable is not set or empty",
-                  file=sys.stderr)
-            return 2
+    api_key = os.environ.get(api_key_env) if api_key_env else None
     if not _is_loopback(host):
         print(f"kvtui serve: WARNING: binding {host}, not loopback: the engine and its control API "
-              f"(pause, reset) are reachable from other machines" + ("" if api_key else " without an API key"),
+              f"(pause, reset) are reachable from other machines" + ("" if api_key_env else " without an API key"),
               file=sys.stderr)
+    if api_key_env and not api_key:
+        print(f"kvtui serve: --api-key-env {api_key_env}: that environment variable is not set or empty",
+              file=sys.stderr)
+        return 2
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         sock = bind_socket(host, port)  # first: a busy port fails fast, before the model is built

@@ -38,6 +38,10 @@ class EngineStartError(RuntimeError):
     """The engine process could not build its engine (the message says why)."""
 
 
+class EngineUnavailable(RuntimeError):
+    """The engine process is not running (not started, stopping, or dead)."""
+
+
 class NotPausedError(RuntimeError):
     """``POST step`` while the engine is running."""
 
@@ -130,6 +134,9 @@ class EngineLoop:
         if self._proc is not None:
             return
         ours, theirs = socket.socketpair()
+        for sock in (ours, theirs):  # roomy buffers: neither side should ever block on a full pipe
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
         env = dict(os.environ)
         root = str(Path(__file__).resolve().parents[2])  # so `-m tui.serve.engine_proc` finds this checkout
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
@@ -173,7 +180,7 @@ class EngineLoop:
                 self._loop.remove_reader(self._conn.fileno())
         self._loop = None
         self._finish_all("aborted")
-        self._fail_pending(RuntimeError("the engine is shutting down"))
+        self._fail_pending(EngineUnavailable("the engine is shutting down"))
 
     @property
     def running(self) -> bool:
@@ -257,7 +264,7 @@ class EngineLoop:
             with contextlib.suppress(Exception):
                 self._loop.remove_reader(self._conn.fileno())
         self._finish_all("error")
-        self._fail_pending(RuntimeError("the engine process died"))
+        self._fail_pending(EngineUnavailable("the engine process died"))
 
     def _finish_all(self, reason: str, before_epoch: int | None = None) -> None:
         for rid, sink in list(self._sinks.items()):
@@ -273,7 +280,7 @@ class EngineLoop:
 
     async def _call(self, name: str, *args: Any) -> Any:
         if not self.running or self._loop is None:
-            raise RuntimeError("the engine process is not running")
+            raise EngineUnavailable("the engine process is not running")
         self._seq += 1
         seq = self._seq
         fut = self._loop.create_future()
@@ -282,7 +289,7 @@ class EngineLoop:
             self._send(("cmd", seq, name, args))
         except (OSError, ValueError, RuntimeError) as e:
             self._pending.pop(seq, None)
-            raise RuntimeError(f"the engine process is not reachable: {e}") from None
+            raise EngineUnavailable(f"the engine process is not reachable: {e}") from None
         return await fut
 
     def _make_info(self, payload: dict[str, Any], config: EngineConfig, defenses: DefensesConfig) -> EngineInfo:

@@ -191,14 +191,21 @@ class LocalServer:
         if code is not None:
             raise LocalServerError(f"the local server at {self.root_url} exited with code {code}" + self._tail_text())
 
-    def stop(self, timeout: float = 15.0) -> int | None:
-        """SIGTERM (graceful drain), then SIGKILL after ``timeout`` s; returns the exit code."""
+    def stop(self, timeout: float = 15.0, *, drain: bool = True) -> int | None:
+        """Stop the server; returns its exit code.
+
+        ``drain=True``: SIGTERM — open requests finish first. ``drain=False``: a second SIGTERM right
+        after — open requests are aborted. Either way SIGKILL after ``timeout`` s.
+        """
         proc = self._proc
         if proc is None:
             return None
         if proc.poll() is None:
             try:
                 proc.send_signal(signal.SIGTERM)
+                if not drain:
+                    time.sleep(0.05)  # let the first signal land: two at once may arrive as one
+                    proc.send_signal(signal.SIGTERM)
                 proc.wait(timeout)
             except subprocess.TimeoutExpired:
                 proc.kill()

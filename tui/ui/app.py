@@ -16,8 +16,8 @@ from typing import Literal
 from textual import on
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.widgets import Footer
 from textual.containers import Horizontal, Vertical
+from textual.widgets import Footer
 
 from tui.profile import Profile
 from tui.ui.backend import Backend, FixedBackend, nudge_rate
@@ -53,7 +53,7 @@ class KVTuiApp(App[int]):
     TITLE = "kvtui"
     CSS_PATH = "app.tcss"
     AUTO_FOCUS = None  # nothing takes the keys until the user clicks or tabs into it
-    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-mid"), (160, "-wide")]
     COMMANDS = App.COMMANDS | {DashboardCommands}
 
     # Printable keys are priority bindings, so a focused input or button never swallows them. Digits

@@ -7,12 +7,11 @@ a remote server (its own gauges from ``/metrics``: KV cache usage, running, wait
 
 from __future__ import annotations
 
-from rich.console import Group, RenderableType
 from rich.text import Text
-from textual.widgets import Static
 
 from tui.engine.snapshot import EngineSnapshot
 from tui.metrics.types import GpuSample, ServerGauges
+from tui.ui.lines import TextLines
 from tui.ui.model import DashboardSnapshot
 from tui.ui.paint import fmt_bytes, gauge, gauge_colour
 
@@ -39,9 +38,9 @@ def compact_gpu_line(s: GpuSample, width: int) -> Text:
     return t
 
 
-def gpu_lines(samples: tuple[GpuSample, ...], width: int) -> list[RenderableType]:
+def gpu_lines(samples: tuple[GpuSample, ...], width: int) -> list[Text]:
     """Per GPU: a title line, SM utilization, SM activity (GPM) and VRAM; one line each beyond two."""
-    out: list[RenderableType] = []
+    out: list[Text] = []
     if len(samples) > 2:
         out.append(Text(f"{len(samples)} × {samples[0].name}   SM util · GPM SM active · VRAM", style="dim"))
         return out + [compact_gpu_line(s, max(3, (width - 4) // 2)) for s in sorted(samples, key=lambda s: s.index)]
@@ -59,7 +58,7 @@ def gpu_lines(samples: tuple[GpuSample, ...], width: int) -> list[RenderableType
     return out
 
 
-def engine_lines(engine: EngineSnapshot, width: int) -> list[RenderableType]:
+def engine_lines(engine: EngineSnapshot, width: int) -> list[Text]:
     """What the engine measures about itself: busy share of wall time, KV pool use and waste."""
     tot = engine.totals
     return [
@@ -69,7 +68,7 @@ def engine_lines(engine: EngineSnapshot, width: int) -> list[RenderableType]:
     ]
 
 
-def server_lines(g: ServerGauges, width: int) -> list[RenderableType]:
+def server_lines(g: ServerGauges, width: int) -> list[Text]:
     """A remote server's own gauges (vLLM metric names), '—' where it does not export one."""
 
     def num(x: float | None) -> str:
@@ -84,10 +83,10 @@ def server_lines(g: ServerGauges, width: int) -> list[RenderableType]:
     ]
 
 
-def gpu_renderable(snap: DashboardSnapshot, width: int) -> RenderableType:
+def gpu_text(snap: DashboardSnapshot, width: int) -> list[Text]:
     """The pane's content for one snapshot."""
     bar_w = max(6, min(30, width - LABEL_W - 15))
-    parts: list[RenderableType] = []
+    parts: list[Text] = []
     if snap.target.kind != "local":
         parts.append(Text(f"server gauges from {snap.target.label}/metrics", style="bold"))
         if snap.server is None:
@@ -96,24 +95,27 @@ def gpu_renderable(snap: DashboardSnapshot, width: int) -> RenderableType:
             parts += server_lines(snap.server, bar_w)
         if snap.gpu:
             parts += gpu_lines(snap.gpu, bar_w)
-        return Group(*parts)
+        return parts
     if snap.gpu:
         parts += gpu_lines(snap.gpu, bar_w)
         if snap.engine is not None:
             parts.append(Text("engine", style="bold #61afef"))
             parts += engine_lines(snap.engine, bar_w)
-        return Group(*parts)
-    reason = snap.gpu_note or "no NVIDIA GPU reported"
-    parts.append(Text(f"No NVIDIA GPU: {reason}", style="bold #e5c07b"))
+        return parts
+    if snap.engine is None and not snap.gpu_note:
+        return [Text("GPU readings come with the engine's state", style="dim"),
+                Text("waiting for the engine…", style="dim italic")]
+    parts.append(Text("No NVIDIA GPU", style="bold #e5c07b"))
+    parts.append(Text(snap.gpu_note or "the engine reported no GPU readings", style="#e5c07b"))
     parts.append(Text("the engine's own gauges instead:", style="dim"))
     if snap.engine is None:
         parts.append(Text("waiting for the engine…", style="dim italic"))
     else:
         parts += engine_lines(snap.engine, bar_w)
-    return Group(*parts)
+    return parts
 
 
-class GpuPane(Static):
+class GpuPane(TextLines):
     """GPU gauges (or the engine's own, or a remote server's)."""
 
     def __init__(self, *, id: str | None = None) -> None:
@@ -132,8 +134,7 @@ class GpuPane(Static):
         if key == self._key:
             return
         self._key = key
-        # The pane's size is fixed by the layout: redraw it without a layout pass.
-        self.update(gpu_renderable(snap, self.content_region.width or 40), layout=False)
+        self.set_lines(gpu_text(snap, self.content_region.width or 40))
 
     def on_resize(self) -> None:
         if self._snap is not None:

@@ -11,19 +11,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from rich.console import Group
 from rich.segment import Segment
-from rich.table import Table
+from rich.style import Style
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.strip import Strip
 from textual.widget import Widget
-from textual.widgets import Static
 
 from tui.metrics.types import Percentiles, WindowStats
+from tui.ui.lines import TextLines
 from tui.ui.model import HistoryPoint
-from tui.ui.paint import EIGHTHS, fmt_rate, fmt_s, style
+from tui.ui.paint import EIGHTHS, fmt_rate, fmt_s, line_strip, style
 
 LABEL_W = 19
 
@@ -59,16 +58,21 @@ class LatencyChart(Widget):
         super().__init__(id=id)
         self.history: tuple[HistoryPoint, ...] = ()
         self._cache: dict[int, Strip] = {}
+        self._heights_cache: dict[tuple[str, int, int], tuple[list[float | None], float, list[int]]] = {}
+        self._base: Style | None = None
 
     def set_history(self, history: tuple[HistoryPoint, ...]) -> None:
         if history is self.history:
             return
         self.history = history
         self._cache.clear()
+        self._heights_cache.clear()
+        self._base = None
         self.refresh()
 
     def on_resize(self) -> None:
         self._cache.clear()
+        self._base = None
 
     def _bands(self) -> tuple[int, int]:
         """(number of series shown, rows per band) for the current height."""
@@ -81,78 +85,88 @@ class LatencyChart(Widget):
         strip = self._cache.get(y)
         if strip is not None:
             return strip
+        if self._base is None:
+            self._base = self.rich_style
         shown, band_h = self._bands()
         band, row = divmod(y, band_h)
         if band >= shown:
-            strip = Strip.blank(width, self.rich_style)
+            strip = Strip.blank(width, self._base)
         else:
             strip = self._band_line(SERIES[band], band_h, band_h - 1 - row, width)
         self._cache[y] = strip
         return strip
 
+    def _heights(self, series: Series, band_h: int, cols: int) -> tuple[list[float | None], float, list[int]]:
+        """(values, peak, bar height in eighths) of one series over the last ``cols`` points."""
+        key = (series.name, band_h, cols)
+        cached = self._heights_cache.get(key)
+        if cached is None:
+            values = [series.value(p) for p in self.history[-cols:]]
+            peak = max((v for v in values if v is not None), default=0.0)
+            # -1: no data at that time; 0 only for a zero peak (drawn as a floor line).
+            heights = [-1 if v is None else max(1, round(v / peak * 8 * band_h)) if peak > 0 else 0
+                       for v in values]
+            cached = self._heights_cache[key] = (values, peak, heights)
+        return cached
+
     def _band_line(self, series: Series, band_h: int, level: int, width: int) -> Strip:
         """Row ``level`` (0 = bottom) of a band ``band_h`` rows high."""
-        top = level == band_h - 1
         cols = max(1, width - LABEL_W)
-        points = self.history[-cols:]
-        values = [series.value(p) for p in points]
-        present = [v for v in values if v is not None]
-        peak = max(present, default=0.0)
-        if top:
+        values, peak, heights = self._heights(series, band_h, cols)
+        if level == band_h - 1:
             current = values[-1] if values else None
             segs = [
                 Segment(f"{series.name:<9}", style(series.colour, bold=True)),
                 Segment(f"{series.fmt(current):>9} ", style("#abb2bf")),
             ]
-        elif level == 0 and present:
+        elif level == 0 and peak > 0:
             segs = [Segment(f"{'max ' + series.fmt(peak):>18} ", style("#5c6370"))]
         else:
             segs = [Segment(" " * LABEL_W)]
-        glyphs = []
-        for v in values:
-            if v is None or peak <= 0:
-                glyphs.append(" " if v is None else EIGHTHS[1] if level == 0 else " ")
-                continue
-            eighths = max(1, round(v / peak * 8 * band_h)) - 8 * level
-            glyphs.append(EIGHTHS[max(0, min(8, eighths))])
-        segs.append(Segment("".join(glyphs).rjust(cols), style(series.colour)))
-        return Strip(segs).adjust_cell_length(width).apply_style(self.rich_style)
+        floor = EIGHTHS[1] if level == 0 else " "
+        base = 8 * level
+        glyphs = "".join(
+            " " if h < 0 else floor if h == 0 else EIGHTHS[max(0, min(8, h - base))] for h in heights
+        )
+        segs.append(Segment(glyphs.rjust(cols), style(series.colour)))
+        return line_strip(segs, width, self._base)
 
 
-def _row(name: str, p: Percentiles) -> list[str]:
-    return [name, fmt_s(p.p50), fmt_s(p.p90), fmt_s(p.p99), str(p.count)]
+def _row(name: str, p: Percentiles, colour: str) -> Text:
+    return Text(f" {name:<5}{fmt_s(p.p50):>8}{fmt_s(p.p90):>8}{fmt_s(p.p99):>8}{p.count:>7}", style=colour)
 
 
-def numbers(stats: WindowStats) -> Group:
-    """The percentile table, throughput, and the definitions the numbers follow."""
-    table = Table(box=None, padding=(0, 1), expand=False, show_edge=False, header_style="bold #abb2bf")
-    for col, justify in (("", "left"), ("P50", "right"), ("P90", "right"), ("P99", "right"), ("n", "right")):
-        table.add_column(col, justify=justify)  # type: ignore[arg-type]
-    table.add_row(*_row("TTFT", stats.ttft), style="#61afef")
-    table.add_row(*_row("TPOT", stats.tpot), style="#98c379")
-    table.add_row(*_row("ITL", stats.itl), style="#56b6c2")
-    table.add_row(*_row("E2EL", stats.e2el), style="#abb2bf")
-    tput = Text(no_wrap=True, overflow="ellipsis")
+def numbers(stats: WindowStats) -> list[Text]:
+    """The percentile table, throughput, and the definitions the numbers follow.
+
+    Fixed-width lines, not a Rich Table: this redraws at up to 10 Hz and a Table costs milliseconds
+    to lay out each time.
+    """
+    head = Text(f" {'':<5}{'P50':>8}{'P90':>8}{'P99':>8}{'n':>7}", style="bold #abb2bf")
+    tput = Text()
     tput.append("throughput ", style="bold")
     tput.append(f"{fmt_rate(stats.output_tokens_per_s)} tok/s · {fmt_rate(stats.requests_per_s)} req/s")
-    note = Text("TTFT send→1st token · TPOT (E2EL−TTFT)/(out−1) · ITL chunk gaps", style="dim",
-                no_wrap=True, overflow="ellipsis")
-    return Group(table, tput, note)
+    note = Text("TTFT send→1st token · TPOT (E2EL−TTFT)/(out−1) · ITL chunk gaps", style="dim")
+    return [
+        head,
+        _row("TTFT", stats.ttft, "#61afef"),
+        _row("TPOT", stats.tpot, "#98c379"),
+        _row("ITL", stats.itl, "#56b6c2"),
+        _row("E2EL", stats.e2el, "#abb2bf"),
+        tput,
+        note,
+    ]
 
 
 class LatencyPane(Vertical):
     """Rolling percentiles as numbers above, and their history as charts below."""
-
-    DEFAULT_CSS = """
-    LatencyPane > #latency-numbers { height: 7; }
-    """
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.stats: WindowStats | None = None
 
     def compose(self) -> ComposeResult:
-        yield Static(id="latency-numbers")
+        yield TextLines(id="latency-numbers")
         yield LatencyChart(id="latency-chart")
 
     def on_mount(self) -> None:
@@ -163,5 +177,5 @@ class LatencyPane(Vertical):
         if stats != self.stats:
             self.stats = stats
             self.border_title = f"Latency · rolling {stats.window_s:g}s window"
-            self.query_one("#latency-numbers", Static).update(numbers(stats), layout=False)
+            self.query_one("#latency-numbers", TextLines).set_lines(numbers(stats))
         self.query_one(LatencyChart).set_history(history)

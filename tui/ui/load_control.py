@@ -7,9 +7,10 @@ from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
-from textual.widgets import Button, Input, Label, Static
+from textual.widgets import Button, Input, Label
 
 from tui.metrics.types import WindowStats
+from tui.ui.lines import TextLines
 from tui.ui.messages import CycleArrival, CycleWorkload, SetRate, ToggleLoad
 from tui.ui.model import LoadState
 from tui.ui.paint import fmt_rate
@@ -24,23 +25,24 @@ def parse_rate(text: str) -> float | None:
     return rate if 0 < rate < 1e6 else None
 
 
-def actual_text(stats: WindowStats, asked: LoadState) -> Text:
+def actual_text(stats: WindowStats, asked: LoadState) -> list[Text]:
     """The 'what happens' side: achieved vs asked rate, in flight, completed, failed by kind."""
-    t = Text(no_wrap=True, overflow="ellipsis")
-    t.append("achieved ", style="bold")
+    rate = Text()
+    rate.append("achieved ", style="bold")
     behind = asked.running and stats.achieved_rate < 0.8 * asked.rate and stats.sent > 10
-    t.append(f"{fmt_rate(stats.achieved_rate)} req/s", style="bold #e5c07b" if behind else "")
-    t.append(f" of {fmt_rate(asked.rate)} asked\n")
-    t.append(f"in flight {stats.in_flight}  sent {stats.sent}  completed {stats.completed}\n")
+    rate.append(f"{fmt_rate(stats.achieved_rate)} req/s", style="bold #e5c07b" if behind else "")
+    rate.append(f" of {fmt_rate(asked.rate)} asked")
+    counts = Text(f"in flight {stats.in_flight}  sent {stats.sent}  completed {stats.completed}")
+    fails = Text()
     failed = sum(stats.failed.values())
-    t.append("failed ", style="bold")
+    fails.append("failed ", style="bold")
     if not failed:
-        t.append("0", style="#98c379")
+        fails.append("0", style="#98c379")
     else:
         kinds = ", ".join(f"{k} {n}" for k, n in sorted(stats.failed.items(), key=lambda kv: (-kv[1], kv[0])))
-        t.append(f"{failed}", style="bold #e06c75")
-        t.append(f" ({kinds})")
-    return t
+        fails.append(f"{failed}", style="bold #e06c75")
+        fails.append(f" ({kinds})")
+    return [rate, counts, fails]
 
 
 class RateInput(Input):
@@ -64,7 +66,7 @@ class LoadControl(Vertical):
     LoadControl Label { padding: 0 1 0 0; }
     LoadControl #rate-input { width: 10; height: 1; border: none; padding: 0 1; }
     LoadControl Button { margin: 0 1 0 0; min-width: 8; }
-    LoadControl #load-actual { height: 3; margin-top: 1; }
+    LoadControl #load-actual { margin-top: 1; }
     """
 
     def __init__(self, *, live: bool = True, id: str | None = None) -> None:
@@ -85,7 +87,7 @@ class LoadControl(Vertical):
         with Horizontal():
             yield Label("workload")
             yield Button("profile", id="workload", compact=True, tooltip="next workload preset (w)")
-        yield Static(id="load-actual")
+        yield TextLines(id="load-actual")
 
     def on_mount(self) -> None:
         self.border_title = "Load"
@@ -106,7 +108,7 @@ class LoadControl(Vertical):
             self.border_title = f"Load · {'running' if state.running else 'stopped'}"
         if changed:
             self.stats = stats
-            self.query_one("#load-actual", Static).update(actual_text(stats, state), layout=False)
+            self.query_one("#load-actual", TextLines).set_lines(actual_text(stats, state))
 
     @on(Input.Submitted, "#rate-input")
     def _rate_submitted(self, event: Input.Submitted) -> None:

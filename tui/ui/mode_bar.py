@@ -1,4 +1,5 @@
-"""The mode bar: batching policy and KV layout buttons, the drain in progress, and the defense toggles."""
+"""The mode bar: batching policy and KV layout buttons, pause/step, the drain in progress, and the
+defense toggles."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from textual.widgets import Button, Label
 
 from tui.engine.snapshot import EngineSnapshot
 from tui.profile import DefensesConfig
-from tui.ui.messages import DefenseName, SetMode, ToggleDefense
+from tui.ui.messages import DefenseName, SetMode, StepEngine, ToggleDefense, TogglePause
 from tui.ui.model import DashboardSnapshot
 
 # Defense toggles: (message name, button label, key shown on the button).
@@ -62,6 +63,8 @@ class ModeBar(Horizontal):
             yield Label("KV k", classes="group")
             yield Button("contiguous", id="mode-contiguous", compact=True)
             yield Button("paged", id="mode-paged", compact=True)
+            yield Button("⏸ pause p", id="engine-pause", compact=True)
+            yield Button("step s", id="engine-step", compact=True)
             yield Label("", id="drain", classes="-idle")
         with Horizontal(id="defense-group"):
             yield Label("defenses", classes="group")
@@ -72,8 +75,8 @@ class ModeBar(Horizontal):
         """Highlight the current mode and the defenses that are on; show a drain in progress."""
         engine = snap.engine
         states = defense_states(engine, snap.defenses)
-        key = (engine and (engine.batching, engine.kv, engine.draining_to), tuple(states.items()),
-               snap.target.controllable)
+        key = (engine and (engine.batching, engine.kv, engine.draining_to, engine.paused),
+               tuple(states.items()), snap.target.controllable)
         if key == self._key:
             return
         self._key = key
@@ -82,6 +85,13 @@ class ModeBar(Horizontal):
             button = self.query_one(f"#mode-{mode}", Button)
             button.variant = "primary" if mode in current else "default"
             button.disabled = not snap.target.controllable
+        paused = engine is not None and engine.paused
+        pause = self.query_one("#engine-pause", Button)
+        pause.label = "▶ resume p" if paused else "⏸ pause p"
+        pause.variant = "warning" if paused else "default"
+        pause.disabled = not snap.target.controllable
+        step = self.query_one("#engine-step", Button)
+        step.disabled = not (snap.target.controllable and paused)
         drain = self.query_one("#drain", Label)
         if engine is not None and engine.draining_to:
             drain.update(f" draining → {engine.draining_to} ")
@@ -103,5 +113,9 @@ class ModeBar(Horizontal):
             self.post_message(SetMode(batching=bid.removeprefix("mode-")))  # type: ignore[arg-type]
         elif bid in ("mode-contiguous", "mode-paged"):
             self.post_message(SetMode(kv=bid.removeprefix("mode-")))  # type: ignore[arg-type]
+        elif bid == "engine-pause":
+            self.post_message(TogglePause())
+        elif bid == "engine-step":
+            self.post_message(StepEngine())
         elif bid.startswith("def-"):
             self.post_message(ToggleDefense(bid.removeprefix("def-")))  # type: ignore[arg-type]

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import zlib
+from collections.abc import Iterable
 
+from rich.cells import cell_len
+from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
+from textual.strip import Strip
 
 # Distinct hues that read on a dark background; a request keeps its colour for its whole life.
 OWNER_COLOURS = (
@@ -31,6 +35,27 @@ def style(colour: str, bgcolor: str | None = None, bold: bool = False) -> Style:
     if s is None:
         s = _STYLE_CACHE[key] = Style(color=colour, bgcolor=bgcolor, bold=bold)
     return s
+
+
+def line_strip(segments: Iterable[Segment], width: int, base: Style) -> Strip:
+    """Segments cropped or padded to ``width`` over the widget's ``base`` style, as one Strip.
+
+    Built in one pass: Strip objects carry several caches each, so chaining crop/pad/apply_style
+    (three Strips per line) is what a line-API widget spends most of its time on otherwise.
+    """
+    out: list[Segment] = []
+    used = 0
+    for text, st, _ in segments:
+        if used >= width:
+            break
+        n = cell_len(text)
+        if used + n > width:
+            text, n = text[: width - used], width - used
+        out.append(Segment(text, base + st if st is not None else base))
+        used += n
+    if used < width:
+        out.append(Segment(" " * (width - used), base))
+    return Strip(out, width)
 
 
 def eighth(frac: float) -> str:

@@ -45,6 +45,18 @@ def parse_state(body: bytes) -> tuple[EngineSnapshot, tuple[GpuSample, ...]]:
     return engine, gpu
 
 
+def local_gpu_note() -> str:
+    """Why this host has no GPU readings ('' when NVML sees a GPU)."""
+    from tui.metrics.gpu import GpuSampler
+
+    sampler = GpuSampler()
+    try:
+        return "" if sampler.available else sampler.reason
+    finally:
+        with contextlib.suppress(Exception):
+            sampler.close()
+
+
 def describe_http_error(e: Exception, url: str) -> str:
     """One line for the status bar; never includes a header (the API key lives there)."""
     if isinstance(e, httpx.ConnectError):
@@ -99,6 +111,8 @@ class LiveBackend(Backend):
         self._next_metrics = 0.0
         self._poll_error: str | None = None
         self._tasks: set[asyncio.Task] = set()
+        self._last_body = b""
+        self._last_state: tuple[EngineSnapshot, tuple[GpuSample, ...]] | None = None
         self.polls = 0
 
     # -- addresses ---------------------------------------------------------------------------------
@@ -131,6 +145,9 @@ class LiveBackend(Backend):
         if key:
             headers["Authorization"] = f"Bearer {key}"
         self.client = httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(5.0, connect=3.0))
+        if self.local:
+            # The server runs on this host, so this host's NVML says why there are no GPU readings.
+            self.publish(gpu_note=await asyncio.to_thread(local_gpu_note))
         if self.base_url is None:
             self.set_status("starting the local engine on loopback…")
             try:
@@ -214,8 +231,13 @@ class LiveBackend(Backend):
         assert self.client is not None
         resp = await self.client.get(f"{self.root_url}/kvtui/v1/state")
         resp.raise_for_status()
+        body = resp.content
+        if body == self._last_body and self._last_state is not None:
+            return self._last_state  # an idle or paused engine: nothing to decode, nothing to redraw
         # Decoding a few hundred requests' block tables takes milliseconds: off the UI's loop.
-        return await asyncio.to_thread(parse_state, resp.content)
+        state = await asyncio.to_thread(parse_state, body)
+        self._last_body, self._last_state = body, state
+        return state
 
     async def _get_metrics(self) -> ServerGauges:
         from tui.metrics.prom import parse_server_gauges

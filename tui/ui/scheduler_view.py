@@ -14,8 +14,8 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from rich.console import Group
 from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.cache import LRUCache
@@ -23,12 +23,12 @@ from textual.containers import Vertical
 from textual.geometry import Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
-from textual.widgets import Static
 
 from tui.engine.snapshot import ArenaSegment, EngineSnapshot, KVTotals, RequestView
-from tui.ui.paint import eighth, owner_colour, style
+from tui.ui.lines import TextLines
+from tui.ui.paint import eighth, line_strip, owner_colour, style
 
-ID_W, STATE_W, NUM_W = 10, 10, 6
+ID_W, STATE_W, NUM_W = 12, 10, 6
 PREFIX_W = ID_W + 1 + STATE_W + 1 + NUM_W * 3 + 2  # id, state, prompt, out, preemptions, gap
 HOLE = "#5c6370"
 STATE_COLOURS = {
@@ -127,7 +127,7 @@ def arena_cells(
     return used, reserved, owners
 
 
-def arena_map(snap: EngineSnapshot, width: int, rows: int) -> list[Text]:
+def arena_map(snap: EngineSnapshot, width: int, rows: int) -> list[list[Segment]]:
     """The contiguous arena, ``rows`` lines of ``width`` cells, left to right then down."""
     tot = snap.totals
     ncells = max(1, min(width * rows, tot.total_slots))
@@ -145,45 +145,62 @@ def arena_map(snap: EngineSnapshot, width: int, rows: int) -> list[Text]:
     return _cells_to_lines(cells, width)
 
 
-def pool_map(snap: EngineSnapshot, width: int, rows: int) -> list[Text]:
+def pool_map(snap: EngineSnapshot, width: int, rows: int) -> list[list[Segment]]:
     """The paged block pool by block id: who holds each block, shared blocks marked."""
-    tot = snap.totals
-    nblocks = max(1, tot.total_blocks)
+    nblocks = max(1, snap.totals.total_blocks)
+    ids = np.fromiter((b.block_id for r in snap.requests for b in r.blocks), dtype=np.int64)
+    holder = np.fromiter((i for i, r in enumerate(snap.requests) for _ in r.blocks), dtype=np.int64)
+    is_shared = np.fromiter((b.shared for r in snap.requests for b in r.blocks), dtype=bool)
+    keep = (ids >= 0) & (ids < nblocks)
+    ids, holder, is_shared = ids[keep], holder[keep], is_shared[keep]
     owner = np.full(nblocks, -1, dtype=np.int64)
+    owner[ids[::-1]] = holder[::-1]  # later writes win: reversed, the first holder of a block wins
     shared = np.zeros(nblocks, dtype=bool)
-    for i, r in enumerate(snap.requests):
-        for b in r.blocks:
-            if 0 <= b.block_id < nblocks:
-                if owner[b.block_id] < 0:
-                    owner[b.block_id] = i
-                shared[b.block_id] |= b.shared
+    shared[ids[is_shared]] = True
+    held = owner >= 0
     ncells = max(1, min(width * rows, nblocks))
     edges = np.linspace(0, nblocks, ncells + 1).round().astype(np.int64)
-    held = np.concatenate([[0], np.cumsum(owner >= 0)])
-    nshared = np.concatenate([[0], np.cumsum(shared)])
+    edges[1:] = np.maximum(edges[1:], edges[:-1] + 1)
+    held_cum = np.concatenate([[0], np.cumsum(held)])
+    shared_cum = np.concatenate([[0], np.cumsum(shared)])
+    # next_held[i]: the first held block at or after i (nblocks if none), to find each cell's owner.
+    positions = np.where(held, np.arange(nblocks), nblocks)
+    next_held = np.concatenate([np.minimum.accumulate(positions[::-1])[::-1], [nblocks]])
+    lo, hi = edges[:-1], np.minimum(edges[1:], nblocks)
+    frac = (held_cum[hi] - held_cum[lo]) / np.maximum(hi - lo, 1)
+    any_shared = (shared_cum[hi] - shared_cum[lo]) > 0
+    first = next_held[lo]
     cells: list[tuple[str, str]] = []
+    colours: dict[int, str] = {}
     for c in range(ncells):
-        lo, hi = edges[c], max(edges[c + 1], edges[c] + 1)
-        frac = (held[hi] - held[lo]) / (hi - lo)
-        if frac == 0:
+        if frac[c] == 0:
             cells.append((GLYPH_HOLE, HOLE))
             continue
-        first = owner[lo:hi][owner[lo:hi] >= 0][0]
-        colour = owner_colour(snap.requests[first].request_id)
-        if nshared[hi] - nshared[lo]:
-            cells.append((GLYPH_SHARED, colour))
-        else:
-            cells.append((GLYPH_FULL if frac >= 0.75 else GLYPH_PART_USED, colour))
+        req = int(owner[first[c]])
+        colour = colours.get(req)
+        if colour is None:
+            colour = colours[req] = owner_colour(snap.requests[req].request_id)
+        glyph = GLYPH_SHARED if any_shared[c] else GLYPH_FULL if frac[c] >= 0.75 else GLYPH_PART_USED
+        cells.append((glyph, colour))
     return _cells_to_lines(cells, width)
 
 
-def _cells_to_lines(cells: list[tuple[str, str]], width: int) -> list[Text]:
+def _cells_to_lines(cells: list[tuple[str, str]], width: int) -> list[list[Segment]]:
+    """Cells into lines of ``width`` segments, runs of one colour merged into one segment."""
     lines = []
     for start in range(0, len(cells), width):
-        t = Text()
+        line: list[Segment] = []
+        run, run_colour = "", ""
         for glyph, colour in cells[start : start + width]:
-            t.append(glyph, style=colour)
-        lines.append(t)
+            if colour == run_colour:
+                run += glyph
+                continue
+            if run:
+                line.append(Segment(run, style(run_colour)))
+            run, run_colour = glyph, colour
+        if run:
+            line.append(Segment(run, style(run_colour)))
+        lines.append(line)
     return lines
 
 
@@ -232,6 +249,7 @@ class RequestTable(ScrollView, can_focus=True):
         self._layout_width = -1
         self._cache: LRUCache[int, Strip] = LRUCache(1024)
         self._seg_used: dict[str, int] = {}
+        self._base: Style | None = None
 
     def set_snapshot(self, snap: EngineSnapshot | None) -> None:
         """Show a new engine snapshot (drops the drawn-line cache; lines are redrawn lazily)."""
@@ -262,6 +280,7 @@ class RequestTable(ScrollView, can_focus=True):
             return
         self._layout_width = width
         self._cache.clear()
+        self._base = None
         snap = self.snapshot
         self._cells_w = cells_w = max(8, width - PREFIX_W)
         rows: list[_Row] = []
@@ -283,13 +302,15 @@ class RequestTable(ScrollView, can_focus=True):
     def render_line(self, y: int) -> Strip:
         index = y + self.scroll_offset.y
         width = self.scrollable_content_region.width
+        if self._base is None:  # the widget's style walks the DOM: once per snapshot, not per line
+            self._base = self.rich_style
         if index >= len(self._rows) or self.snapshot is None:
-            return Strip.blank(width, self.rich_style)
+            return Strip.blank(width, self._base)
         strip = self._cache.get(index)
         if strip is None:
             row = self._rows[index]
             segments = self._row_segments(self.snapshot.requests[row.request], row.chunk)
-            strip = Strip(segments).adjust_cell_length(width).apply_style(self.rich_style)
+            strip = line_strip(segments, width, self._base)
             self._cache[index] = strip
         return strip
 
@@ -368,8 +389,7 @@ class SchedulerView(Vertical):
     """The scheduler pane: summary on top, the request table below."""
 
     DEFAULT_CSS = """
-    SchedulerView > #sched-summary { height: 1; }
-    SchedulerView > #sched-columns { height: 1; color: $text-muted; text-style: bold; }
+    SchedulerView > #sched-columns { color: $text-muted; text-style: bold; }
     """
 
     MAP_ROWS = 3
@@ -380,8 +400,8 @@ class SchedulerView(Vertical):
         self.note = "waiting for the engine…"
 
     def compose(self) -> ComposeResult:
-        yield Static(id="sched-summary")
-        yield Static(id="sched-columns")
+        yield TextLines(id="sched-summary")
+        yield TextLines(id="sched-columns")
         yield RequestTable(id="sched-table")
 
     def on_mount(self) -> None:
@@ -402,35 +422,21 @@ class SchedulerView(Vertical):
     def _draw_summary(self) -> None:
         if not self.is_mounted:
             return
-        summary = self.query_one("#sched-summary", Static)
-        columns = self.query_one("#sched-columns", Static)
+        summary = self.query_one("#sched-summary", TextLines)
+        columns = self.query_one("#sched-columns", TextLines)
         snap = self.snapshot
         if snap is None:
-            self._set_summary(summary, [Text(self.note, style="dim italic", no_wrap=True, overflow="ellipsis")])
-            columns.update("", layout=False)
+            summary.set_lines([Text(self.note, style="dim italic")])
+            columns.set_lines([Text("")])
             return
         width = max(10, self.content_region.width - 8)
         label = "arena" if snap.kv == "contiguous" else "pool "
         rows = arena_map(snap, width, self.MAP_ROWS) if snap.kv == "contiguous" else pool_map(snap, width, 2)
-        map_lines = []
-        for i, line in enumerate(rows):
-            head = Text(label if i == 0 else "     ", style="bold")
-            head.append("  ")
-            map_lines.append(head + line)
+        head_style = style("#abb2bf", bold=True)
+        map_lines = [[Segment((label if i == 0 else "     ") + "  ", head_style), *line] for i, line in enumerate(rows)]
         table = self.query_one(RequestTable)
         table.relayout()
-        lines = [header_text(snap), totals_text(snap.totals), *map_lines, legend_text(snap.kv, table.unit)]
-        self._set_summary(summary, lines)
+        summary.set_lines([header_text(snap), totals_text(snap.totals), *map_lines, legend_text(snap.kv, table.unit)])
         cols = f"{'request':<{ID_W}} {'state':<{STATE_W}} {'prompt':>{NUM_W}}{'out':>{NUM_W}}{'pre':>{NUM_W}}  "
         cols += "block table" if snap.kv == "paged" else "reservation (used/reserved slots)"
-        columns.update(Text(cols), layout=False)
-
-    @staticmethod
-    def _set_summary(summary: Static, lines: list[Text]) -> None:
-        """One line per Text (none wraps), so the height is known and a redraw needs no layout pass
-        unless the number of lines changed (a switch between the paged and contiguous layouts)."""
-        for line in lines:
-            line.no_wrap, line.overflow = True, "ellipsis"
-        if summary.styles.height is None or summary.styles.height.value != len(lines):
-            summary.styles.height = len(lines)
-        summary.update(Group(*lines), layout=False)
+        columns.set_lines([Text(cols)])

@@ -7,8 +7,8 @@ can read them, fix the cause and carry on.
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widgets import Static
 
+from tui.ui.lines import TextLines
 from tui.ui.model import DashboardSnapshot
 
 LEVEL_STYLES = {"info": "#abb2bf", "warn": "bold #e5c07b", "error": "bold #ffffff on #be5046"}
@@ -17,7 +17,7 @@ LEVEL_MARKS = {"info": "", "warn": "⚠ ", "error": "✖ "}
 
 def status_text(snap: DashboardSnapshot) -> Text:
     """Target on the left, then the status message styled by its level."""
-    t = Text(no_wrap=True, overflow="ellipsis")
+    t = Text()
     t.append(f" {snap.target.label} ", style="bold #282c34 on #61afef")
     if snap.target.model:
         t.append(f" {snap.target.model} ", style="#282c34 on #8fbcbb")
@@ -27,7 +27,7 @@ def status_text(snap: DashboardSnapshot) -> Text:
     return t
 
 
-class StatusLine(Static):
+class StatusLine(TextLines):
     """One line at the bottom, above the footer."""
 
     DEFAULT_CSS = """
@@ -42,4 +42,4 @@ class StatusLine(Static):
         key = (snap.target, snap.status, snap.status_level)
         if key != self._key:
             self._key = key
-            self.update(status_text(snap), layout=False)
+            self.set_lines([status_text(snap)])
