@@ -419,6 +419,10 @@ class DrainingServer(uvicorn.Server):
         """Refuse new generation requests (503) and exit once the open ones are done."""
         self.serve_state.counters.draining = True
         self._drain_deadline = time.monotonic() + self.drain_timeout_s
+        n = self.serve_state.counters.active
+        if n:
+            print(f"kvtui serve: draining {n} open request(s), up to {self.drain_timeout_s:.0f} s "
+                  "(signal again to stop now)", file=sys.stderr, flush=True)
 
     async def on_tick(self, counter: int) -> bool:
         if self.parent_pid is not None and counter % 10 == 0 and os.getppid() != self.parent_pid:
