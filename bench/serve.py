@@ -133,6 +133,11 @@ async def run(args: argparse.Namespace) -> None:
                 http_ttfts.append((await http_stream(client, url, i, args.ttft_tokens))[0])
             after = await server_ttft(client, server.root_url)
             server_side_ms = (after[0] - before[0]) / max(after[1] - before[1], 1) * 1000
+            health_ms = []
+            for _ in range(20):  # the floor: one HTTP round trip that does no engine work
+                t0 = time.perf_counter()
+                await client.get(server.root_url + "/health")
+                health_ms.append((time.perf_counter() - t0) * 1000)
 
             ratios = []
             local_tps, http_tps = [], []
@@ -147,7 +152,8 @@ async def run(args: argparse.Namespace) -> None:
     p50_local = statistics.median(local_ttfts) * 1000
     if args.verbose:
         print(f"# ttft p50: http {p50_http:.2f} ms, in-process {p50_local:.2f} ms ({args.ttft_requests} each); "
-              f"server-side mean (receipt to first token) {server_side_ms:.2f} ms")
+              f"server-side mean (receipt to first token) {server_side_ms:.2f} ms; "
+              f"GET /health p50 {statistics.median(health_ms):.2f} ms")
         print(f"# throughput tok/s: http {[round(x) for x in http_tps]}, in-process {[round(x) for x in local_tps]}")
     print(f"http_ttft_overhead_ms_p50: {p50_http - p50_local:.2f}")
     print(f"http_vs_inprocess_throughput: {statistics.median(ratios):.3f}")

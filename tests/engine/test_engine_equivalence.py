@@ -120,3 +120,23 @@ def test_same_seed_and_calls_give_the_same_schedule_and_tokens(engine_factory, d
         return got, sched
 
     assert run() == run()
+
+
+def test_contiguous_reads_at_the_very_end_of_the_arena(engine_factory, drive):
+    """The last reservation ends at the arena's last slot; block-sized window reads stay in bounds."""
+    g = torch.Generator().manual_seed(4)
+    prompts = {"a": torch.randint(0, 256, (50,), generator=g).tolist(),
+               "b": torch.randint(0, 256, (29,), generator=g).tolist()}
+    max_tokens = {"a": 14, "b": 35}
+    eng = engine_factory("continuous+contiguous", model="tiny", kv_budget_mb=128 * 1024 / (1 << 20),
+                         reservation="exact", max_model_len=256)
+    assert eng.num_slots == 128
+    seen = record_logits(eng)
+    for rid, p in prompts.items():
+        eng.add_request(rid, p, max_tokens[rid])
+    eng.step()
+    assert eng.kv.reservations["b"].start + eng.kv.reservations["b"].length == 128
+    got = drive(eng)
+    got["a"]["tokens"] = [int(eng.model.forward_full(prompts["a"])[-1].argmax()), *got["a"]["tokens"]]
+    got["b"]["tokens"] = [int(eng.model.forward_full(prompts["b"])[-1].argmax()), *got["b"]["tokens"]]
+    check_against_reference(eng, seen, got, prompts, max_tokens)

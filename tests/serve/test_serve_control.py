@@ -64,7 +64,8 @@ def test_pause_then_step_advances_exactly_one_step(fresh_server, client, poll):
     assert outputs == [1, 2, 3, 4]  # one token per step (prefill yields the first)
     steps = client.get(srv.root + "/kvtui/v1/steps", params={"since": s0["step"]}).json()["steps"]
     assert [st["step"] for st in steps] == [s0["step"] + k for k in range(1, 5)]
-    assert steps[0]["prefill_tokens"] + steps[0]["decode_tokens"] == len("step by step")
+    assert (steps[0]["prefill_tokens"], steps[0]["decode_tokens"]) == (len("step by step"), 0)
+    assert all((st["prefill_tokens"], st["decode_tokens"]) == (0, 1) for st in steps[1:])
     assert [st["batch_size"] for st in steps] == [1, 1, 1, 1]
     t.join(30)
     assert lines[-1] == "data: [DONE]" and '"completion_tokens":4' in lines[-2]
@@ -212,3 +213,38 @@ def test_metrics_parse_and_counters_match_what_was_served(server, client):
     (mode,) = after["kvtui:mode_info"].samples
     assert mode.labels["mode"] == "continuous+paged"
     assert _value(after, "vllm:num_requests_running", "vllm:num_requests_running") == 0
+
+
+def _counter(client: httpx.Client, srv, sample: str) -> float:
+    fams = _families(client.get(srv.root + "/metrics").text)
+    return sum(s.value for f in fams.values() for s in f.samples if s.name == sample)
+
+
+def test_wait_timeout_is_503_and_counted(fresh_server, client, poll):
+    import time
+
+    srv = fresh_server
+    _ctl(srv, client, "defenses", {"wait_timeout_s": 0.2})
+    _ctl(srv, client, "pause")
+    before = _counter(client, srv, "kvtui:requests_timed_out_total")
+    out: list[httpx.Response] = []
+    t = threading.Thread(target=lambda: out.append(httpx.post(srv.base_url + "/completions", timeout=30,
+                                                              json={"prompt": "patience", "max_tokens": 2})))
+    t.start()
+    poll(lambda: srv.state(client)["num_waiting"] == 1)
+    time.sleep(0.3)  # a precondition, not a measurement: it has now waited longer than wait_timeout_s
+    _ctl(srv, client, "resume")
+    t.join(30)
+    assert out[0].status_code == 503 and out[0].json()["error"]["code"] == "timeout"
+    assert _counter(client, srv, "kvtui:requests_timed_out_total") == before + 1
+
+
+def test_request_that_can_never_fit_the_kv_budget_is_400(fresh_server, client):
+    srv = fresh_server
+    # 16 KB of KV holds a few blocks of the tiny model: 200 tokens can never fit, though max_model_len allows it
+    _ctl(srv, client, "reset", {"engine": {"model": "tiny", "device": "cpu", "kv_budget_mb": 0.0625,
+                                           "max_model_len": 256}})
+    r = client.post(srv.base_url + "/completions", json={"prompt": "x" * 100, "max_tokens": 100})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "rejected_too_long"
+    state = srv.state(client)
+    assert state["totals"]["used_blocks"] == 0 and state["num_waiting"] == 0

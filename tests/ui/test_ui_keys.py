@@ -138,6 +138,20 @@ async def test_command_palette_runs_a_dashboard_command():
         assert not app.backend.defenses.truncate_prompt_to
 
 
+async def test_arrow_keys_belong_to_the_command_palette_while_it_is_open():
+    app = make_app(rate=2.0)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+p")
+        await pilot.pause(0.3)
+        await pilot.press("down", "down", "up")
+        await pilot.pause()
+        assert app.backend.load.rate == 2.0
+        await pilot.press("escape")
+        await pilot.pause()
+        await pilot.press("down")
+        assert app.backend.load.rate == 1.5
+
+
 async def test_snapshot_updates_are_coalesced():
     engine = syn.paged_engine(1, n_requests=8)
     app = KVTuiApp(FixedBackend(Profile(), syn.dashboard(engine)), live=False)

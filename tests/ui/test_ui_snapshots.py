@@ -82,3 +82,13 @@ def test_narrow_terminal(snap_compare):
     engine = syn.paged_engine(19, n_requests=10, shared_prefix_blocks=2)
     snap = syn.dashboard(engine, seed=19, gpu_note="no NVIDIA driver")
     assert snap_compare(fixed_app(snap), terminal_size=(80, 40))
+
+
+def test_mode_switch_draining(snap_compare):
+    """Switching static+contiguous to continuous+paged: the drain in progress shows in the mode bar
+    and in the scheduler header until the running requests have left."""
+    engine = dataclasses.replace(syn.contiguous_engine(23, n_requests=8, paused=False),
+                                 draining_to="continuous+paged")
+    snap = syn.dashboard(engine, seed=23, gpu_note="no NVIDIA driver",
+                         status="switching to continuous+paged: draining the running requests first")
+    assert snap_compare(fixed_app(snap), terminal_size=WIDE)

@@ -23,7 +23,7 @@ import torch
 from tui.engine.kv import ContiguousKV, KVManager, PagedKV, slots_for_budget
 from tui.engine.model import PRESETS, build_dummy_model, load_hf_model, pick_device, pick_dtype
 from tui.engine.model_runner import ModelRunner
-from tui.engine.scheduler import ContinuousScheduler, Scheduler, StaticScheduler
+from tui.engine.scheduler import ContinuousScheduler, ScheduledChunk, Scheduler, StaticScheduler
 from tui.engine.sequence import Request, Status
 from tui.engine.snapshot import (
     ArenaSegment,
@@ -342,7 +342,7 @@ class Engine:
             out.append(RequestOutput(req.request_id, [], True, "timeout", len(req.prompt), 0))
         return out
 
-    def _index_prefixes(self, chunks) -> None:
+    def _index_prefixes(self, chunks: list[ScheduledChunk]) -> None:
         kv = self.kv
         if not isinstance(kv, PagedKV) or not kv.pool.enable_prefix_caching:
             return

@@ -93,8 +93,9 @@ class ModelRunner:
         self.num_slots = num_slots
         self.kv_heads, self.head_dim = cfg.num_kv_heads, cfg.dim_per_head
         # one extra slot past the pool: padding rows of a static batch write their K/V there
+        # and a contiguous window read may run up to block_size - 1 slots past a reservation's end
         self.scratch_slot = num_slots
-        shape = (num_slots + 1, self.kv_heads, self.head_dim)
+        shape = (num_slots + block_size, self.kv_heads, self.head_dim)
         self.k_cache = [torch.zeros(shape, device=self.device, dtype=self.dtype) for _ in range(cfg.num_layers)]
         self.v_cache = [torch.zeros(shape, device=self.device, dtype=self.dtype) for _ in range(cfg.num_layers)]
         self._kbuf = torch.empty(0, device=self.device, dtype=self.dtype)
@@ -203,10 +204,12 @@ class ModelRunner:
                 rows += [0] * (nb - len(t))  # padding points at block 0 and is masked off
             index = torch.tensor(rows, dtype=torch.long)
             length = nb * bs
-        else:
-            length = ctx[0]
+        else:  # runs of block_size slots from each reservation's start: one copy per run, like a block
+            bs = self.block_size
+            nb = -(-ctx[0] // bs)
             starts = torch.tensor([kv.start(c.request.request_id) for c in decodes], dtype=torch.long)
-            index = (starts[:, None] + torch.arange(length)).clamp_(max=self.num_slots - 1).view(-1)
+            index = (starts[:, None] + torch.arange(0, nb * bs, bs)).view(-1)
+            length = nb * bs
         mask = None
         if ctx[-1] != length:
             lens = torch.tensor(ctx, dtype=torch.long)
@@ -217,18 +220,22 @@ class ModelRunner:
 
     def _gather(self, cache: torch.Tensor, buf_name: str, index: torch.Tensor, paged: bool, rows: int,
                 length: int) -> torch.Tensor:
-        """Copy the decode contexts into a reused buffer: ``[rows, length, kv_heads, head_dim]``."""
+        """Copy the decode contexts into a reused buffer: ``[rows, length, kv_heads, head_dim]``.
+
+        ``index`` picks runs of ``block_size`` slots: paged, block ids in the ``[blocks, block_size, ...]``
+        view; contiguous, start slots in an overlapping window view (run ``i`` = slots ``i..i+bs-1``).
+        """
         need = rows * length * self.kv_heads * self.head_dim
         buf = getattr(self, buf_name)
         if buf.numel() < need:
             buf = torch.empty(need, device=self.device, dtype=self.dtype)
             setattr(self, buf_name, buf)
+        bs, h, d = self.block_size, self.kv_heads, self.head_dim
         if paged:
-            src = cache[: self.num_slots].view(-1, self.block_size, self.kv_heads, self.head_dim)
-            out = buf[:need].view(index.shape[0], self.block_size, self.kv_heads, self.head_dim)
+            src = cache[: self.num_slots].view(-1, bs, h, d)
         else:
-            src = cache
-            out = buf[:need].view(index.shape[0], self.kv_heads, self.head_dim)
+            src = cache.as_strided((cache.shape[0] - bs + 1, bs, h, d), (h * d, h * d, d, 1))
+        out = buf[:need].view(index.shape[0], bs, h, d)
         torch.index_select(src, 0, index, out=out)
         return out.view(rows, length, self.kv_heads, self.head_dim)
 

@@ -44,12 +44,11 @@ from tui.profile import EngineMode, Profile, ProfileError, defenses_from_dict, e
 from tui.serve.engine_loop import (
     EngineInfo,
     EngineLoop,
-    EngineRejected,
     EngineStartError,
     EngineUnavailable,
     NotPausedError,
 )
-from tui.serve.generate import ClientGone, Counters, Generation, error_response, rejection_error
+from tui.serve.generate import ClientGone, Counters, Generation, error_response
 from tui.serve.openai_api import ApiError, models_body, parse_completion, parse_json
 from tui.serve.prom import CONTENT_TYPE, ServerMetrics
 
@@ -161,15 +160,8 @@ async def _generate(request: Request, *, chat: bool) -> Response:
     params = parse_completion(body, chat=chat, served_model=info.model_name, encode=info.tokenizer.encode,
                               vocab_size=info.vocab_size, max_model_len=info.max_model_len)
     request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
-    try:
-        queue = await st.engine.add_request(request_id, params.prompt_token_ids, params.max_tokens,
-                                            temperature=params.temperature, seed=params.seed,
-                                            ignore_eos=params.ignore_eos)
-    except EngineRejected as e:  # the backlog breaker, or a request that can never fit
-        st.metrics.rejected.labels(e.reason).inc()
-        raise rejection_error(e.reason, e.message) from None
-    except ValueError as e:  # malformed for this engine (the checks above should catch it first)
-        raise ApiError(400, str(e)) from None
+    queue = st.engine.add_request(request_id, params.prompt_token_ids, params.max_tokens,
+                                  temperature=params.temperature, seed=params.seed, ignore_eos=params.ignore_eos)
     gen = Generation(st.engine, st.metrics, st.counters, info, request_id, params, queue, received)
     try:
         return await gen.respond(request.receive)

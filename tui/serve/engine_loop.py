@@ -70,6 +70,7 @@ class Output:
     prompt_tokens: int = 0
     output_tokens: int = 0
     t: float = 0.0  # time.perf_counter() when it reached the API server
+    message: str = ""  # why, for a refused request
 
 
 @dataclass(frozen=True)
@@ -250,6 +251,11 @@ class EngineLoop:
                 fut.set_result(payload)
             else:
                 fut.set_exception(_rebuild_error(payload))
+        elif kind == "refused":
+            _, rid, reason, message = msg
+            sink = self._sinks.pop(rid, None)
+            if sink is not None:
+                sink.queue.put_nowait(Output(rid, [], True, reason, t=time.perf_counter(), message=message))
         elif kind == "error_all":
             log.error("the engine failed a step (%s); ended every open request", msg[1])
             self._finish_all("error")
@@ -297,7 +303,7 @@ class EngineLoop:
 
     # -- the commands ----------------------------------------------------------------------------------
 
-    async def add_request(
+    def add_request(
         self,
         request_id: str,
         prompt_token_ids: list[int],
@@ -307,18 +313,23 @@ class EngineLoop:
         seed: int | None = None,
         ignore_eos: bool = False,
     ) -> asyncio.Queue:
-        """Admit a request; returns the queue its :class:`Output` s arrive on.
+        """Send a request to the engine; returns the queue its :class:`Output` s arrive on.
 
-        Raises :class:`EngineRejected` (the engine's RequestRejected) or ValueError.
+        Not answered: a refusal (the backlog breaker, a request that can never fit, malformed input)
+        arrives as the request's only output, finished with the engine's reason (or ``"invalid"``) and
+        its message. Raises :class:`EngineUnavailable` when the engine is not running.
         """
+        if not self.running or self._loop is None:
+            raise EngineUnavailable("the engine process is not running")
         queue: asyncio.Queue = asyncio.Queue()
         # registered before sending, so no output can arrive before its queue exists
         self._sinks[request_id] = _Sink(queue, self._epoch)
         try:
-            await self._call("add", request_id, prompt_token_ids, max_tokens, temperature, seed, ignore_eos)
-        except BaseException:
+            self._send(("cmd", None, "add", (request_id, prompt_token_ids, max_tokens, temperature, seed,
+                                              ignore_eos)))
+        except (OSError, ValueError, RuntimeError) as e:
             self._sinks.pop(request_id, None)
-            raise
+            raise EngineUnavailable(f"the engine process is not reachable: {e}") from None
         return queue
 
     def abort(self, request_id: str) -> None:

@@ -14,8 +14,10 @@ Messages (pickled over a ``multiprocessing.connection.Connection``):
 - here → parent: ``("ready", info)`` or ``("failed", message)`` once; then ``("out", outputs,
   preempted)`` after each step that produced something, with outputs as ``(request_id,
   new_token_ids, finished, finish_reason, prompt_tokens, output_tokens)`` tuples;
-  ``("reply", seq, ok, payload)``; ``("error_all", message)`` when a step failed and every open request
-  was ended.
+  ``("reply", seq, ok, payload)``; ``("refused", request_id, reason, message)`` when an ``add`` (sent
+  without a reply, so a request costs no extra round trip) was refused — ``reason`` is the engine's
+  ``rejected_*`` reason, or ``invalid``; ``("error_all", message)`` when a step failed and every open
+  request was ended.
 """
 
 from __future__ import annotations
@@ -133,6 +135,9 @@ class EngineCore:
         except Exception as e:
             if seq is not None:
                 self.conn.send(("reply", seq, False, error_payload(e)))
+            elif name == "add":  # adds are not answered; a refusal is the request's only output
+                kind, _, message, reason = error_payload(e)
+                self.conn.send(("refused", args[0], reason or ("invalid" if kind == "value" else "error"), message))
             return
         if seq is not None:
             self.conn.send(("reply", seq, True, result))

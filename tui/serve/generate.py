@@ -44,7 +44,8 @@ class ClientGone(Exception):
     """The client disconnected before the response was ready."""
 
 
-# Engine finish reasons that end a request before it produced anything, as HTTP errors.
+# Engine finish reasons that end a request before it produced anything, as HTTP errors (a refusal at
+# admission — the backlog breaker, a request that can never fit — arrives the same way).
 _ERRORS: dict[str, ApiError] = {
     "rejected_backlog": ApiError(429, "the server's backlog is full (backlog circuit breaker); retry later",
                                  type="rate_limit_error", code="rejected_backlog"),
@@ -57,14 +58,6 @@ _ERRORS: dict[str, ApiError] = {
     "error": ApiError(500, "the engine failed while running this request", type="server_error",
                       code="engine_error"),
 }
-
-
-def rejection_error(reason: str, message: str) -> ApiError:
-    """The HTTP error for the engine's synchronous ``RequestRejected``."""
-    base = _ERRORS.get(reason)
-    if base is None:
-        return ApiError(503, message or reason, type="server_error", code=reason)
-    return ApiError(base.status, message or base.message, type=base.type, code=base.code)
 
 
 class Generation:
@@ -93,6 +86,7 @@ class Generation:
         self.text = TextAssembler(info.tokenizer.decode, params.stop, info.eos_token_id)
         self.prompt_tokens = len(params.prompt_token_ids)
         self.finish_reason: str | None = None  # the engine's reason (or "stop" for our stop strings)
+        self.message = ""  # the engine's words for a refusal
         self.done = False
         self.served = False  # a 200 response was (or is being) sent
         self._closed = False
@@ -132,14 +126,20 @@ class Generation:
             self.finish_reason = "stop"
         elif final:
             self.finish_reason = last.finish_reason
+            self.message = getattr(last, "message", "")
         self.done = final
         return text, final
 
     def error(self) -> ApiError | None:
         """The HTTP error for a request that ended before producing any token, else None."""
-        if self.done and self.text.tokens == 0 and self.finish_reason not in ("length", "stop"):
-            return _ERRORS.get(self.finish_reason or "", _ERRORS["error"])
-        return None
+        if not self.done or self.text.tokens or self.finish_reason in ("length", "stop"):
+            return None
+        if self.finish_reason == "invalid":
+            return ApiError(400, self.message or "the engine refused the request as malformed")
+        base = _ERRORS.get(self.finish_reason or "", _ERRORS["error"])
+        if not self.message:
+            return base
+        return ApiError(base.status, self.message, type=base.type, param=base.param, code=base.code)
 
     def close(self) -> None:
         """Abort the engine request if still open; account the request. Safe to call twice."""

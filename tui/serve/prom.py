@@ -4,7 +4,10 @@ Each server owns its registry (several servers can live in one test process). pr
 appends ``_total`` to counters itself, so a counter created as ``vllm:prompt_tokens`` is exposed as
 ``vllm:prompt_tokens_total`` — exactly vLLM's name. Gauges are refreshed from an engine snapshot when
 ``/metrics`` is scraped; counters and histograms are fed by the HTTP layer as requests finish, so
-their totals equal what the clients were served.
+their totals equal what the clients were served (``usage`` summed). Latencies are the server's view:
+TTFT from the request's arrival at the API server to its first token arriving back from the engine
+process, ITL between a request's consecutive engine outputs, E2E from arrival to the last byte handed
+to the connection.
 """
 
 from __future__ import annotations
@@ -49,7 +52,8 @@ class ServerMetrics:
         # vLLM's latency histograms, measured at the HTTP layer from request receipt
         self.ttft = Histogram("vllm:time_to_first_token_seconds", "Time to first token.", _LABELS,
                               buckets=TTFT_BUCKETS, registry=r)
-        self.itl = Histogram("vllm:inter_token_latency_seconds", "Gap between consecutive output chunks.",
+        self.itl = Histogram("vllm:inter_token_latency_seconds",
+                             "Gap between consecutive engine outputs of a request, at the API server.",
                              _LABELS, buckets=ITL_BUCKETS, registry=r)
         self.e2e = Histogram("vllm:e2e_request_latency_seconds", "Request latency, receipt to last token.",
                              _LABELS, buckets=E2E_BUCKETS, registry=r)

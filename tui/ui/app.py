@@ -46,6 +46,12 @@ log = logging.getLogger(__name__)
 
 ControlOp = Callable[[], Awaitable[None]]
 
+# Actions bound to dashboard keys (see KVTuiApp.check_action).
+DASHBOARD_ACTIONS = frozenset({
+    "toggle_load", "rate_up", "rate_down", "toggle_pause", "step", "toggle_batching", "toggle_kv",
+    "cycle_arrival", "cycle_workload", "toggle_defense", "unfocus", "quit",
+})
+
 
 class KVTuiApp(App[int]):
     """The dashboard. ``live=False`` (tests, screenshots, replays) starts no workers that poll."""
@@ -120,6 +126,11 @@ class KVTuiApp(App[int]):
     async def on_unmount(self) -> None:
         self.backend.on_update = None
         await self.backend.close()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """The dashboard's keys belong to the dashboard: while another screen is up (the command
+        palette, a help screen) they go to it, so its arrows and letters keep working."""
+        return action not in DASHBOARD_ACTIONS or self.screen is self.screen_stack[0]
 
     # -- the one drawing path ------------------------------------------------------------------------
 

@@ -82,10 +82,10 @@ class LoadControl(Vertical):
             yield Label("req/s")
             yield Button("▶ start", id="load-toggle", compact=True, variant="success")
         with Horizontal():
-            yield Label("arrival ")
+            yield Label("arrival a ")
             yield Button("poisson", id="arrival", compact=True, tooltip="next arrival process (a)")
         with Horizontal():
-            yield Label("workload")
+            yield Label("workload w")
             yield Button("profile", id="workload", compact=True, tooltip="next workload preset (w)")
         yield TextLines(id="load-actual")
 

@@ -144,7 +144,9 @@ class LiveBackend(Backend):
         key = read_api_key(self.profile.target.api_key_env) if not self.local else None
         if key:
             headers["Authorization"] = f"Bearer {key}"
-        self.client = httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(5.0, connect=3.0))
+        # Loopback never goes through a proxy from the environment; a remote target may need one.
+        self.client = httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(5.0, connect=3.0),
+                                        trust_env=not self.local)
         if self.local:
             # The server runs on this host, so this host's NVML says why there are no GPU readings.
             self.publish(gpu_note=await asyncio.to_thread(local_gpu_note))

@@ -292,8 +292,9 @@ class RequestTable(ScrollView, can_focus=True):
             else:
                 bs = max(1, snap.totals.block_size)
                 longest = max((r.arena_reserved for r in snap.requests), default=0)
-                # Whole blocks per cell, so the table reads like the paged one, scaled to fit.
-                self._unit = bs * max(1, math.ceil(longest / (bs * cells_w)))
+                # Whole blocks per cell, so the table reads like the paged one, scaled to fit beside
+                # the " used/reserved" suffix.
+                self._unit = bs * max(1, math.ceil(longest / (bs * max(1, cells_w - 12))))
                 rows = [_Row(i, 0) for i in range(len(snap.requests))]
                 self._seg_used = {seg.owner: seg.used for seg in snap.segments if seg.owner is not None}
         self._rows = rows
