@@ -196,6 +196,7 @@ def main() -> int:
 
     new_tokens = 64 if args.quick else 256
     e = engine("continuous+paged", **{**common, "kv_budget_mb": 64.0, "max_num_batched_tokens": 8192})
+    engine_vs_forward(e, 32, 256, 16, 99)  # warm-up: buffers, allocator, caches
     ratios, dense = [], []
     for rnd in range(2 if args.quick else 3):
         eng_t, replay_t = engine_vs_forward(e, 32, 256, new_tokens, rnd)

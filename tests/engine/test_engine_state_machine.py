@@ -112,6 +112,7 @@ class EngineMachine(RuleBasedStateMachine):
             free = pool.free_order()
             assert len(free) == len(set(free))
             assert set(free) == {b for b in range(pool.num_blocks) if pool.ref_count[b] == 0}
+            assert pool.num_cached_free == sum(1 for b in free if pool.block_hashes[b] is not None)
             if not self.ever_cached:
                 assert all(c == 1 for c in refs.values()), "a block owned twice without prefix caching"
             t = eng.totals()

@@ -52,6 +52,7 @@ class BlockPool:
         self.block_hashes: list[int | None] = [None] * num_blocks
         self._free: OrderedDict[int, None] = OrderedDict((b, None) for b in range(num_blocks))
         self._cached: dict[int, int] = {}  # hash -> block id
+        self._num_cached_free = 0  # free blocks holding a hash, kept current (read every step)
         self.num_evictions = 0
 
     @property
@@ -65,7 +66,7 @@ class BlockPool:
     @property
     def num_cached_free(self) -> int:
         """Free blocks that still hold a reusable prefix."""
-        return sum(1 for b in self._free if self.block_hashes[b] is not None)
+        return self._num_cached_free
 
     def free_order(self) -> list[int]:
         """Free block ids in the order ``allocate`` will hand them out."""
@@ -80,6 +81,7 @@ class BlockPool:
             b, _ = self._free.popitem(last=False)
             h = self.block_hashes[b]
             if h is not None:  # evict the cached prefix this block held
+                self._num_cached_free -= 1
                 if self._cached.get(h) == b:
                     del self._cached[h]
                 self.block_hashes[b] = None
@@ -97,6 +99,8 @@ class BlockPool:
         for b in blocks:
             if self.ref_count[b] == 0:
                 del self._free[b]
+                if self.block_hashes[b] is not None:
+                    self._num_cached_free -= 1
             self.ref_count[b] += 1
 
     def free(self, blocks: Sequence[int]) -> None:
@@ -109,6 +113,8 @@ class BlockPool:
                 self._free[b] = None
                 if self.block_hashes[b] is None:
                     self._free.move_to_end(b, last=False)
+                else:
+                    self._num_cached_free += 1
 
     def register(self, block: int, h: int) -> None:
         """Record that a full block holds the prefix with hash ``h`` (first holder wins)."""
@@ -124,6 +130,7 @@ class BlockPool:
         if not enabled:
             self._cached.clear()
             self.block_hashes = [None] * self.num_blocks
+            self._num_cached_free = 0
 
 
 class PagedKV:

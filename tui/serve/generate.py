@@ -91,6 +91,8 @@ class Generation:
         self.served = False  # a 200 response was (or is being) sent
         self._closed = False
         self._last_token_t: float | None = None
+        self._ttft = metrics.ttft.labels(self.model)  # the labelled children, looked up once
+        self._itl = metrics.itl.labels(self.model)
         counters.active += 1
 
     async def next(self) -> tuple[str, bool]:
@@ -109,9 +111,9 @@ class Generation:
         for out in outs:
             if out.new_token_ids:
                 if self._last_token_t is None:
-                    self.metrics.ttft.labels(self.model).observe(out.t - self.received)
+                    self._ttft.observe(out.t - self.received)
                 else:
-                    self.metrics.itl.labels(self.model).observe(out.t - self._last_token_t)
+                    self._itl.observe(out.t - self._last_token_t)
                 self._last_token_t = out.t
                 ids.extend(out.new_token_ids)
         last = outs[-1]
