@@ -227,3 +227,27 @@ def test_snapshot_round_trips_and_steps_since(engine_factory):
     assert [s.step for s in eng.steps_since(1)] == [2, 3]
     assert snap.last_steps[0].step == 3 and snap.device == "cpu"
     assert 0.0 <= snap.busy_fraction <= 1.0
+
+
+def test_static_batch_with_a_short_finished_member_at_the_arena_end(engine_factory, drive):
+    """A padding row of a short member is grouped with a long one; its reads stay in the arena."""
+    eng = engine_factory("static+contiguous", slots=192, reservation="pow2", max_model_len=128)
+    eng.add_request("long", [(31 + i) % 256 for i in range(60)], 22)
+    eng.add_request("short", [5], 1)
+    got = drive(eng)
+    assert {r: x["reason"] for r, x in got.items()} == {"long": "length", "short": "length"}
+    assert eng.steps_since(0)[-1].batch_size == 2  # the finished short member was still computed
+
+
+def test_used_slots_count_shared_blocks_once_after_prefix_caching_is_switched_off(engine_factory):
+    eng = engine_factory("continuous+paged", defenses=DefensesConfig(prefix_caching=True))
+    eng.add_request("a", [7] * 31, 3)
+    eng.step()
+    eng.add_request("c", [7] * 17, 2)
+    eng.step()
+    assert eng.kv.pool.ref_count[0] == 2
+    eng.set_defenses(DefensesConfig(prefix_caching=False))
+    t = eng.totals()
+    assert t.used_slots <= t.reserved_slots
+    # block 0 shared (16, counted once), a's second block (32 computed - 16), c's own block (17 - 16)
+    assert t.used_slots == 16 + 16 + 1

@@ -388,7 +388,7 @@ class Engine:
         if isinstance(kv, PagedKV):
             bs = kv.block_size
             pool = kv.pool
-            if pool.enable_prefix_caching:
+            if sum(len(t) for t in kv.tables.values()) != pool.num_used:  # some block is shared
                 fills: dict[int, int] = {}
                 for rid, table in kv.tables.items():
                     n = holders[rid].num_computed if rid in holders else 0

@@ -208,7 +208,10 @@ class ModelRunner:
             bs = self.block_size
             nb = -(-ctx[0] // bs)
             starts = torch.tensor([kv.start(c.request.request_id) for c in decodes], dtype=torch.long)
-            index = (starts[:, None] + torch.arange(0, nb * bs, bs)).view(-1)
+            offsets = torch.arange(0, nb * bs, bs)
+            held = offsets[None, :] < torch.tensor(ctx, dtype=torch.long)[:, None]
+            # runs past a row's own context (shorter rows of the group) read slot 0 and are masked off
+            index = torch.where(held, starts[:, None] + offsets, 0).view(-1)
             length = nb * bs
         mask = None
         if ctx[-1] != length:
