@@ -59,7 +59,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     report = sub.add_parser("report", help="print the table of a recorded run, or compare two")
     report.add_argument("dirs", nargs="+", type=Path, metavar="DIR", help="one run directory, or two to compare")
-    report.add_argument("--replay", action="store_true", help="replay the run in the dashboard")
     return parser
 
 
@@ -91,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "report":
             from tui.metrics.report import report_main
 
-            return report_main(args.dirs, replay=args.replay)
+            return report_main(args.dirs)
         if args.command == "serve":
             from tui.serve.app import serve_main
 

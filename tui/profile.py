@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
+import tomli_w
+
 Batching = Literal["static", "continuous"]
 KVLayout = Literal["contiguous", "paged"]
 Reservation = Literal["max", "pow2", "exact"]
@@ -51,7 +53,7 @@ class EngineConfig:
     batching: Batching = "continuous"
     kv: KVLayout = "paged"
     block_size: int = 16
-    kv_budget_mb: float = 4.0
+    kv_budget_mb: float = 8.0  # MiB of K and V across all layers; the same for every layout
     gpu_memory_utilization: float | None = None
     max_num_seqs: int = 64
     max_num_batched_tokens: int = 2048
@@ -59,7 +61,7 @@ class EngineConfig:
     static_batch_size: int = 8
     batch_wait_ms: float = 50.0
     reservation: Reservation = "max"
-    max_model_len: int = 2048
+    max_model_len: int = 1536
     seed: int = 0
     device: Literal["auto", "cpu", "cuda"] = "auto"
     threads: int = 1
@@ -275,6 +277,18 @@ def to_dict(obj: Any) -> Any:
     if isinstance(obj, (tuple, list)):
         return [to_dict(x) for x in obj]
     return obj
+
+
+def dump_profile(profile: Profile, sections: tuple[str, ...] | None = None) -> str:
+    """The profile as TOML that :func:`load_profile` reads back to an equal profile.
+
+    ``sections`` keeps only those top-level keys (``kvtui serve`` needs just engine and defenses).
+    """
+    data = to_dict(profile)
+    data.pop("source", None)
+    if sections is not None:
+        data = {k: v for k, v in data.items() if k in sections}
+    return f"# kvtui profile (from {profile.source})\n" + tomli_w.dumps(data)
 
 
 def _fail(source: str, path: str, value: Any, expected: str) -> typing.NoReturn:

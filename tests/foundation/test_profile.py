@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -10,10 +12,12 @@ from hypothesis import strategies as st
 
 from tui.profile import (
     HEADLINE_MODES,
+    DefensesConfig,
     EngineMode,
     LengthDist,
     Profile,
     ProfileError,
+    dump_profile,
     engine_config_from_dict,
     load_profile,
     profile_from_dict,
@@ -116,6 +120,19 @@ ttft_ms = 100
     assert prof.load.rate == 3.0 and isinstance(prof.load.rate, float)
     assert prof.record.modes == (EngineMode("static", "paged"), EngineMode("continuous", "contiguous"))
     assert prof.slo.ttft_ms == 100 and prof.slo.tpot_ms is None
+
+
+@pytest.mark.parametrize("path", PROFILES, ids=lambda p: p.stem)
+def test_dumped_profiles_load_back_equal(tmp_path: Path, path: Path) -> None:
+    prof = load_profile(path)
+    again = load_profile(write(tmp_path, dump_profile(prof)))
+    assert again == dataclasses.replace(prof, source=again.source)
+
+
+def test_dumping_only_the_engine_sections() -> None:
+    odd = Profile(name='odd "name"', defenses=DefensesConfig(backlog_limit=5, wait_timeout_s=1.5))
+    back = profile_from_dict(tomllib.loads(dump_profile(odd, sections=("name", "engine", "defenses"))))
+    assert (back.name, back.engine, back.defenses, back.load) == (odd.name, odd.engine, odd.defenses, Profile().load)
 
 
 def test_round_trips_through_plain_data() -> None:

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 from loadfake_server import FakeConfig
 
-from tui.load.record import profile_toml, record_main
+from tui.load.record import record_main
 from tui.load.records import PartWriter, read_records
 from tui.metrics.report import report_main
 from tui.profile import load_profile
@@ -200,15 +200,6 @@ def test_parts_of_a_crashed_run_are_readable_and_reportable(tmp_path, capsys):
     assert read_records(tmp_path).num_rows == 3
     assert report_main([tmp_path]) == 0
     assert "(partial)" in capsys.readouterr().out
-
-
-def test_profile_toml_round_trips_the_builtin_profile(tmp_path):
-    from tui.profile import Profile
-
-    p = tmp_path / "p.toml"
-    p.write_text(profile_toml(Profile()), encoding="utf-8")
-    again = load_profile(p)
-    assert again.workload == Profile().workload and again.record == Profile().record and again.load == Profile().load
 
 
 def test_records_of_an_older_run_without_a_column_still_read(tmp_path):

@@ -6,25 +6,18 @@ import os
 import signal
 import socket
 import threading
-import tomllib
 from pathlib import Path
 
 import httpx
 import openai
 import pytest
 
-from tui.profile import DefensesConfig, EngineConfig, Profile, profile_from_dict
+from tui.profile import EngineConfig, Profile
 from tui.serve.app import serve_main
-from tui.serve.local import LocalServer, LocalServerError, profile_toml
+from tui.serve.local import LocalServer, LocalServerError
 
 ENGINE = EngineConfig(model="tiny", device="cpu", threads=1, kv_budget_mb=2.0, max_model_len=512)
 PROFILE = Profile(engine=ENGINE)
-
-
-def test_profile_toml_round_trips():
-    prof = Profile(name='odd "name"', engine=ENGINE, defenses=DefensesConfig(backlog_limit=5, wait_timeout_s=1.5))
-    back = profile_from_dict(tomllib.loads(profile_toml(prof)))
-    assert back.engine == prof.engine and back.defenses == prof.defenses
 
 
 def test_serve_main_refuses_an_unset_key_variable(monkeypatch, capsys):

@@ -31,7 +31,7 @@ from tui.load.target import OpenAITarget, PreflightError, root_url
 from tui.metrics.prom import parse_server_gauges
 from tui.metrics.types import ServerGauges
 from tui.metrics.window import RollingWindow
-from tui.profile import Profile, Stage, to_dict
+from tui.profile import Profile, Stage, dump_profile, to_dict
 
 GRACE_S = 2.0  # how long in-flight requests may finish after Ctrl-C
 FLUSH_EVERY_S = 1.0  # records reach disk at least this often
@@ -42,45 +42,6 @@ REMOTE_MODE = "remote"
 
 class FatalTargetError(Exception):
     """The target cannot go on serving the run (one line for the user)."""
-
-
-# ---------------------------------------------------------------------------------------------------
-# The profile used, as TOML (tomllib reads only; this writes the small subset profiles use)
-
-
-def _toml_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return repr(v)
-    if isinstance(v, str):
-        return json.dumps(v)  # JSON string escapes are valid TOML basic-string escapes
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    if isinstance(v, dict):
-        return "{" + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items()) + "}"
-    raise TypeError(f"cannot write {type(v).__name__} to TOML")
-
-
-def profile_toml(profile: Profile) -> str:
-    """The profile as TOML that ``load_profile`` reads back to the same profile."""
-    data = to_dict(profile)
-    data.pop("source", None)
-    lines = [f"# kvtui profile used by this run (from {profile.source})"]
-    tables, arrays = {}, {}
-    for key, value in data.items():
-        if isinstance(value, dict):
-            tables[key] = value
-        elif isinstance(value, list) and value and all(isinstance(x, dict) for x in value):
-            arrays[key] = value
-        else:
-            lines.append(f"{key} = {_toml_value(value)}")
-    for key, table in tables.items():
-        lines += ["", f"[{key}]"] + [f"{k} = {_toml_value(v)}" for k, v in table.items()]
-    for key, items in arrays.items():
-        for item in items:
-            lines += ["", f"[[{key}]]"] + [f"{k} = {_toml_value(v)}" for k, v in item.items()]
-    return "\n".join(lines) + "\n"
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -112,7 +73,7 @@ class Recorder:
 
     def run(self) -> int:
         self.out.mkdir(parents=True, exist_ok=True)
-        (self.out / "profile.toml").write_text(profile_toml(self.profile), encoding="utf-8")
+        (self.out / "profile.toml").write_text(dump_profile(self.profile), encoding="utf-8")
         self._writers = {name: PartWriter(self.out, name) for name in ("requests", "steps", "gpu")}
         self._write_run_json(finished=False, code=None)
         code = 0
@@ -137,6 +98,8 @@ class Recorder:
             if self._server is not None:
                 with contextlib.suppress(Exception):
                     self._server.stop()
+                # The engine's own account of a failure (a crash, a refused reset) stays with the run.
+                (self.out / "server.log").write_text("\n".join(self._server.log_tail(200)) + "\n", encoding="utf-8")
             self._finish(code)
         return code
 

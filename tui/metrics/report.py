@@ -103,14 +103,11 @@ def _print_compare(console, a: RunData, b: RunData) -> None:
     console.print(table)
 
 
-def report_main(dirs: list[Path], replay: bool = False) -> int:
+def report_main(dirs: list[Path]) -> int:
     """The CLI's ``report``: print one run's table, or compare two; returns the exit code."""
     from tui.load.record import wide_console
 
     console = wide_console()
-    if replay:
-        print("kvtui report: --replay (replaying a run in the dashboard) is not available in this version; "
-              "the table is printed instead", file=sys.stderr)
     if not 1 <= len(dirs) <= 2:
         print("kvtui report: give one run directory, or two to compare", file=sys.stderr)
         return 2

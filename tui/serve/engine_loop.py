@@ -173,6 +173,9 @@ class EngineLoop:
             return
         self._loop = loop
         loop.add_reader(self._conn.fileno(), self._on_readable)
+        # Some loops (uvloop's libuv poll) make a watched fd non-blocking; Connection.recv() reads a
+        # whole message and must not see BlockingIOError halfway through one.
+        os.set_blocking(self._conn.fileno(), True)
 
     def detach(self) -> None:
         """Stop receiving; open streams end ("aborted"). Call from the loop's thread."""

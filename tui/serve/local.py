@@ -9,7 +9,6 @@ lines. ``stop()`` sends SIGTERM (the server drains and exits) and kills it if it
 from __future__ import annotations
 
 import collections
-import json
 import os
 import re
 import shutil
@@ -20,11 +19,10 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import httpx
 
-from tui.profile import Profile, to_dict
+from tui.profile import Profile, dump_profile
 from tui.serve.app import LISTENING_PREFIX, PARENT_PID_ENV
 
 _PORT_RE = re.compile(re.escape(LISTENING_PREFIX) + r"http://\[?[^\s\]]*\]?:(\d+)")
@@ -32,28 +30,6 @@ _PORT_RE = re.compile(re.escape(LISTENING_PREFIX) + r"http://\[?[^\s\]]*\]?:(\d+
 
 class LocalServerError(RuntimeError):
     """The local server could not start, or died; the message includes its last log lines."""
-
-
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, str):
-        return json.dumps(value)  # a JSON string is a valid TOML basic string
-    if isinstance(value, list):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    raise TypeError(f"cannot write {value!r} to TOML")
-
-
-def profile_toml(profile: Profile) -> str:
-    """The profile's ``[engine]`` and ``[defenses]`` tables as TOML (all ``kvtui serve`` reads)."""
-    lines = [f"name = {_toml_value(profile.name)}"]
-    for table, obj in (("engine", profile.engine), ("defenses", profile.defenses)):
-        lines.append(f"\n[{table}]")
-        for key, value in to_dict(obj).items():
-            lines.append(f"{key} = {_toml_value(value)}")
-    return "\n".join(lines) + "\n"
 
 
 class LocalServer:
@@ -106,7 +82,7 @@ class LocalServer:
             return self
         self._tmp = tempfile.mkdtemp(prefix="kvtui-serve-")
         profile_path = Path(self._tmp) / "engine.toml"
-        profile_path.write_text(profile_toml(self.profile), encoding="utf-8")
+        profile_path.write_text(dump_profile(self.profile, sections=("name", "engine", "defenses")), encoding="utf-8")
         cmd = [sys.executable, "-m", "tui", "serve", "--host", self.host, "--port", str(self.requested_port),
                "--profile", str(profile_path)]
         if self.api_key_env:

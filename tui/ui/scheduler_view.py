@@ -61,9 +61,9 @@ def header_text(snap: EngineSnapshot) -> Text:
     t.append(snap.mode, style="bold #61afef")
     t.append("  ")
     if snap.paused:
-        t.append(" ⏸ PAUSED ", style="bold #282c34 on #e5c07b")
+        t.append(" PAUSED ", style="bold #282c34 on #e5c07b")
     else:
-        t.append("▶ stepping", style="#98c379")
+        t.append("stepping", style="#98c379")
     if snap.draining_to:
         t.append("  ")
         t.append(f" draining → {snap.draining_to} ", style="bold #282c34 on #c678dd")
