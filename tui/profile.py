@@ -132,7 +132,7 @@ class LoadConfig:
 
     arrival: Literal["poisson", "gamma", "constant"] = "poisson"
     burstiness: float = 1.0
-    rate: float = 2.0
+    rate: float = 4.0
     max_concurrency: int | None = None
     num_requests: int | None = None
     duration_s: float | None = None
