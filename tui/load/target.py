@@ -21,7 +21,6 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from tui.load.pool import make_transport
 from tui.load.records import RequestRecord, now
 from tui.load.workload import RequestSpec
 
@@ -119,7 +118,6 @@ class OpenAITarget:
         timeout_s: float = 120.0,
         max_connections: int | None = None,
         extra_body: dict[str, Any] | None = None,
-        fast_pool: bool = True,
     ):
         self.base_url = base_url.rstrip("/")
         self.model = model
@@ -131,14 +129,12 @@ class OpenAITarget:
         self._api_key = read_api_key(api_key_env)
         headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
         # One client for every request: its pool is sized to the concurrency (None: no limit, so a
-        # full pool never queues requests inside the client where it would look like server time),
-        # over a pool whose bookkeeping stays linear with hundreds of streams (tui.load.pool).
+        # full pool never queues requests inside the client where it would look like server time).
         limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections or 512)
         self.client = httpx.AsyncClient(
             headers=headers,
             timeout=httpx.Timeout(timeout_s, connect=min(10.0, timeout_s)),
             limits=limits,
-            transport=make_transport(limits) if fast_pool else None,
         )
 
     def scrub(self, text: str) -> str:
