@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import polars as pl
@@ -11,10 +10,7 @@ import pytest
 from tui.load.record import record_main
 from tui.profile import load_profile
 
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(
-    importlib.util.find_spec("tui.serve.local") is None,
-    reason="tui.serve.local (the local engine server) is not importable yet",
-)]
+pytestmark = pytest.mark.slow
 
 TINY = """
 name = "tiny-e2e"

@@ -104,10 +104,8 @@ class Recorder:
         return code
 
     def _start_local(self) -> str:
-        try:
-            from tui.serve.local import LocalServer
-        except ImportError as e:  # pragma: no cover - only while the serve package is incomplete
-            raise FatalTargetError(f"the local engine server is not available ({e})") from None
+        from tui.serve.local import LocalServer
+
         self._server = LocalServer(self.profile)
         self.err.print("[dim]starting the local engine server...[/dim]")
         try:
