@@ -64,7 +64,9 @@ def engine_lines(engine: EngineSnapshot, width: int) -> list[Text]:
     return [
         _gauge_line("busy", engine.busy_fraction, width, f"{100 * engine.busy_fraction:.0f}% of wall"),
         _gauge_line("KV use", tot.usage, width, f"{100 * tot.usage:.0f}% reserved"),
-        _gauge_line("KV filled", tot.utilization, width, f"{100 * tot.utilization:.0f}% of it", "#61afef"),
+        # Nothing reserved: no fill to speak of (utilization reads 1.0 there, which would look like a full pool).
+        _gauge_line("KV filled", tot.utilization if tot.reserved_slots else 0.0, width,
+                    f"{100 * tot.utilization:.0f}% of it" if tot.reserved_slots else "—", "#61afef"),
     ]
 
 
