@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 import threading
 
 import httpx
@@ -10,6 +12,8 @@ import openai
 from prometheus_client.parser import text_string_to_metric_families
 
 from tui.engine.snapshot import EngineSnapshot
+from tui.profile import EngineConfig
+from tui.serve.engine_loop import EngineLoop
 
 MODEL = "kvtui-tiny"
 
@@ -248,3 +252,22 @@ def test_request_that_can_never_fit_the_kv_budget_is_400(fresh_server, client):
     assert r.status_code == 400 and r.json()["error"]["code"] == "rejected_too_long"
     state = srv.state(client)
     assert state["totals"]["used_blocks"] == 0 and state["num_waiting"] == 0
+
+
+async def test_engine_link_reads_whole_messages_even_when_the_loop_made_it_non_blocking():
+    """uvloop's add_reader turns a watched fd non-blocking; a half-arrived snapshot must not read as
+    the engine dying (a recorder run once lost every request after the first large reply)."""
+    link = EngineLoop(EngineConfig(model="tiny", device="cpu", kv_budget_mb=1.0, max_model_len=256), None)
+    link.start()
+    try:
+        fd = link._conn.fileno()
+        os.set_blocking(fd, False)  # what libuv does when it starts polling the fd
+        link.attach(asyncio.get_running_loop())
+        assert os.get_blocking(fd)
+        for _ in range(3):
+            snap = await link.snapshot()
+            assert snap.mode == "continuous+paged"
+        assert link.running
+    finally:
+        link.detach()
+        link.stop()
