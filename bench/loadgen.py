@@ -27,11 +27,8 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 RATES = (50, 200, 500)
 

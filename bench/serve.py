@@ -20,11 +20,8 @@ import json
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import httpx
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tui.engine.engine import Engine
 from tui.profile import EngineConfig, Profile

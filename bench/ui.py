@@ -19,9 +19,6 @@ import dataclasses
 import json
 import sys
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tui.profile import Profile
 from tui.ui import synthetic as syn
