@@ -175,7 +175,9 @@ class LatencyPane(Vertical):
     def apply(self, stats: WindowStats, history: tuple[HistoryPoint, ...]) -> None:
         """Show new rolling statistics and their history."""
         if stats != self.stats:
+            if self.stats is None or stats.window_s != self.stats.window_s:
+                # Setting a border title repaints the whole pane, even to the same title.
+                self.border_title = f"Latency · rolling {stats.window_s:g}s window"
             self.stats = stats
-            self.border_title = f"Latency · rolling {stats.window_s:g}s window"
             self.query_one("#latency-numbers", TextLines).set_lines(numbers(stats))
         self.query_one(LatencyChart).set_history(history)

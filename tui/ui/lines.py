@@ -4,7 +4,8 @@ The panes redraw up to ten times a second. A ``Static`` re-measures and re-wraps
 through Rich's layout on every update; these panes already know their lines (one ``Text`` each,
 never wrapped), so drawing them line by line, cropped to the width and cached until the next update,
 costs a fraction of that. The height follows the number of lines, and only a change in that number
-asks for a layout pass.
+asks for a layout pass. Only the lines that differ from the previous update are repainted: Textual
+re-composes every screen line that holds a dirty region, so an unchanged line marked dirty still costs.
 """
 
 from __future__ import annotations
@@ -12,13 +13,20 @@ from __future__ import annotations
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
-from textual.geometry import Size
+from textual.geometry import Region, Size
 from textual.strip import Strip
 from textual.widget import Widget
 
 from tui.ui.paint import line_strip
 
 Line = Text | list[Segment]  # a Text, or ready-made segments (cheaper for many-coloured cell maps)
+
+
+def same_line(a: Line, b: Line) -> bool:
+    """Whether two lines draw the same (Text equality ignores the Text's own style, so add it)."""
+    if isinstance(a, Text):
+        return isinstance(b, Text) and a.style == b.style and a == b
+    return a == b
 
 
 class TextLines(Widget):
@@ -35,12 +43,27 @@ class TextLines(Widget):
         self._base: Style | None = None
 
     def set_lines(self, lines: list[Line]) -> None:
-        """Replace the content; a layout pass happens only when the number of lines changes."""
-        resized = len(lines) != len(self.lines)
-        self.lines = lines
+        """Replace the content, repainting only the lines that changed (a layout pass only when the
+        number of lines changes)."""
+        old, self.lines = self.lines, lines
+        base = self.rich_style if self.is_mounted else None  # once per update, as drawn lines use it
+        if len(lines) != len(old) or base is None or base != self._base:
+            self._strips.clear()
+            self._base = base
+            self.refresh(layout=len(lines) != len(old))
+            return
+        changed = [y for y, (a, b) in enumerate(zip(old, lines, strict=True)) if not same_line(a, b)]
+        if not changed:
+            return
+        for y in changed:
+            self._strips.pop(y, None)
+        width = self.size.width
+        self.refresh(*(Region(0, y, width, 1) for y in changed))
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()  # a theme or pseudo-class change: the cached strips are stale
         self._strips.clear()
         self._base = None
-        self.refresh(layout=resized)
 
     @property
     def plain(self) -> str:

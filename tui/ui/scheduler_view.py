@@ -11,7 +11,7 @@ of blocks stay cheap.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 from rich.segment import Segment
@@ -20,7 +20,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.cache import LRUCache
 from textual.containers import Vertical
-from textual.geometry import Size
+from textual.geometry import Region, Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
@@ -148,15 +148,17 @@ def arena_map(snap: EngineSnapshot, width: int, rows: int) -> list[list[Segment]
 def pool_map(snap: EngineSnapshot, width: int, rows: int) -> list[list[Segment]]:
     """The paged block pool by block id: who holds each block, shared blocks marked."""
     nblocks = max(1, snap.totals.total_blocks)
-    ids = np.fromiter((b.block_id for r in snap.requests for b in r.blocks), dtype=np.int64)
-    holder = np.fromiter((i for i, r in enumerate(snap.requests) for _ in r.blocks), dtype=np.int64)
-    is_shared = np.fromiter((b.shared for r in snap.requests for b in r.blocks), dtype=bool)
+    reqs = snap.requests
+    # List comprehensions, not np.fromiter over generators: this runs per update over every block.
+    ids = np.array([b.block_id for r in reqs for b in r.blocks], dtype=np.int64)
+    holder = np.repeat(np.arange(len(reqs), dtype=np.int64), [len(r.blocks) for r in reqs])
+    shared_ids = np.array([b.block_id for r in reqs for b in r.blocks if b.shared], dtype=np.int64)
     keep = (ids >= 0) & (ids < nblocks)
-    ids, holder, is_shared = ids[keep], holder[keep], is_shared[keep]
+    ids, holder = ids[keep], holder[keep]
     owner = np.full(nblocks, -1, dtype=np.int64)
     owner[ids[::-1]] = holder[::-1]  # later writes win: reversed, the first holder of a block wins
     shared = np.zeros(nblocks, dtype=bool)
-    shared[ids[is_shared]] = True
+    shared[shared_ids[(shared_ids >= 0) & (shared_ids < nblocks)]] = True
     held = owner >= 0
     ncells = max(1, min(width * rows, nblocks))
     edges = np.linspace(0, nblocks, ncells + 1).round().astype(np.int64)
@@ -167,16 +169,16 @@ def pool_map(snap: EngineSnapshot, width: int, rows: int) -> list[list[Segment]]
     positions = np.where(held, np.arange(nblocks), nblocks)
     next_held = np.concatenate([np.minimum.accumulate(positions[::-1])[::-1], [nblocks]])
     lo, hi = edges[:-1], np.minimum(edges[1:], nblocks)
-    frac = (held_cum[hi] - held_cum[lo]) / np.maximum(hi - lo, 1)
-    any_shared = (shared_cum[hi] - shared_cum[lo]) > 0
-    first = next_held[lo]
+    frac = ((held_cum[hi] - held_cum[lo]) / np.maximum(hi - lo, 1)).tolist()
+    any_shared = ((shared_cum[hi] - shared_cum[lo]) > 0).tolist()
+    first_owner = owner[np.minimum(next_held[lo], nblocks - 1)].tolist()  # meaningful where frac > 0
     cells: list[tuple[str, str]] = []
     colours: dict[int, str] = {}
     for c in range(ncells):
         if frac[c] == 0:
             cells.append((GLYPH_HOLE, HOLE))
             continue
-        req = int(owner[first[c]])
+        req = first_owner[c]
         colour = colours.get(req)
         if colour is None:
             colour = colours[req] = owner_colour(snap.requests[req].request_id)
@@ -220,12 +222,20 @@ def legend_text(layout: str, unit: int) -> Text:
 # The request table
 
 
-@dataclass(frozen=True)
-class _Row:
+class _Row(NamedTuple):
     """One screen line of the request table: a request, and which slice of its cells it shows."""
 
     request: int
     chunk: int
+
+
+def _row_key(snap: EngineSnapshot, rows: list[_Row], seg_used: dict[str, int], index: int) -> tuple | None:
+    """Everything table line ``index`` draws from (None past the last row)."""
+    if index >= len(rows):
+        return None
+    request, chunk = rows[index]
+    r = snap.requests[request]
+    return r, chunk, seg_used.get(r.request_id)
 
 
 class RequestTable(ScrollView, can_focus=True):
@@ -252,12 +262,44 @@ class RequestTable(ScrollView, can_focus=True):
         self._base: Style | None = None
 
     def set_snapshot(self, snap: EngineSnapshot | None) -> None:
-        """Show a new engine snapshot (drops the drawn-line cache; lines are redrawn lazily)."""
+        """Show a new engine snapshot; only the lines on screen whose row changed are repainted."""
         if snap is self.snapshot:
             return
+        old_snap, old_rows, old_used, old_geometry = self.snapshot, self._rows, self._seg_used, self._geometry()
+        old_cache, self._cache = self._cache, LRUCache(1024)
         self.snapshot = snap
         self._layout(force=True)
-        self.refresh()
+        if self.is_mounted:
+            self._base = self.rich_style  # once per snapshot: kept lines were drawn over the old one
+        if old_snap is None or snap is None or self._geometry() != old_geometry:
+            self.refresh()
+            return
+        # Textual re-composes every screen line that holds a dirty region: mark only the changed ones,
+        # and keep the drawn strips of the rest.
+        top = self.scroll_offset.y
+        width = max(self.virtual_size.width, self.size.width)
+        dirty: list[Region] = []
+        for y in range(self.size.height):
+            i = top + y
+            old_key = _row_key(old_snap, old_rows, old_used, i)
+            kept = old_cache.get(i)
+            if kept is not None and old_key is not None and old_key == _row_key(snap, self._rows, self._seg_used, i):
+                self._cache[i] = kept
+            elif old_key is not None or i < len(self._rows):
+                dirty.append(Region(0, y, width, 1))
+        if dirty:
+            self.refresh(*dirty)
+
+    def _geometry(self) -> tuple:
+        """What every row's drawing depends on besides its own request."""
+        snap = self.snapshot
+        return (snap and (snap.kv, snap.totals.block_size), self._cells_w, self._unit, self._layout_width,
+                self._base)
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()  # a theme or pseudo-class change: the drawn lines are stale
+        self._cache.clear()
+        self._base = None
 
     def relayout(self) -> None:
         """Recompute the rows if the width changed since the last layout."""
@@ -286,9 +328,12 @@ class RequestTable(ScrollView, can_focus=True):
         rows: list[_Row] = []
         if snap is not None:
             if snap.kv == "paged":
+                self._seg_used = {}
                 for i, r in enumerate(snap.requests):
-                    for chunk in range(max(1, math.ceil(len(r.blocks) / cells_w))):
-                        rows.append(_Row(i, chunk))
+                    if len(r.blocks) <= cells_w:  # the usual case: the block table fits on one line
+                        rows.append(_Row(i, 0))
+                    else:
+                        rows += [_Row(i, chunk) for chunk in range(math.ceil(len(r.blocks) / cells_w))]
             else:
                 bs = max(1, snap.totals.block_size)
                 longest = max((r.arena_reserved for r in snap.requests), default=0)
