@@ -46,6 +46,7 @@ class ModeBar(Horizontal):
     ModeBar > Horizontal { width: auto; height: 1; margin-right: 2; }
     ModeBar Label.group { color: $text-muted; }
     ModeBar Button { margin: 0 1 0 0; min-width: 6; }
+    ModeBar #engine-pause { width: 10; }  /* fixed: "pause p" and "resume p" must not shift the bar */
     ModeBar Label { padding: 0 1 0 0; }
     ModeBar #drain { color: $text; background: $accent-darken-1; text-style: bold; }
     ModeBar #drain.-idle { display: none; }
@@ -63,7 +64,7 @@ class ModeBar(Horizontal):
             yield Label("KV k", classes="group")
             yield Button("contiguous", id="mode-contiguous", compact=True)
             yield Button("paged", id="mode-paged", compact=True)
-            yield Button("⏸ pause p", id="engine-pause", compact=True)
+            yield Button("pause p", id="engine-pause", compact=True)
             yield Button("step s", id="engine-step", compact=True)
             yield Label("", id="drain", classes="-idle")
         with Horizontal(id="defense-group"):
@@ -87,7 +88,7 @@ class ModeBar(Horizontal):
             button.disabled = not snap.target.controllable
         paused = engine is not None and engine.paused
         pause = self.query_one("#engine-pause", Button)
-        pause.label = "▶ resume p" if paused else "⏸ pause p"
+        pause.label = "resume p" if paused else "pause p"
         pause.variant = "warning" if paused else "default"
         pause.disabled = not snap.target.controllable
         step = self.query_one("#engine-step", Button)
