@@ -113,7 +113,11 @@ def _fixed(n: int) -> LengthDist:
 
 @dataclass(frozen=True)
 class WorkloadConfig:
-    """What each request asks for."""
+    """What each request asks for.
+
+    A request that gets the shared prefix (``shared_prefix_fraction`` of them) has the same
+    ``shared_prefix_tokens`` in front of its sampled ``prompt_len`` tokens, like a system prompt.
+    """
 
     prompt_len: LengthDist = LengthDist(dist="uniform", low=32, high=512)
     output_len: LengthDist = LengthDist(

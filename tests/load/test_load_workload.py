@@ -53,10 +53,13 @@ def test_shared_prefix_is_shared_and_fraction_holds(unit):
     assert all(len(s.prompt if unit == "char" else s.prompt.split()) == s.prompt_len for s in specs)
 
 
-def test_prefix_longer_than_prompt_is_cut_to_the_prompt():
-    w = Workload(WorkloadConfig(prompt_len=LengthDist(value=10), shared_prefix_tokens=64, shared_prefix_fraction=1.0))
-    s = w.spec(0)
-    assert s.shared_prefix and len(s.prompt) == 10
+def test_prefix_goes_in_front_of_the_sampled_prompt_and_the_cap_cuts_the_whole():
+    cfg = WorkloadConfig(prompt_len=LengthDist(value=10), shared_prefix_tokens=64, shared_prefix_fraction=1.0)
+    s = Workload(cfg).spec(0)
+    prefix = Workload(cfg).spec(1).prompt[:64]
+    assert s.shared_prefix and s.prompt_len == len(s.prompt) == 74 and s.prompt.startswith(prefix)
+    capped = Workload(cfg, max_prompt_len=40).spec(0)
+    assert capped.prompt_len == len(capped.prompt) == 40 and capped.prompt == prefix[:40]
 
 
 def test_mixture_weights_and_clipping():

@@ -77,10 +77,12 @@ class Workload:
         cfg = self.cfg
         rng = np.random.default_rng([cfg.seed, index])
         prompt_len = sample_length(cfg.prompt_len, rng)
-        if self.max_prompt_len is not None:
-            prompt_len = min(prompt_len, self.max_prompt_len)
         max_tokens = sample_length(cfg.output_len, rng)
         use_prefix = cfg.shared_prefix_tokens > 0 and rng.random() < cfg.shared_prefix_fraction
+        if use_prefix:
+            prompt_len += cfg.shared_prefix_tokens  # a system prompt in front of the sampled user part
+        if self.max_prompt_len is not None:
+            prompt_len = min(prompt_len, self.max_prompt_len)
         if use_prefix:
             head = self._take(self._prefix, prompt_len)
             prompt = head + self._text(rng, prompt_len - self._units(head))
