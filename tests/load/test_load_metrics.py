@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from tui.load.records import REQUEST_SCHEMA, RequestRecord, rows_to_table
 from tui.metrics import stats
-from tui.metrics.prom import parse_server_gauges, token_counters
+from tui.metrics.prom import parse_server_gauges
 from tui.metrics.summary import (
     client_delay_lines,
     compare_table,
@@ -166,7 +166,7 @@ vllm:generation_tokens_created{engine="0",model_name="m"} 1.7e9
 def test_parse_server_gauges_vllm_names():
     g = parse_server_gauges(VLLM_METRICS)
     assert (g.num_running, g.num_waiting, g.kv_cache_usage, g.num_preemptions) == (3.0, 7.0, 0.42, 5.0)
-    assert token_counters(VLLM_METRICS) == (1234.0, 9870.0)  # summed over label sets
+    assert (g.prompt_tokens, g.generation_tokens) == (1234.0, 9870.0)  # summed over label sets
     assert parse_server_gauges("# nothing\n").kv_cache_usage is None
     old = parse_server_gauges('vllm:gpu_cache_usage_perc{model_name="m"} 0.5\n')
     assert old.kv_cache_usage == 0.5

@@ -121,7 +121,6 @@ class Engine:
         self._preemptions_before = 0  # preemptions counted by schedulers replaced at a mode switch
         self.num_rejected = 0
         self.num_timed_out = 0
-        self.num_aborted = 0
         self.device_label = (
             f"cuda:{self.device.index or 0} ({torch.cuda.get_device_name(self.device)})"
             if self.device.type == "cuda" else "cpu"
@@ -215,7 +214,6 @@ class Engine:
         if req is None:
             return
         self.scheduler.remove(req)
-        self.num_aborted += 1
         self._finish_outside_step(req, "aborted")
 
     def has_unfinished(self) -> bool:

@@ -144,10 +144,6 @@ class PagedKV:
         self.tables: dict[str, list[int]] = {}
         self.num_slots = num_blocks * block_size
 
-    def max_tokens_ever(self) -> int:
-        """The longest sequence the pool could hold if it held nothing else."""
-        return self.num_slots
-
     def table(self, rid: str) -> list[int]:
         return self.tables.get(rid, [])
 
@@ -180,10 +176,6 @@ class PagedKV:
         table = self.tables.pop(rid, None)
         if table:
             self.pool.free(table)
-
-    def slot(self, rid: str, pos: int) -> int:
-        table = self.tables[rid]
-        return table[pos // self.block_size] * self.block_size + pos % self.block_size
 
     def register_full_blocks(self, rid: str, hashes: Sequence[int], num_computed: int) -> None:
         """Index the request's full, computed blocks for prefix reuse."""
@@ -226,9 +218,6 @@ class ContiguousKV:
         if self.policy == "pow2":
             return min(1 << (exact - 1).bit_length(), max(self.max_model_len, exact))
         return max(self.max_model_len, exact)
-
-    def max_tokens_ever(self) -> int:
-        return self.num_slots
 
     def reserve(self, rid: str, size: int) -> int | None:
         """Place a reservation at the first hole that fits; its start slot, or None if none fits."""

@@ -66,10 +66,6 @@ class Request:
         return self.num_tokens - self.num_computed
 
     @property
-    def is_prefilling(self) -> bool:
-        return self.num_computed < len(self.prompt)
-
-    @property
     def finished(self) -> bool:
         return self.status is Status.FINISHED
 

@@ -168,7 +168,6 @@ class PartWriter:
         self.parts_dir.mkdir(parents=True, exist_ok=True)
         self._pending: list[dict[str, Any]] = []
         self._n_parts = len(list(self.parts_dir.glob("part-*.parquet")))
-        self.rows_written = 0
 
     def add(self, row: dict[str, Any]) -> None:
         self._pending.append(row)
@@ -186,7 +185,6 @@ class PartWriter:
         pq.write_table(table, tmp)
         os.replace(tmp, path)
         self._n_parts += 1
-        self.rows_written += len(self._pending)
         self._pending.clear()
 
     def finish(self) -> Path:

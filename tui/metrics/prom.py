@@ -50,9 +50,3 @@ def parse_server_gauges(text: str) -> ServerGauges:
     for field, names in _NAMES.items():
         values[field] = next((samples[n] for n in names if n in samples), None)
     return ServerGauges(**values)
-
-
-def token_counters(text: str) -> tuple[float | None, float | None]:
-    """(prompt tokens, generation tokens) counters from a ``/metrics`` body, None where absent."""
-    g = parse_server_gauges(text)
-    return g.prompt_tokens, g.generation_tokens
