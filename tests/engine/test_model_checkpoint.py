@@ -37,7 +37,6 @@ def test_checkpoint_round_trip_and_generation(tmp_path, bias):
     write_tokenizer(ckpt, cfg.vocab_size)
     prompt = [3, 1, 4, 1, 5, 9, 2, 6]
     ref = original.forward_full(prompt)
-    greedy_second = None
 
     eng = Engine(EngineConfig(model_path=str(ckpt), kv_budget_mb=1.0, threads=1, device="cpu", max_model_len=4096))
     assert eng.model_name == "my-llama"

@@ -8,8 +8,6 @@ import threading
 import httpx
 import pytest
 
-from tui.serve.generate import Counters
-
 MODEL = "kvtui-tiny"
 
 
@@ -181,10 +179,6 @@ def test_draining_is_503_and_open_streams_finish(make_server, client):
     assert '"completion_tokens":200' in rest[-2]
     srv.thread.join(20)  # with nothing open, the drain ends the server by itself
     assert not srv.thread.is_alive()
-
-
-def test_counters_start_idle():
-    assert Counters().active == 0 and not Counters().draining
 
 
 def test_engine_process_death_is_an_error_not_a_hang(make_server, client, poll):

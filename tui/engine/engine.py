@@ -107,7 +107,6 @@ class Engine:
                 f"({self.bytes_per_token} bytes per token); raise kv_budget_mb"
             )
         self.runner = ModelRunner(self.model, self.num_slots, config.block_size)
-        self.mode = config.mode
         self.waiting: deque[Request] = deque()
         self.kv: KVManager = self._new_kv(self.mode)
         self.scheduler: Scheduler = self._new_scheduler(self.mode)
@@ -221,6 +220,11 @@ class Engine:
 
     # -- modes and defenses --------------------------------------------------------------------------
 
+    @property
+    def mode(self) -> EngineMode:
+        """The current mode; ``config`` is its one home (a switch replaces the config)."""
+        return self.config.mode
+
     def switch_mode(self, mode: EngineMode) -> None:
         """Stop admitting, let running requests finish, then rebuild the KV layout; waiting ones stay."""
         if mode == self.mode:
@@ -235,8 +239,7 @@ class Engine:
         if self.draining_to is None or not self.scheduler.is_idle():
             return
         self._preemptions_before += self.scheduler.num_preemptions
-        self.mode, self.draining_to = self.draining_to, None
-        self.config = self.config.with_mode(self.mode)
+        self.config, self.draining_to = self.config.with_mode(self.draining_to), None
         self.kv = self._new_kv(self.mode)
         self.scheduler = self._new_scheduler(self.mode)
         for req in list(self.waiting):  # a waiting request may not fit the new layout
@@ -257,8 +260,8 @@ class Engine:
     def step(self) -> StepOutput:
         """Run one engine step; what it produced and how long it took."""
         t0 = time.perf_counter()
+        self._expire_waiting()
         outputs, self._pending = self._pending, []
-        outputs += self._expire_waiting()
         self._maybe_complete_switch()
         sched = self.scheduler.schedule()
         prefill_tokens, decode_tokens = sched.prefill_tokens, sched.decode_tokens  # before progress moves
@@ -279,7 +282,7 @@ class Engine:
         if did_work:
             self.step_index += 1
         end = time.perf_counter()
-        totals = self._totals()
+        totals = self.totals()
         timing = StepTiming(
             step=self.step_index,
             prefill_tokens=prefill_tokens,
@@ -309,36 +312,31 @@ class Engine:
                 tokens[i] = int(torch.multinomial(probs, 1, generator=req.generator))
         return tokens
 
-    def _finish(self, req: Request, reason: str) -> None:
+    def _mark_finished(self, req: Request, reason: str) -> None:
         req.status = Status.FINISHED
         req.finish_reason = reason
         self.requests.pop(req.request_id, None)
-        self.scheduler.on_finished(req)
         self._recent_finished.append(req)
+
+    def _finish(self, req: Request, reason: str) -> None:
+        self._mark_finished(req, reason)
+        self.scheduler.on_finished(req)
 
     def _finish_outside_step(self, req: Request, reason: str) -> None:
-        req.status = Status.FINISHED
-        req.finish_reason = reason
-        self.requests.pop(req.request_id, None)
-        self._recent_finished.append(req)
+        self._mark_finished(req, reason)
         self._pending.append(RequestOutput(req.request_id, [], True, reason, len(req.prompt), len(req.output)))
 
-    def _expire_waiting(self) -> list[RequestOutput]:
+    def _expire_waiting(self) -> None:
+        """Finish never-admitted requests past the wait timeout (reported by the step that runs this)."""
         timeout = self.defenses.wait_timeout_s
         if timeout is None:
-            return []
+            return
         now = self.clock()
         expired = [r for r in self.waiting if r.first_admitted_time is None and now - r.arrival_time > timeout]
-        out = []
         for req in expired:
             self.waiting.remove(req)
             self.num_timed_out += 1
-            req.status = Status.FINISHED
-            req.finish_reason = "timeout"
-            self.requests.pop(req.request_id, None)
-            self._recent_finished.append(req)
-            out.append(RequestOutput(req.request_id, [], True, "timeout", len(req.prompt), 0))
-        return out
+            self._finish_outside_step(req, "timeout")
 
     def _index_prefixes(self, chunks: list[ScheduledChunk]) -> None:
         kv = self.kv
@@ -381,7 +379,8 @@ class Engine:
             out.update({r.request_id: r for r in self.scheduler.batch})
         return out
 
-    def _totals(self) -> KVTotals:
+    def totals(self) -> KVTotals:
+        """KV accounting now."""
         kv, holders = self.kv, self._holders()
         if isinstance(kv, PagedKV):
             bs = kv.block_size
@@ -405,10 +404,6 @@ class Engine:
             layout="contiguous", total_slots=kv.num_slots, used_slots=used, reserved_slots=kv.reserved_slots,
             block_size=self.config.block_size, largest_hole=kv.largest_hole, free_slots=kv.free_slots,
         )
-
-    def totals(self) -> KVTotals:
-        """KV accounting now."""
-        return self._totals()
 
     def snapshot(self) -> EngineSnapshot:
         """The engine now, as plain data."""
@@ -435,7 +430,7 @@ class Engine:
             paused=self.paused,
             draining_to=self.draining_to.label if self.draining_to else None,
             requests=tuple(views),
-            totals=self._totals(),
+            totals=self.totals(),
             segments=segments,
             last_steps=last,
             num_waiting=len(self.waiting),

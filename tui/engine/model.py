@@ -94,13 +94,23 @@ class RotaryEmbedding(nn.Module):
             self._cos, self._sin = freqs.cos(), freqs.sin()
         return self._cos, self._sin
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """x: [T, heads, D]; positions: [T]. Rotated in float32 (bf16 angles drift at long positions)."""
-        cos_t, sin_t = self._table(int(positions.max()) + 1, x.device)
-        cos = cos_t[positions].unsqueeze(1)
-        sin = sin_t[positions].unsqueeze(1)
+    def angles(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin ``[T, 1, D/2]`` of the positions ``[T]``.
+
+        Looked up once per forward and shared by every layer: ``positions.max()`` is a device sync on CUDA.
+        """
+        cos_t, sin_t = self._table(int(positions.max()) + 1, positions.device)
+        return cos_t[positions].unsqueeze(1), sin_t[positions].unsqueeze(1)
+
+    @staticmethod
+    def rotate(x: torch.Tensor, angles: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        """x: [T, heads, D]. Rotated in float32 (bf16 angles drift at long positions)."""
+        cos, sin = angles
         x1, x2 = x.float().chunk(2, dim=-1)
         return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        return self.rotate(x, self.angles(positions))
 
 
 def _llama3_scaled(inv_freq: torch.Tensor, s: dict) -> torch.Tensor:
@@ -117,7 +127,7 @@ def _llama3_scaled(inv_freq: torch.Tensor, s: dict) -> torch.Tensor:
 class DecoderLayer(nn.Module):
     """Pre-norm attention + SwiGLU MLP; q/k/v and gate/up are fused into one matmul each."""
 
-    def __init__(self, cfg: ModelConfig, index: int, rope: RotaryEmbedding) -> None:
+    def __init__(self, cfg: ModelConfig, index: int) -> None:
         super().__init__()
         self.index = index
         self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_heads, cfg.num_kv_heads, cfg.dim_per_head
@@ -129,15 +139,15 @@ class DecoderLayer(nn.Module):
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
         self.input_norm = nn.Parameter(torch.ones(cfg.hidden_size))
         self.post_attention_norm = nn.Parameter(torch.ones(cfg.hidden_size))
-        self.rope = rope
         self._split = (q, kv, kv)
 
-    def forward(self, h: torch.Tensor, positions: torch.Tensor, attention: AttentionFn) -> torch.Tensor:
+    def forward(self, h: torch.Tensor, angles: tuple[torch.Tensor, torch.Tensor], attention: AttentionFn) -> torch.Tensor:
+        """``angles``: the step's rotary cos/sin (:meth:`RotaryEmbedding.angles`)."""
         x = F.rms_norm(h, (h.shape[-1],), self.input_norm, self.eps)
         q, k, v = self.qkv_proj(x).split(self._split, dim=-1)
         t = h.shape[0]
-        q = self.rope(q.view(t, self.num_heads, self.head_dim), positions)
-        k = self.rope(k.view(t, self.num_kv_heads, self.head_dim), positions)
+        q = RotaryEmbedding.rotate(q.view(t, self.num_heads, self.head_dim), angles)
+        k = RotaryEmbedding.rotate(k.view(t, self.num_kv_heads, self.head_dim), angles)
         v = v.view(t, self.num_kv_heads, self.head_dim)
         h = h + self.o_proj(attention(self.index, q, k, v).reshape(t, -1))
         x = F.rms_norm(h, (h.shape[-1],), self.post_attention_norm, self.eps)
@@ -152,8 +162,8 @@ class DecoderModel(nn.Module):
         super().__init__()
         self.config = cfg
         self.embed = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
-        rope = RotaryEmbedding(cfg.dim_per_head, cfg.rope_theta, cfg.rope_scaling)
-        self.layers = nn.ModuleList(DecoderLayer(cfg, i, rope) for i in range(cfg.num_layers))
+        self.rope = RotaryEmbedding(cfg.dim_per_head, cfg.rope_theta, cfg.rope_scaling)
+        self.layers = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.num_layers))
         self.norm = nn.Parameter(torch.ones(cfg.hidden_size))
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         if cfg.tie_embeddings:
@@ -169,8 +179,9 @@ class DecoderModel(nn.Module):
     ) -> torch.Tensor:
         """Logits ``[N, vocab]`` for the flat tokens at ``logits_indices`` (all tokens when None)."""
         h = self.embed(input_ids)
+        angles = self.rope.angles(positions)
         for layer in self.layers:
-            h = layer(h, positions, attention)
+            h = layer(h, angles, attention)
         if logits_indices is not None:
             h = h.index_select(0, logits_indices)
         h = F.rms_norm(h, (h.shape[-1],), self.norm, self.config.rms_norm_eps)

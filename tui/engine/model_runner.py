@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from tui.engine.kv import ContiguousKV, KVManager, PagedKV
+from tui.engine.kv import ContiguousKV, KVManager, PagedKV, cdiv
 from tui.engine.model import DecoderModel
 from tui.engine.scheduler import ScheduledChunk
 from tui.engine.sequence import Request
@@ -144,10 +144,11 @@ class ModelRunner:
         slot_all = torch.cat([torch.tensor(slots, dtype=torch.long), *pre_slots])
         meta = self._meta(decodes, prefills, kv, slot_all)
         input_ids = torch.tensor(tokens, dtype=torch.long, device=dev)
+        positions_dev = pos_all.to(dev)
         idx = torch.tensor(sample_idx, dtype=torch.long, device=dev)
         if self.trace is not None:
-            self.trace.append((input_ids, pos_all.to(dev), meta, idx))
-        logits = self.model(input_ids, pos_all.to(dev), lambda i, q, k, v: self._attend(meta, i, q, k, v), idx)
+            self.trace.append((input_ids, positions_dev, meta, idx))
+        logits = self.model(input_ids, positions_dev, lambda i, q, k, v: self._attend(meta, i, q, k, v), idx)
         return sample_reqs, logits
 
     def replay(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: _StepMeta, idx: torch.Tensor) -> torch.Tensor:
@@ -194,25 +195,22 @@ class ModelRunner:
 
     def _decode_group(self, decodes: list[ScheduledChunk], ctx: list[int], kv: KVManager, start: int) -> _DecodeGroup:
         dev = self.device
+        bs = self.block_size  # both layouts are read in runs of block_size slots (see _gather)
+        nb = cdiv(ctx[0], bs)
+        length = nb * bs
         if isinstance(kv, PagedKV):
-            bs = kv.block_size
-            nb = -(-ctx[0] // bs)
             rows: list[int] = []
             for c in decodes:
                 t = kv.tables[c.request.request_id][:nb]
                 rows += t
                 rows += [0] * (nb - len(t))  # padding points at block 0 and is masked off
             index = torch.tensor(rows, dtype=torch.long)
-            length = nb * bs
         else:  # runs of block_size slots from each reservation's start: one copy per run, like a block
-            bs = self.block_size
-            nb = -(-ctx[0] // bs)
             starts = torch.tensor([kv.start(c.request.request_id) for c in decodes], dtype=torch.long)
             offsets = torch.arange(0, nb * bs, bs)
             held = offsets[None, :] < torch.tensor(ctx, dtype=torch.long)[:, None]
             # runs past a row's own context (shorter rows of the group) read slot 0 and are masked off
             index = torch.where(held, starts[:, None] + offsets, 0).view(-1)
-            length = nb * bs
         mask = None
         if ctx[-1] != length:
             lens = torch.tensor(ctx, dtype=torch.long)

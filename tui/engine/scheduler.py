@@ -74,7 +74,6 @@ class Scheduler:
         self.clock = clock
         self.admitting = True
         self.num_preemptions = 0
-        self._admissions = 0
 
     # -- queries -------------------------------------------------------------------------------------
 
@@ -136,8 +135,6 @@ class Scheduler:
         assert self.waiting[0] is req
         self.waiting.popleft()
         req.status = Status.RUNNING
-        req.admitted_seq = self._admissions
-        self._admissions += 1
         if req.first_admitted_time is None:
             req.first_admitted_time = self.clock()
         self.running.append(req)
@@ -146,6 +143,17 @@ class Scheduler:
         """Make room for ``num_tokens`` tokens of a running request (contiguous: already reserved)."""
         if isinstance(self.kv, PagedKV):
             return self.kv.allocate(req.request_id, num_tokens)
+        return True
+
+    def _make_room(self, req: Request, num_new: int, out: SchedulerOutput) -> bool:
+        """Grow ``req`` by ``num_new`` tokens, preempting the most recently admitted running requests
+        until it fits; False when ``req`` itself had to go."""
+        while not self._grow(req, req.num_computed + num_new):
+            victim = self.running[-1]  # running is in admission order
+            self._preempt(victim)
+            out.preempted.append(victim)
+            if victim is req:
+                return False
         return True
 
     def _preempt(self, req: Request) -> None:
@@ -172,13 +180,7 @@ class ContinuousScheduler(Scheduler):
             if num_new <= 0:
                 i += 1
                 continue
-            while not self._grow(req, req.num_computed + num_new):
-                victim = self.running[-1]  # most recently admitted
-                self._preempt(victim)
-                out.preempted.append(victim)
-                if victim is req:
-                    break
-            else:
+            if self._make_room(req, num_new, out):
                 out.chunks.append(ScheduledChunk(req, num_new))
                 budget -= num_new
                 i += 1
@@ -216,6 +218,10 @@ class StaticScheduler(Scheduler):
         self.running.remove(req)  # stops computing; its KV stays reserved until the batch ends
         self._maybe_release()
 
+    def _preempt(self, req: Request) -> None:
+        super()._preempt(req)
+        self.batch.remove(req)  # it leaves the batch; it may join a later one
+
     def _maybe_release(self) -> None:
         if self.batch and not self.running:
             for r in self.batch:
@@ -243,14 +249,7 @@ class StaticScheduler(Scheduler):
             if req not in self.running:
                 continue  # preempted below while making room for an earlier member
             num_new = req.num_pending
-            while not self._grow(req, req.num_computed + num_new):
-                victim = self.running[-1]
-                self._preempt(victim)
-                self.batch.remove(victim)
-                out.preempted.append(victim)
-                if victim is req:
-                    break
-            else:
+            if self._make_room(req, num_new, out):
                 out.chunks.append(ScheduledChunk(req, num_new))
         self._maybe_release()
         if out.chunks:

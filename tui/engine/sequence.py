@@ -39,7 +39,6 @@ class Request:
     status: Status = Status.WAITING
     num_computed: int = 0
     preemptions: int = 0
-    admitted_seq: int = -1  # order of the last admission; the largest is preempted first
     first_admitted_time: float | None = None
     finish_reason: str | None = None
     block_hashes: list[int] = field(default_factory=list)  # full blocks of all_tokens, chained

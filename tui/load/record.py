@@ -223,11 +223,11 @@ class Recorder:
             note["server_kv_peak"] = max(kv_samples)
         note["partial"] = self._stop.is_set()
         note["ended_t"] = now()
-        w = window.stats()
+        w = window.stats()  # counts and percentiles from the one place that keeps them
         p99 = f"{w.ttft.p99 * 1e3:.0f} ms" if w.ttft.p99 is not None else "-"
         self.err.print(
-            f"{stage.name} / {mode}: {runner.scheduled} sent, {runner.completed} ok, "
-            f"{runner.finished - runner.completed} failed{_failures(runner.failed)}, TTFT P99 {p99}"
+            f"{stage.name} / {mode}: {w.sent} sent, {w.completed} ok, "
+            f"{w.failed_total} failed{_failures(w.failed)}, TTFT P99 {p99}"
             + (" (partial)" if note["partial"] else "")
         )
 
@@ -338,8 +338,8 @@ class Recorder:
             s = w.stats()
             p99 = f"{s.ttft.p99 * 1e3:.0f} ms" if s.ttft.p99 is not None else "-"
             return Text.from_markup(
-                f"[bold]{stage.name}[/bold] · {mode} · target {stage.rate:g}/s · sent {r.scheduled}{planned} · "
-                f"completed {r.completed} · failed {r.finished - r.completed} · in flight {r.in_flight} · "
+                f"[bold]{stage.name}[/bold] · {mode} · target {stage.rate:g}/s · sent {s.sent}{planned} · "
+                f"completed {s.completed} · failed {s.failed_total} · in flight {r.in_flight} · "
                 f"achieved {s.achieved_rate:.1f}/s · TTFT P99 {p99}"
             )
 

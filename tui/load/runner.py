@@ -87,10 +87,9 @@ class LoadRunner:
         self._stopping = False
         self._gen = 0  # bumped by set_rate()/stop() to wake the pacer
         self._tasks: dict[asyncio.Task, RequestRecord] = {}
-        self.scheduled = 0  # requests whose deadline came (each gets exactly one record)
-        self.completed = 0  # finished with status ok
-        self.finished = 0  # finished with any status
-        self.failed: dict[str, int] = {}
+        # Requests whose deadline came (each gets exactly one record); completed/failed counts are the
+        # window's (``RollingWindow.stats()``), not kept a second time here.
+        self.scheduled = 0
 
     # -- control -------------------------------------------------------------------------------
 
@@ -260,13 +259,7 @@ class LoadRunner:
             self._emit(rec)
 
     def _emit(self, rec: RequestRecord) -> None:
-        if not rec.warmup:
-            self.finished += 1
-            if rec.ok:
-                self.completed += 1
-            else:
-                self.failed[rec.status] = self.failed.get(rec.status, 0) + 1
-            if self.window is not None:
-                self.window.add(rec)
+        if not rec.warmup and self.window is not None:
+            self.window.add(rec)
         if self.on_record is not None:
             self.on_record(rec)

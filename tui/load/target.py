@@ -303,9 +303,7 @@ class OpenAITarget:
                 "the base URL usually ends in /v1 (e.g. http://127.0.0.1:8000/v1)"
             )
         # Some endpoints have no /models: the tiny request below is the real check.
-        from tui.load.records import RequestRecord as _Rec
-
-        rec = _Rec(request_id="preflight", index=-1, stage="preflight", mode="", scheduled_t=now())
+        rec = RequestRecord(request_id="preflight", index=-1, stage="preflight", mode="", scheduled_t=now())
         spec = RequestSpec(index=-1, prompt=probe_prompt, prompt_len=len(probe_prompt), max_tokens=1,
                            shared_prefix=False)
         await self.send(spec, rec)

@@ -15,6 +15,7 @@ from typing import Any
 import polars as pl
 
 from tui.load.records import read_records
+from tui.metrics.summary import _fmt as _fmt_cell
 from tui.metrics.summary import (
     client_delay_lines,
     compare_table,
@@ -85,9 +86,7 @@ def _print_run(console, run: RunData) -> None:
 
 
 def _fmt(v: float | None) -> str:
-    if v is None:
-        return "-"
-    return f"{v:.2f}" if abs(v) < 100 else f"{v:.0f}"
+    return _fmt_cell(v, "r")  # the summary table's own number format, not a second copy of it
 
 
 def _print_compare(console, a: RunData, b: RunData) -> None:

@@ -37,6 +37,11 @@ class WindowStats:
     failed: dict[str, int] = field(default_factory=dict)  # status -> count, since start
     achieved_rate: float = 0.0  # sends per second over the window
 
+    @property
+    def failed_total(self) -> int:
+        """Failed requests of every kind since the load started."""
+        return sum(self.failed.values())
+
 
 @dataclass(frozen=True)
 class GpuSample:
@@ -49,6 +54,11 @@ class GpuSample:
     mem_used_bytes: int
     mem_total_bytes: int
     sm_active_pct: float | None = None  # GPM SM activity where supported (Hopper and newer)
+
+    @property
+    def mem_used_frac(self) -> float | None:
+        """VRAM in use as a fraction of the total; None when the total is unknown."""
+        return self.mem_used_bytes / self.mem_total_bytes if self.mem_total_bytes else None
 
 
 @dataclass(frozen=True)

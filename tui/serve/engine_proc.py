@@ -67,8 +67,12 @@ class EngineCore:
     def __init__(self, conn: Connection, engine: Any) -> None:
         self.conn = conn
         self.engine = engine
-        self.paused = False
         self.stopping = False
+
+    @property
+    def paused(self) -> bool:
+        """The engine's own flag (it reports it in snapshots), so a reset cannot leave two to disagree."""
+        return self.engine.paused
 
     # -- commands --------------------------------------------------------------------------------
 
@@ -76,8 +80,7 @@ class EngineCore:
         return self.engine.snapshot()
 
     def _set_paused(self, paused: bool) -> Any:
-        self.paused = paused
-        self.engine.paused = paused  # the engine reports it in snapshots
+        self.engine.paused = paused
         return self._snapshot()
 
     def cmd_add(self, rid: str, ids: list[int], max_tokens: int, temperature: float, seed: int | None,
@@ -115,8 +118,7 @@ class EngineCore:
         from tui.engine.engine import Engine
 
         fresh = Engine(config, defenses)  # may raise: the old engine stays
-        self.engine = fresh
-        self._set_paused(False)
+        self.engine = fresh  # a fresh engine starts unpaused
         return self._snapshot(), engine_info(fresh)
 
     def cmd_snapshot(self) -> Any:
@@ -162,7 +164,7 @@ class EngineCore:
             self.conn.send(("error_all", message.strip().splitlines()[-1]))
             return True
         timing = out.timing
-        preempted = getattr(timing, "preempted", 0) if timing is not None else 0
+        preempted = timing.preempted if timing is not None else 0
         if out.outputs or preempted:
             self.conn.send((
                 "out",

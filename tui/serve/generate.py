@@ -128,7 +128,7 @@ class Generation:
             self.finish_reason = "stop"
         elif final:
             self.finish_reason = last.finish_reason
-            self.message = getattr(last, "message", "")
+            self.message = last.message
         self.done = final
         return text, final
 

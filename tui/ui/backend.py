@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import get_args
 
+from tui.load.arrivals import ArrivalKind
 from tui.profile import DefensesConfig, LengthDist, Profile, WorkloadConfig
 from tui.ui.messages import DefenseName
 from tui.ui.model import DashboardSnapshot, LoadState, StatusLevel, TargetInfo
 
-ARRIVALS = ("poisson", "gamma", "constant")
-# Rates the +/- keys step through: 1-2-2.5-3-4-5-6-8 per decade, so a nudge is a readable number.
+ARRIVALS: tuple[str, ...] = get_args(ArrivalKind)  # the load generator's own list, in its order
+# Rates the +/- keys step through: 1-1.5-2-2.5-3-4-5-6-8 per decade, so a nudge is a readable number.
 _MANTISSAS = (1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0)
 RATE_LADDER = tuple(round(m * 10.0**e, 3) for e in range(-1, 4) for m in _MANTISSAS)
 

@@ -28,7 +28,7 @@ def _gauge_line(label: str, frac: float | None, width: int, value: str, colour: 
 
 def compact_gpu_line(s: GpuSample, width: int) -> Text:
     """One GPU on one line (for machines with many): SM utilization bar, GPM activity, VRAM bar."""
-    mem = s.mem_used_bytes / s.mem_total_bytes if s.mem_total_bytes else None
+    mem = s.mem_used_frac
     t = Text(f"GPU{s.index:<2} ", style="bold #61afef")
     t.append_text(gauge(s.sm_util_pct / 100, width, gauge_colour(s.sm_util_pct / 100)))
     t.append(f" {s.sm_util_pct:3.0f}%")
@@ -51,7 +51,7 @@ def gpu_lines(samples: tuple[GpuSample, ...], width: int) -> list[Text]:
             out.append(Text(f"{' SM active':<{LABEL_W}}n/a (no GPM on this GPU)", style="dim"))
         else:
             out.append(_gauge_line(" SM active", s.sm_active_pct / 100, width, f"{s.sm_active_pct:.0f}% GPM"))
-        mem = s.mem_used_bytes / s.mem_total_bytes if s.mem_total_bytes else None
+        mem = s.mem_used_frac
         out.append(
             _gauge_line(" VRAM", mem, width, f"{s.mem_used_bytes / 2**30:.1f}/{fmt_bytes(s.mem_total_bytes)}")
         )

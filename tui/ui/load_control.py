@@ -34,7 +34,7 @@ def actual_text(stats: WindowStats, asked: LoadState) -> list[Text]:
     rate.append(f" of {fmt_rate(asked.rate)} asked")
     counts = Text(f"in flight {stats.in_flight}  sent {stats.sent}  completed {stats.completed}")
     fails = Text()
-    failed = sum(stats.failed.values())
+    failed = stats.failed_total
     fails.append("failed ", style="bold")
     if not failed:
         fails.append("0", style="#98c379")

@@ -16,7 +16,6 @@ import contextlib
 import dataclasses
 import json
 import logging
-import time
 from collections import deque
 from typing import Any
 
@@ -207,7 +206,7 @@ class LiveBackend(Backend):
             if msg != self._poll_error:
                 self._poll_error = msg
                 changes.update(status=msg, status_level="error")
-        stats = self.window.stats(time.time())
+        stats = self.window.stats()  # the window's own clock: the one the records' times are on
         changes["stats"] = stats
         if now_loop >= self._next_history:
             self._next_history = now_loop + HISTORY_EVERY_S
