@@ -80,6 +80,11 @@ class KVTotals:
         return self.reserved_slots - self.used_slots
 
     @property
+    def waste_fraction(self) -> float:
+        """Of the reserved slots, the fraction holding no token (1 − utilization)."""
+        return 1.0 - self.utilization
+
+    @property
     def fragmentation(self) -> float:
         """External fragmentation: 1 − largest hole ÷ free slots (0 when free space is one hole)."""
         if self.layout != "contiguous" or not self.free_slots:

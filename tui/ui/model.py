@@ -38,7 +38,6 @@ class HistoryPoint:
     tpot_p99: float | None = None
     itl_p50: float | None = None
     tokens_per_s: float = 0.0
-    requests_per_s: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -219,7 +219,6 @@ class LiveBackend(Backend):
                     tpot_p99=stats.tpot.p99,
                     itl_p50=stats.itl.p50,
                     tokens_per_s=stats.output_tokens_per_s,
-                    requests_per_s=stats.requests_per_s,
                 )
             )
             changes["history"] = tuple(self._history)

@@ -82,13 +82,13 @@ def totals_text(tot: KVTotals) -> Text:
         t.append(f"blocks {_fmt_int(tot.used_blocks)}/{_fmt_int(tot.total_blocks)} held ({_pct(tot.usage)})")
         t.append(f" · free {_fmt_int(tot.free_blocks)} · cached {_fmt_int(tot.cached_blocks)}")
         t.append(f" · tokens {_fmt_int(tot.used_slots)} in {_fmt_int(tot.reserved_slots)} slots")
-        t.append(f" · waste {_fmt_int(tot.waste_slots)} ({_pct(1 - tot.utilization)}, last blocks only)")
+        t.append(f" · waste {_fmt_int(tot.waste_slots)} ({_pct(tot.waste_fraction)}, last blocks only)")
     else:
         t.append(f"reserved {_fmt_int(tot.reserved_slots)}/{_fmt_int(tot.total_slots)} slots ({_pct(tot.usage)})")
         t.append(f" · used {_fmt_int(tot.used_slots)} · free {_fmt_int(tot.free_slots)}")
         waste_style = "bold #e5c07b" if tot.utilization < 0.5 else ""
         t.append(" · waste ")
-        t.append(f"{_fmt_int(tot.waste_slots)} ({_pct(1 - tot.utilization)})", style=waste_style)
+        t.append(f"{_fmt_int(tot.waste_slots)} ({_pct(tot.waste_fraction)})", style=waste_style)
         t.append(" · largest hole ")
         frag_style = "bold #e06c75" if tot.fragmentation > 0.5 else ""
         t.append(f"{_fmt_int(tot.largest_hole)} (fragmentation {tot.fragmentation:.2f})", style=frag_style)

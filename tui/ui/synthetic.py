@@ -271,7 +271,6 @@ def history(seed: int = 0, n: int = 120) -> tuple[HistoryPoint, ...]:
                 tpot_p99=tpot * (1.5 + load),
                 itl_p50=tpot * 0.9,
                 tokens_per_s=600 * min(1.0, 1.5 * load) + 20 * rng.random(),
-                requests_per_s=4 * min(1.0, 1.5 * load),
             )
         )
     return tuple(points)
