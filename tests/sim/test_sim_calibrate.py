@@ -1,0 +1,92 @@
+"""Calibration recovers known coefficients from synthetic step times; presets and profiles load."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from pathlib import Path
+
+import pytest
+
+from tui.engine.sim.calibrate import fit
+from tui.engine.sim.cost import CostModel
+from tui.engine.sim.hardware import PRESETS as GPUS
+from tui.engine.sim.hardware import CostParams, Hardware, dump_hardware, load_hardware
+from tui.engine.sim.models import PRESETS as MODELS
+from tui.engine.sim.models import from_config_json, resolve_model
+
+
+def _steps(cm: CostModel, n: int, seed: int) -> list:
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        kind = rng.random()
+        if kind < 0.3:  # prefill
+            ch = [(rng.randint(16, 4096), 0)]
+        elif kind < 0.7:  # decode batches
+            ch = [(1, rng.randint(10, 8000)) for _ in range(rng.randint(1, 256))]
+        else:  # mixed
+            ch = [(1, rng.randint(10, 4000)) for _ in range(rng.randint(1, 64))] + [(rng.randint(100, 2000), 500)]
+        out.append(cm.work(ch, len(ch)))
+    return out
+
+
+@pytest.mark.parametrize("gpu", ["H100-SXM", "L40S"])
+def test_fit_recovers_known_coefficients(gpu: str) -> None:
+    true = CostParams(3e-4, 2e-6, 1e-7, 4.1e14, 1.9e12, 2.2e14)
+    g = GPUS[gpu]
+    cm = CostModel(MODELS["llama-3.1-8b"], g, true)
+    works = _steps(cm, 200, seed=1)
+    times = [cm.cost(w).time_s for w in works]
+    f = fit(works, times, CostParams.from_gpu(g))  # starts from the preset, far from the truth
+    for name in ("overhead_s", "per_seq_s", "per_token_s", "flops", "bandwidth", "attn_flops"):
+        assert getattr(f.params, name) == pytest.approx(getattr(true, name), rel=0.02), name
+    assert f.mape < 0.1
+
+
+def test_fit_with_noise_stays_close() -> None:
+    true = CostParams(5e-4, 0.0, 0.0, 5e14, 2.6e12, 3e14)
+    g = GPUS["H100-SXM"]
+    cm = CostModel(MODELS["llama-3.1-8b"], g, true)
+    works = _steps(cm, 300, seed=2)
+    rng = random.Random(3)
+    times = [cm.cost(w).time_s * rng.uniform(0.97, 1.03) for w in works]
+    f = fit(works, times, CostParams.from_gpu(g))
+    assert f.params.bandwidth == pytest.approx(true.bandwidth, rel=0.05)
+    assert f.params.flops == pytest.approx(true.flops, rel=0.05)
+    assert f.mape < 3.0
+
+
+def test_fit_needs_enough_positive_samples() -> None:
+    cm = CostModel(MODELS["llama-3.1-8b"], GPUS["H100-SXM"], CostParams.from_gpu(GPUS["H100-SXM"]))
+    works = _steps(cm, 5, seed=4)
+    with pytest.raises(ValueError, match="at least 6"):
+        fit(works, [1e-3] * 5, cm.params)
+
+
+def test_hardware_profile_round_trips(tmp_path: Path) -> None:
+    hw = load_hardware("h100-sxm")
+    assert not hw.calibrated and hw.gpu.name == "H100-SXM"
+    fitted = Hardware(dataclasses.replace(hw.gpu, name="this-cpu"), CostParams(1e-3, 1e-5, 1e-6, 1e10, 1e10, 5e9), True)
+    p = tmp_path / "hw.toml"
+    p.write_text(dump_hardware(fitted, "test"))
+    back = load_hardware(str(p))
+    assert back.gpu == fitted.gpu and back.params == fitted.params and back.calibrated
+    with pytest.raises(ValueError, match="neither a GPU preset"):
+        load_hardware("B300")
+
+
+def test_models_from_config_json_and_torch_presets(tmp_path: Path) -> None:
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text(
+        '{"num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,'
+        ' "intermediate_size": 14336, "vocab_size": 128256}'
+    )
+    spec = from_config_json(tmp_path / "m")
+    assert dataclasses.replace(spec, name="Llama-3.1-8B") == MODELS["llama-3.1-8b"]
+    tiny = resolve_model("tiny")
+    assert tiny.num_layers == 2 and tiny.vocab_size == 260
+    with pytest.raises(ValueError, match="unknown model"):
+        resolve_model("gpt-5")
+    with pytest.raises(ValueError, match=r"no config\.json"):
+        from_config_json(tmp_path)

@@ -1,0 +1,136 @@
+"""The roofline step-time model: how long one engine step takes on a GPU.
+
+A step computes ``new`` tokens for each scheduled request that already has ``past`` tokens in the KV
+cache (a decode is ``new = 1``; a prefill chunk ``new = chunk``). Per device, with tensor parallelism
+``tp`` splitting heads, MLP columns and the LM head:
+
+- **linear layers**: ``2 · T · P_layers / tp`` FLOPs (T = tokens this step) plus ``2 · S · hidden ·
+  vocab / tp`` for the LM head over the S rows that sample; the weights are read **once per step**
+  whatever the batch, so time = ``max(FLOPs / achieved FLOP/s, weight bytes / achieved bandwidth)`` —
+  flat in the batch size until the batch is large enough to be compute bound;
+- **attention**: per request, its queries attend ``new·past + new·(new+1)/2`` (query, key) pairs,
+  ``4 · layers · heads/tp · head_dim`` FLOPs per pair (QKᵀ and PV), and read its whole context's K and V
+  once: time = ``max(attention FLOPs / achieved, KV bytes / achieved bandwidth)`` — prefill is
+  quadratic in the prompt, decode linear in the context;
+- **all-reduce** (tp > 1): two per layer (after attention and after the MLP) of ``T · hidden`` values,
+  ring: ``2 (tp-1)/tp · bytes / link bandwidth`` plus a fixed latency per call;
+- **overheads**: a fixed cost per step (scheduling, input preparation, sampling, launch), and
+  per-request and per-token costs (zero on a GPU preset; large on a CPU, where ``kvtui calibrate``
+  fits them).
+
+Every coefficient lives in :class:`~tui.engine.sim.hardware.CostParams`; a step's cost is linear in
+them once it is known which side of each ``max`` is taken, which is what calibration exploits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from tui.engine.sim.hardware import CostParams, GpuSpec
+from tui.engine.sim.models import ModelSpec
+
+
+@dataclass(frozen=True)
+class StepWork:
+    """What one step asks of the hardware, per device, before any rate is applied."""
+
+    rows: int  # requests in the batch (padding rows of a static batch included: they are computed)
+    tokens: int  # tokens computed
+    sampled: int  # rows whose logits are computed
+    linear_flops: float
+    weight_bytes: float
+    attn_flops: float
+    kv_bytes: float  # K/V read and written by attention
+    comm_s: float  # all-reduce time (0 without tensor parallelism)
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """A step's modelled time and how busy it kept the device."""
+
+    time_s: float
+    work: StepWork
+    compute_s: float  # time the tensor cores would need at the achieved FLOP/s
+    memory_s: float  # time HBM would need at the achieved bandwidth
+
+    @property
+    def flops(self) -> float:
+        return self.work.linear_flops + self.work.attn_flops
+
+    @property
+    def bytes(self) -> float:
+        return self.work.weight_bytes + self.work.kv_bytes
+
+
+def step_time(work: StepWork, p: CostParams) -> StepCost:
+    """The step-time formula (the one place it is written): a step's work under coefficients ``p``."""
+    if not work.tokens:
+        return StepCost(0.0, work, 0.0, 0.0)
+    lin_c, lin_m = work.linear_flops / p.flops, work.weight_bytes / p.bandwidth
+    att_c, att_m = work.attn_flops / p.attn_flops, work.kv_bytes / p.bandwidth
+    t = (p.overhead_s + p.per_seq_s * work.rows + p.per_token_s * work.tokens
+         + max(lin_c, lin_m) + max(att_c, att_m) + work.comm_s)
+    return StepCost(t, work, lin_c + att_c, lin_m + att_m)
+
+
+class CostModel:
+    """Step times for one model on ``tp`` devices of one GPU type, with the given coefficients."""
+
+    def __init__(self, model: ModelSpec, gpu: GpuSpec, params: CostParams, tp: int = 1) -> None:
+        if tp < 1 or model.num_heads % tp or (model.num_kv_heads % tp and tp % model.num_kv_heads):
+            raise ValueError(f"tensor_parallel_size {tp} does not divide {model.name}'s "
+                             f"{model.num_heads} heads / {model.num_kv_heads} KV heads")
+        self.model, self.gpu, self.params, self.tp = model, gpu, params, tp
+        m = model
+        self._linear_per_token = 2.0 * m.num_layers * m.layer_params / tp
+        self._head_per_row = 2.0 * m.hidden_size * m.vocab_size / tp
+        self._weight_bytes = (m.num_layers * m.layer_params + m.lm_head_params) * m.dtype_bytes / tp
+        self._attn_per_pair = 4.0 * m.num_layers * (m.num_heads / tp) * m.head_dim
+        # KV heads are split over the devices (replicated when tp exceeds them)
+        self._kv_per_token = m.kv_bytes_per_token / min(tp, m.num_kv_heads)
+        if tp > 1:
+            msg = m.hidden_size * m.dtype_bytes  # bytes per token per all-reduce
+            self._ar_per_token = 2 * m.num_layers * 2.0 * (tp - 1) / tp * msg / gpu.interconnect_bandwidth
+            self._ar_fixed = 2 * m.num_layers * gpu.interconnect_latency_s
+        else:
+            self._ar_per_token = self._ar_fixed = 0.0
+
+    def work(self, chunks: Iterable[tuple[int, int]], sampled: int) -> StepWork:
+        """The work of a step computing ``new`` tokens after ``past`` cached ones, per ``(new, past)``."""
+        rows = tokens = 0
+        pairs = 0.0
+        ctx = 0
+        for new, past in chunks:
+            rows += 1
+            tokens += new
+            pairs += new * past + new * (new + 1) / 2
+            ctx += past + new
+        comm = self._ar_fixed + self._ar_per_token * tokens if tokens and self.tp > 1 else 0.0
+        return StepWork(
+            rows=rows, tokens=tokens, sampled=sampled,
+            linear_flops=self._linear_per_token * tokens + self._head_per_row * sampled,
+            weight_bytes=self._weight_bytes if tokens else 0.0,
+            attn_flops=self._attn_per_pair * pairs,
+            kv_bytes=self._kv_per_token * ctx,
+            comm_s=comm,
+        )
+
+    def cost(self, work: StepWork) -> StepCost:
+        """Time of a step's work with this model's coefficients."""
+        return step_time(work, self.params)
+
+    def step(self, chunks: Iterable[tuple[int, int]], sampled: int) -> StepCost:
+        """Modelled cost of one step (see :meth:`work`)."""
+        return self.cost(self.work(chunks, sampled))
+
+    def batch_latency(self, batch: int, prompt: int, output: int) -> tuple[float, float, float]:
+        """A closed batch of ``batch`` equal requests started together and run to the end:
+        (TTFT, TPOT, end-to-end latency) in seconds, prefill in one step (vLLM's default token budget
+        covers these shapes), then one decode step per further output token."""
+        ttft = self.step([(prompt, 0)] * batch, batch).time_s
+        decode = 0.0
+        for i in range(1, output):
+            decode += self.step([(1, prompt + i - 1)] * batch, batch).time_s
+        tpot = decode / (output - 1) if output > 1 else 0.0
+        return ttft, tpot, ttft + decode

@@ -1,0 +1,124 @@
+"""Model presets by architecture numbers, or read from a local ``config.json`` (no weights needed).
+
+The numbers are those of each model's Hugging Face ``config.json``; parameter counts follow from
+them (and match the published sizes: Llama-3.1-8B 8.03 B, Llama-3.1-70B 70.6 B, ...).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A Llama-style decoder's shape."""
+
+    name: str
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    dtype_bytes: int = 2
+    tie_embeddings: bool = False
+    max_position: int = 131072
+
+    @property
+    def q_size(self) -> int:
+        return self.num_heads * self.head_dim
+
+    @property
+    def kv_size(self) -> int:
+        return self.num_kv_heads * self.head_dim
+
+    @property
+    def layer_params(self) -> int:
+        """Weights of one layer's matmuls (q, k, v, o and the SwiGLU MLP; norms are negligible)."""
+        h = self.hidden_size
+        return h * (self.q_size + 2 * self.kv_size) + self.q_size * h + 3 * h * self.intermediate_size
+
+    @property
+    def lm_head_params(self) -> int:
+        return self.hidden_size * self.vocab_size
+
+    @property
+    def num_params(self) -> int:
+        embed = self.hidden_size * self.vocab_size
+        return self.num_layers * self.layer_params + embed + (0 if self.tie_embeddings else self.lm_head_params)
+
+    @property
+    def weight_bytes(self) -> int:
+        return self.num_params * self.dtype_bytes
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """K and V of one token over all layers."""
+        return 2 * self.num_layers * self.kv_size * self.dtype_bytes
+
+
+PRESETS: dict[str, ModelSpec] = {
+    # meta-llama/Llama-3.1-8B config.json
+    "llama-3.1-8b": ModelSpec("Llama-3.1-8B", 32, 4096, 32, 8, 128, 14336, 128256),
+    # meta-llama/Llama-3.1-70B config.json
+    "llama-3.1-70b": ModelSpec("Llama-3.1-70B", 80, 8192, 64, 8, 128, 28672, 128256),
+    # Qwen/Qwen2.5-7B config.json (untied embeddings)
+    "qwen2.5-7b": ModelSpec("Qwen2.5-7B", 28, 3584, 28, 4, 128, 18944, 152064),
+    # Qwen/Qwen3-8B config.json (head_dim 128 given explicitly)
+    "qwen3-8b": ModelSpec("Qwen3-8B", 36, 4096, 32, 8, 128, 12288, 151936),
+    # mistralai/Mistral-7B-v0.3 config.json
+    "mistral-7b": ModelSpec("Mistral-7B", 32, 4096, 32, 8, 128, 14336, 32768),
+    # meta-llama/Llama-2-7b-hf config.json: no grouped-query attention (the vLLM paper's setting)
+    "llama-2-7b": ModelSpec("Llama-2-7B", 32, 4096, 32, 32, 128, 11008, 32000, max_position=4096),
+}
+
+
+def known_models() -> str:
+    return ", ".join(PRESETS)
+
+
+def from_config_json(model_dir: str | Path, dtype_bytes: int = 2) -> ModelSpec:
+    """The shape from a Hugging Face ``config.json`` (a directory holding one, or the file itself)."""
+    p = Path(model_dir).expanduser()
+    path = p / "config.json" if p.is_dir() else p
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        heads = int(raw["num_attention_heads"])
+        hidden = int(raw["hidden_size"])
+        return ModelSpec(
+            name=p.name if p.is_dir() else p.parent.name,
+            num_layers=int(raw["num_hidden_layers"]),
+            hidden_size=hidden,
+            num_heads=heads,
+            num_kv_heads=int(raw.get("num_key_value_heads") or heads),
+            head_dim=int(raw.get("head_dim") or hidden // heads),
+            intermediate_size=int(raw["intermediate_size"]),
+            vocab_size=int(raw["vocab_size"]),
+            dtype_bytes=dtype_bytes,
+            tie_embeddings=bool(raw.get("tie_word_embeddings", False)),
+            max_position=int(raw.get("max_position_embeddings", 131072)),
+        )
+    except FileNotFoundError:
+        raise ValueError(f"{path}: no config.json there") from None
+    except (KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"{path}: not a decoder config.json ({type(e).__name__}: {e})") from None
+
+
+def resolve_model(name: str, model_path: str | None = None, dtype_bytes: int = 2) -> ModelSpec:
+    """A preset by name (case-insensitive), the local torch engine's presets, or ``model_path``'s config."""
+    if model_path:
+        return from_config_json(model_path, dtype_bytes)
+    spec = PRESETS.get(name.lower())
+    if spec is not None:
+        return spec
+    from tui.engine.model import PRESETS as TORCH_PRESETS  # the small models the torch engine runs
+
+    cfg = TORCH_PRESETS.get(name)
+    if cfg is None:
+        raise ValueError(f"unknown model {name!r}; simulated presets: {known_models()}; "
+                         f"torch presets: {', '.join(TORCH_PRESETS)}")
+    return ModelSpec(cfg.name, cfg.num_layers, cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.dim_per_head,
+                     cfg.intermediate_size, cfg.vocab_size, dtype_bytes, cfg.tie_embeddings, cfg.max_position)
