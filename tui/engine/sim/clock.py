@@ -1,0 +1,62 @@
+"""The simulated backend's clocks: real time (steps released when their modelled time has elapsed)
+or virtual time (steps take no wall time; the clock jumps by the modelled time).
+
+Both are monotonic seconds with ``now()`` and ``wait_until(t)``; the engine is given the same clock,
+so the static batch window, wait timeouts and step durations all run on it.
+"""
+
+from __future__ import annotations
+
+import time
+
+# time.sleep overshoots by ~50-100 us on Linux; sleep to this much before the deadline, then yield
+# the rest in short sleeps, so a released step lands within ~0.1 ms of its modelled end.
+_SPIN_S = 0.0005
+
+
+class RealClock:
+    """Wall time (``time.monotonic``); ``wait_until`` sleeps until the deadline."""
+
+    virtual = False
+
+    def now(self) -> float:
+        return time.monotonic()
+
+    def step_start(self, last_release: float, overhead_s: float) -> float:
+        """When the step being released began: the engine's scheduling since the previous release is
+        the modelled per-step overhead made real, so up to ``overhead_s`` of it counts."""
+        return max(last_release, time.monotonic() - overhead_s)
+
+    def wait_until(self, t: float) -> None:
+        while True:
+            left = t - time.monotonic()
+            if left <= 0:
+                return
+            time.sleep(left - _SPIN_S if left > 2 * _SPIN_S else left / 2)
+
+
+class VirtualClock:
+    """Simulated seconds from ``start``; ``wait_until`` moves the clock forward and returns at once."""
+
+    virtual = True
+
+    def __init__(self, start: float = 0.0) -> None:
+        self.t = start
+
+    def now(self) -> float:
+        return self.t
+
+    def step_start(self, last_release: float, overhead_s: float) -> float:
+        """Scheduling takes no virtual time: the step begins now."""
+        return self.t
+
+    def wait_until(self, t: float) -> None:
+        if t > self.t:
+            self.t = t
+
+    def advance_to(self, t: float) -> None:
+        """Idle until ``t`` (the driver's move when nothing runs before the next arrival)."""
+        self.wait_until(t)
+
+
+SimClock = RealClock | VirtualClock
