@@ -165,7 +165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "report":
-            from tui.metrics.report import report_main
+            from tui.report import report_main
 
             return report_main(args.dirs)
         if args.command == "serve":
@@ -184,7 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.record:
             if args.out is None:
                 parser.error("--record needs --out DIR")
-            from tui.load.record import record_main
+            from tui.record import record_main
 
             return record_main(prof, args.out)
         if args.out is not None:
