@@ -48,8 +48,17 @@ class TargetConfig:
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """Knobs of the local torch engine, named as vLLM names them."""
+    """Knobs of the local engine, named as vLLM names them.
 
+    ``backend = "torch"`` runs the model for real; ``"simulated"`` keeps the scheduler, KV layouts and
+    everything else real but replaces the forward pass with a roofline step time of ``model`` (a
+    simulated preset such as ``"llama-3.1-8b"``, or ``model_path`` holding only a config.json) on
+    ``tensor_parallel_size`` devices of ``hardware`` (a GPU preset such as ``"H100-SXM"``, default, or a
+    hardware profile written by ``kvtui calibrate``). Its KV cache is the vLLM memory split at
+    ``gpu_memory_utilization`` when that is set, else ``kv_budget_mb`` as on a CPU.
+    """
+
+    backend: Literal["torch", "simulated"] = "torch"
     model: str = "tiny"
     model_path: str | None = None
     batching: Batching = "continuous"
@@ -67,6 +76,8 @@ class EngineConfig:
     seed: int = 0
     device: Literal["auto", "cpu", "cuda"] = "auto"
     threads: int = 1
+    hardware: str | None = None  # simulated backend: GPU preset or hardware-profile TOML (None: H100-SXM)
+    tensor_parallel_size: int = 1  # simulated backend only
 
     @property
     def mode(self) -> EngineMode:
@@ -446,8 +457,14 @@ def _positive(source: str, path: str, value: float | int | None, *, allow_zero: 
 
 def _check_engine(e: EngineConfig, source: str) -> None:
     for key in ("block_size", "kv_budget_mb", "max_num_seqs", "max_num_batched_tokens",
-                "static_batch_size", "max_model_len", "threads"):
+                "static_batch_size", "max_model_len", "threads", "tensor_parallel_size"):
         _positive(source, f"engine.{key}", getattr(e, key))
+    if e.backend != "simulated":
+        if e.tensor_parallel_size != 1:
+            _fail(source, "engine.tensor_parallel_size", e.tensor_parallel_size, "1 (tensor parallelism is simulated only: "
+                  "set engine.backend = 'simulated')")
+        if e.hardware is not None:
+            _fail(source, "engine.hardware", e.hardware, "no value unless engine.backend = 'simulated'")
     _positive(source, "engine.batch_wait_ms", e.batch_wait_ms, allow_zero=True)
     if e.gpu_memory_utilization is not None and not 0 < e.gpu_memory_utilization <= 1:
         _fail(source, "engine.gpu_memory_utilization", e.gpu_memory_utilization, "a fraction in (0, 1]")

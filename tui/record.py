@@ -61,6 +61,8 @@ class FatalTargetError(Exception):
 class Recorder:
     """One recorded run into ``out``; :meth:`run` returns the exit code."""
 
+    clock_kind = "real"  # the virtual-clock recorder (tui.virtual_record) says "virtual"
+
     def __init__(self, profile: Profile, out: Path, *, console_err: Console | None = None,
                  console_out: Console | None = None):
         self.profile = profile
@@ -78,6 +80,7 @@ class Recorder:
         self._window: RollingWindow | None = None
         self._server: LocalServer | None = None  # the local target's server, started by us
         self._steps_seen = 0  # the last engine step collected
+        self.extra_info: dict[str, Any] = {}  # more for run.json (a subclass's own figures)
 
     # -- entry -------------------------------------------------------------------------------------
 
@@ -374,6 +377,13 @@ class Recorder:
             "cells": self.cells,
             "written_t": time.time(),
         }
+        eng = self.profile.engine
+        if self.profile.target.kind == "local":
+            info["engine_backend"] = eng.backend
+            if eng.backend == "simulated":  # every file of a simulated run says so
+                info.update(simulated=True, clock=self.clock_kind, engine_model=eng.model_path or eng.model,
+                            hardware=eng.hardware or "H100-SXM", tensor_parallel_size=eng.tensor_parallel_size)
+        info.update(self.extra_info)
         tmp = self.out / "run.json.tmp"
         tmp.write_text(json.dumps(info, indent=2), encoding="utf-8")
         tmp.replace(self.out / "run.json")
@@ -389,6 +399,10 @@ class Recorder:
         table = run.summary
         table.write_csv(self.out / "summary.csv")
         title = f"kvtui run {self.run_id} ({self.profile.name})" + (" (partial)" if run.partial else "")
+        eng = self.profile.engine
+        if self.profile.target.kind == "local" and eng.backend == "simulated":
+            title += (f" · SIMULATED {eng.model_path or eng.model} on {eng.tensor_parallel_size} x "
+                      f"{eng.hardware or 'H100-SXM'}, {self.clock_kind} clock")
         (self.out / "summary.md").write_text(to_markdown(table, title, self.profile.slo), encoding="utf-8")
         if table.height:
             self.console.print(to_rich(table, title))

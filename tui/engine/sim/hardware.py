@@ -43,6 +43,7 @@ class GpuSpec:
     bandwidth_efficiency: float = 0.8
     step_overhead_s: float = 4e-4
     non_torch_bytes: int = int(0.5 * GiB)  # CUDA context, NCCL buffers: outside the profiled peak
+    dtype_bytes: int = 2  # what the engine runs on it: bf16 on a GPU; a calibrated CPU runs float32 (4)
     source: str = ""
 
 
