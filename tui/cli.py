@@ -30,6 +30,8 @@ modes:
   kvtui serve [--host H] [--port P]
                                   the local engine as an OpenAI-compatible server (+ /metrics)
   kvtui report DIR [DIR2]         print a recorded run's table again, or compare two runs
+  kvtui calibrate [--out FILE]    measure the torch engine here and write a hardware profile for the
+                                  simulated backend (engine.backend = "simulated")
   kvtui profiles [show NAME]      list the shipped profiles, or print one with defaults filled in
 """
 
@@ -78,7 +80,10 @@ def build_parser() -> argparse.ArgumentParser:
     _common(parser)
     parser.add_argument("--record", action="store_true", help="run headless and record (needs --out)")
     parser.add_argument("--out", metavar="DIR", type=Path, help="output directory for --record")
-    sub = parser.add_subparsers(dest="command", metavar="{serve,report,profiles}")
+    parser.add_argument("--real-time", action="store_true",
+                        help="with --record and a simulated engine: run it behind the server in real time "
+                             "(default: on the virtual clock, no HTTP)")
+    sub = parser.add_subparsers(dest="command", metavar="{serve,report,profiles,calibrate}")
 
     serve = sub.add_parser("serve", help="run the local engine as an OpenAI-compatible server")
     serve.add_argument("--profile", metavar="NAME|FILE", help="profile (name or file) whose [engine] and [defenses] to use")
@@ -96,7 +101,23 @@ def build_parser() -> argparse.ArgumentParser:
     show = show_sub.add_parser("show", help="print a profile as TOML with every default filled in")
     show.add_argument("name", metavar="NAME|FILE", help="a shipped profile's name, or a profile file")
     _set_option(show)
+
+    cal = sub.add_parser("calibrate", help="measure the torch engine here; write a hardware profile for the simulated backend")
+    cal.add_argument("--profile", metavar="NAME|FILE", help="profile whose [engine] (model, device, threads) to measure")
+    cal.add_argument("--out", metavar="FILE", type=Path, default=Path("calibrated-hardware.toml"),
+                     help="where to write the hardware profile (default calibrated-hardware.toml)")
+    cal.add_argument("--quick", action="store_true", help="a smaller grid of steps (about a quarter of the time)")
+    _set_option(cal)
     return parser
+
+
+def check_backend(prof: Profile) -> Profile:
+    """A simulated engine's model, hardware and memory checked up front (a ProfileError, exit 2)."""
+    if prof.engine.backend == "simulated":
+        from tui.engine.sim.backend import validate
+
+        validate(prof.engine, prof.source)
+    return prof
 
 
 def load_named_profile(ref: str | None, overrides: Sequence[str] = ()) -> Profile:
@@ -171,8 +192,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "serve":
             from tui.serve.app import serve_main
 
-            prof = load_named_profile(args.profile, args.overrides)
+            prof = check_backend(load_named_profile(args.profile, args.overrides))
             return serve_main(prof, host=args.host, port=args.port, api_key_env=args.api_key_env)
+        if args.command == "calibrate":
+            from tui.calibrate import calibrate_main
+
+            return calibrate_main(load_named_profile(args.profile, args.overrides), args.out, quick=args.quick)
         if args.command == "profiles":
             if args.profiles_command == "show":
                 print(dump_profile(load_named_profile(args.name, args.overrides)), end="")
@@ -181,12 +206,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.record and (args.num_requests is not None or args.duration is not None):
             parser.error("--num-requests and --duration are only used with --record")
         prof = resolve_profile(args)
+        if prof.target.kind == "local":
+            check_backend(prof)
         if args.record:
             if args.out is None:
                 parser.error("--record needs --out DIR")
+            if prof.target.kind == "local" and prof.engine.backend == "simulated" and not args.real_time:
+                from tui.virtual_record import record_virtual
+
+                return record_virtual(prof, args.out)
             from tui.record import record_main
 
             return record_main(prof, args.out)
+        if args.real_time:
+            parser.error("--real-time is only used with --record (the dashboard always runs in real time)")
         if args.out is not None:
             parser.error("--out is only used with --record")
         from tui.ui.app import dashboard_main

@@ -1,8 +1,10 @@
 """The GPU pane: NVML gauges per GPU, or, without one, what the engine measures itself.
 
-Three states, each said plainly: NVML readings (SM utilization, GPM SM activity where the GPU has it,
+Four states, each said plainly: NVML readings (SM utilization, GPM SM activity where the GPU has it,
 VRAM); no NVIDIA GPU (the reason, then the engine's busy fraction of wall time and its KV pool use);
-a remote server (its own gauges from ``/metrics``: KV cache usage, running, waiting, preemptions).
+a remote server (its own gauges from ``/metrics``: KV cache usage, running, waiting, preemptions);
+a simulated GPU (the engine's simulated backend: its modelled memory split and SM/HBM use, labelled
+SIMULATED — nothing there is measured).
 """
 
 from __future__ import annotations
@@ -70,6 +72,31 @@ def engine_lines(engine: EngineSnapshot, width: int) -> list[Text]:
     ]
 
 
+def simulated_lines(engine: EngineSnapshot, width: int) -> list[Text]:
+    """The simulated backend's device: what it models, never a measurement (so labelled SIMULATED)."""
+    s = engine.sim or {}
+    gib = 2**30
+    head = Text(f"SIMULATED {s.get('tensor_parallel_size', 1)} × {s.get('gpu', '?')}", style="bold #c678dd")
+    if s.get("calibrated"):
+        head.append(" (calibrated)", style="#c678dd")
+    head.append(f"  {s.get('model', '')}", style="bold")
+    sm, hbm = float(s.get("sm_frac", 0.0)), float(s.get("hbm_frac", 0.0))
+    out = [head,
+           _gauge_line(" SM model", sm, width, f"{100 * sm:.0f}% of peak FLOP/s"),
+           _gauge_line(" HBM model", hbm, width, f"{100 * hbm:.0f}% of peak bandwidth")]
+    mem = s.get("memory")
+    if mem:
+        parts = mem["weight_bytes"] + mem["activation_bytes"] + mem["non_torch_bytes"] + mem["kv_bytes"]
+        out.append(_gauge_line(" VRAM model", parts / mem["total_bytes"], width,
+                               f"{parts / gib:.1f}/{mem['total_bytes'] / gib:.0f} GiB at {mem['utilization']:g}"))
+        out.append(Text(f"{'':<{LABEL_W}}weights {mem['weight_bytes'] / gib:.1f} · act {mem['activation_bytes'] / gib:.1f}"
+                        f" · KV {mem['kv_bytes'] / gib:.1f} GiB = {mem['num_blocks']:,} blocks", style="dim"))
+    else:
+        out.append(Text(f"{'':<{LABEL_W}}weights {s.get('weight_bytes', 0) / gib:.1f} GiB · "
+                        f"KV {s.get('kv_bytes', 0) / gib:.2f} GiB (kv_budget_mb)", style="dim"))
+    return out + engine_lines(engine, width)[1:]  # KV use and fill; busy-of-wall means nothing here
+
+
 def server_lines(g: ServerGauges, width: int) -> list[Text]:
     """A remote server's own gauges (vLLM metric names), '—' where it does not export one."""
 
@@ -98,6 +125,8 @@ def gpu_text(snap: DashboardSnapshot, width: int) -> list[Text]:
         if snap.gpu:
             parts += gpu_lines(snap.gpu, bar_w)
         return parts
+    if snap.engine is not None and snap.engine.sim:
+        return simulated_lines(snap.engine, bar_w) + (gpu_lines(snap.gpu, bar_w) if snap.gpu else [])
     if snap.gpu:
         parts += gpu_lines(snap.gpu, bar_w)
         if snap.engine is not None:
@@ -132,7 +161,7 @@ class GpuPane(TextLines):
         """Redraw when anything this pane shows has changed."""
         self._snap = snap
         key = (snap.gpu, snap.gpu_note, snap.server, snap.target, snap.engine and (
-            snap.engine.busy_fraction, snap.engine.totals), self.content_region.width)
+            snap.engine.busy_fraction, snap.engine.totals, snap.engine.sim), self.content_region.width)
         if key == self._key:
             return
         self._key = key
