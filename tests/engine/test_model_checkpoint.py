@@ -10,6 +10,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 
 from tui.engine.engine import Engine
 from tui.engine.model import DecoderModel, ModelConfig, init_dummy_weights, save_hf_checkpoint
+from tui.engine.params import SamplingParams
 from tui.engine.tokenizer import ByteTokenizer
 from tui.profile import EngineConfig
 
@@ -43,7 +44,7 @@ def test_checkpoint_round_trip_and_generation(tmp_path, bias):
     torch.testing.assert_close(eng.model.forward_full(prompt), ref)
     assert eng.tokenizer.encode("w3 w1 w4") == [3, 1, 4]
     assert eng.tokenizer.decode([3, 1]) == "w3 w1"
-    eng.add_request("a", prompt, 4)
+    eng.add_request("a", prompt, SamplingParams.exact(4))
     toks = []
     while eng.has_unfinished():
         toks += [t for o in eng.step().outputs for t in o.new_token_ids]
@@ -59,7 +60,7 @@ def test_checkpoint_round_trip_and_generation(tmp_path, bias):
     (ckpt / "config.json").write_text(json.dumps(raw))
     eng = Engine(EngineConfig(model_path=str(ckpt), kv_budget_mb=1.0, threads=1, device="cpu"))
     assert eng.tokenizer.eos_token_id == greedy_second
-    eng.add_request("b", prompt, 10, ignore_eos=False)
+    eng.add_request("b", prompt, SamplingParams(max_tokens=10, temperature=0.0))
     outs = []
     while eng.has_unfinished():
         outs += eng.step().outputs
