@@ -90,3 +90,13 @@ def test_models_from_config_json_and_torch_presets(tmp_path: Path) -> None:
         resolve_model("gpt-5")
     with pytest.raises(ValueError, match=r"no config\.json"):
         from_config_json(tmp_path)
+
+
+def test_rolling_window_takes_more_gaps_at_once_than_its_capacity() -> None:
+    # an 800-token request's gaps arrive in one record; the column must grow past them, not loop
+    from tui.metrics.window import _Columns
+
+    c = _Columns(("gap",))
+    c.extend(0.0, "gap", [0.01] * 500)
+    c.extend(1.0, "gap", [0.02] * 2000)
+    assert c.n == 2500 and c.data["gap"][2499] == 0.02

@@ -32,6 +32,9 @@ from tui.engine.params import SamplingParams
 from tui.engine.runner import ModelRunner
 from tui.engine.scheduler import ContinuousScheduler, Scheduler, StaticScheduler
 from tui.engine.sequence import Request, Status
+from tui.engine.sim.backend import SimulatedBackend
+from tui.engine.sim.backend import build as build_simulated
+from tui.engine.sim.clock import RealClock, SimClock
 from tui.engine.snapshot import EngineSnapshot, KVTotals, StepTiming
 from tui.engine.tokenizer import ByteTokenizer, load_hf_tokenizer
 from tui.engine.views import request_views
@@ -69,7 +72,8 @@ class StepOutput:
 
 
 class Engine:
-    """Static or continuous batching over a contiguous or paged KV cache, on a real small model."""
+    """Static or continuous batching over a contiguous or paged KV cache, on a real small model (torch
+    backend) or a simulated GPU (simulated backend: :mod:`tui.engine.sim`)."""
 
     def __init__(
         self,
@@ -77,12 +81,39 @@ class Engine:
         defenses: DefensesConfig | None = None,
         *,
         clock: Callable[[], float] = time.monotonic,
+        sim_clock: SimClock | None = None,
         history: int = 20_000,
     ) -> None:
         self.config = config = config or EngineConfig()
         self.defenses = defenses or DefensesConfig()
         self.clock = clock
         self.paused = False  # the server's pause flag, reported in snapshots
+        # Step durations and the busy fraction are measured on ``timer``; ``StepTiming.t`` is ``wall()``.
+        self.timer: Callable[[], float] = time.perf_counter
+        self.wall: Callable[[], float] = time.time
+        self.sim: SimulatedBackend | None = None  # the simulated backend's parts (backend = "simulated")
+        if config.backend == "simulated":
+            self._init_simulated(config, sim_clock or RealClock())
+        else:
+            self._init_torch(config)
+        self.waiting: deque[Request] = deque()
+        self.kv: KVManager = self._new_kv(self.mode)
+        self.scheduler: Scheduler = self._new_scheduler(self.mode)
+        self.draining_to: EngineMode | None = None
+        self.requests: dict[str, Request] = {}  # live (not finished) requests
+        self._recent_finished: deque[Request] = deque(maxlen=32)
+        self._pending: list[RequestOutput] = []  # finished outside step() (abort, switch); sent next step
+        self._history: deque[StepTiming] = deque(maxlen=max(history, 1))
+        self._busy: deque[tuple[float, float]] = deque()
+        self.step_index = 0
+        self._preemptions_before = 0  # preemptions counted by schedulers replaced at a mode switch
+        self.num_rejected = 0
+        self.num_timed_out = 0
+
+    # -- construction helpers ------------------------------------------------------------------------
+
+    def _init_torch(self, config: EngineConfig) -> None:
+        """The torch backend: a real model (dummy weights or a checkpoint) and its KV tensors."""
         torch.set_num_threads(max(1, config.threads))
         self.device = pick_device(config.device)
         self.dtype = pick_dtype(self.device)
@@ -109,25 +140,28 @@ class Engine:
                 f"({self.bytes_per_token} bytes per token); raise kv_budget_mb"
             )
         self.runner: ModelRunner = TorchModelRunner(self.model, self.num_slots, config.block_size)
-        self.waiting: deque[Request] = deque()
-        self.kv: KVManager = self._new_kv(self.mode)
-        self.scheduler: Scheduler = self._new_scheduler(self.mode)
-        self.draining_to: EngineMode | None = None
-        self.requests: dict[str, Request] = {}  # live (not finished) requests
-        self._recent_finished: deque[Request] = deque(maxlen=32)
-        self._pending: list[RequestOutput] = []  # finished outside step() (abort, switch); sent next step
-        self._history: deque[StepTiming] = deque(maxlen=max(history, 1))
-        self._busy: deque[tuple[float, float]] = deque()
-        self.step_index = 0
-        self._preemptions_before = 0  # preemptions counted by schedulers replaced at a mode switch
-        self.num_rejected = 0
-        self.num_timed_out = 0
         self.device_label = (
             f"cuda:{self.device.index or 0} ({torch.cuda.get_device_name(self.device)})"
             if self.device.type == "cuda" else "cpu"
         )
 
-    # -- construction helpers ------------------------------------------------------------------------
+    def _init_simulated(self, config: EngineConfig, clock: SimClock) -> None:
+        """The simulated backend: no model, a roofline step time, all times on ``clock``."""
+        self.sim = sim = build_simulated(config, clock)
+        self.clock = self.timer = clock.now
+        offset = time.time() - clock.now()
+        self.wall = lambda: offset + clock.now()
+        self.tokenizer = sim.tokenizer
+        self.model_name = sim.model.name
+        self.max_model_len = sim.max_model_len
+        self.vocab_size = sim.tokenizer.vocab_size
+        self.bytes_per_token = sim.bytes_per_token
+        self.num_slots = slots_for_budget(sim.kv_bytes, self.bytes_per_token, config.block_size)
+        if self.num_slots < config.block_size:
+            raise ValueError(f"the simulated KV cache holds no {config.block_size}-token block "
+                             f"({self.bytes_per_token} bytes per token); raise the KV budget")
+        self.runner = sim.runner
+        self.device_label = sim.device_label
 
     def _budget_bytes(self) -> int:
         cfg = self.config
@@ -253,7 +287,7 @@ class Engine:
 
     def step(self) -> StepOutput:
         """Run one engine step; what it produced and how long it took."""
-        t0 = time.perf_counter()
+        t0 = self.timer()
         self._expire_waiting()
         outputs, self._pending = self._pending, []
         self._maybe_complete_switch()
@@ -261,10 +295,10 @@ class Engine:
         prefill_tokens, decode_tokens = sched.prefill_tokens, sched.decode_tokens  # before progress moves
         modelled = 0.0  # a runner that models a device: its time minus the wall time it actually took
         if sched.chunks:
-            t_run = time.perf_counter()
+            t_run = self.timer()
             result = self.runner.execute(sched.chunks, self.kv)
             if result.elapsed_s is not None:
-                modelled = result.elapsed_s - (time.perf_counter() - t_run)
+                modelled = result.elapsed_s - (self.timer() - t_run)
             for c in sched.chunks:
                 if not c.padding:
                     c.request.num_computed += c.num_new
@@ -279,7 +313,7 @@ class Engine:
         did_work = bool(sched.chunks or outputs or sched.preempted)
         if did_work:
             self.step_index += 1
-        end = time.perf_counter()
+        end = self.timer()
         duration = end - t0 + modelled
         totals = self.totals()
         timing = StepTiming(
@@ -289,7 +323,7 @@ class Engine:
             batch_size=len(sched.chunks),
             duration_s=duration,
             preempted=len(sched.preempted),
-            t=time.time(),
+            t=self.wall(),
             num_running=len(self.scheduler.running),
             num_waiting=len(self.waiting),
             kv_usage=totals.usage,
@@ -343,7 +377,7 @@ class Engine:
 
     def busy_fraction(self, window_s: float = 5.0) -> float:
         """Share of the last ``window_s`` seconds spent inside step()."""
-        now = time.perf_counter()
+        now = self.timer()
         while self._busy and self._busy[0][0] < now - window_s:
             self._busy.popleft()
         if not self._busy:
@@ -379,6 +413,8 @@ class Engine:
             busy_fraction=self.busy_fraction(),
             defenses=to_dict(self.defenses),
             device=self.device_label,
+            backend=self.config.backend,
+            sim=self.sim.info() if self.sim is not None else None,
         )
 
     @property

@@ -186,6 +186,8 @@ class EngineSnapshot:
     busy_fraction: float = 0.0  # share of recent wall time spent inside step()
     defenses: dict[str, Any] = field(default_factory=dict)
     device: str = "cpu"
+    backend: Literal["torch", "simulated"] = "torch"
+    sim: dict[str, Any] | None = None  # the simulated backend: model, GPU, memory split, modelled SM/HBM use
 
     @property
     def mode(self) -> str:

@@ -37,15 +37,16 @@ class _Columns:
     def extend(self, t: float, name: str, values: list[float]) -> None:
         """Many rows at one time, one value column (the other columns are unused)."""
         k = len(values)
-        while self.n + k > len(self.data["t"]):
-            self._grow()
+        if self.n + k > len(self.data["t"]):
+            self._grow(k)
         self.data["t"][self.n : self.n + k] = t
         self.data[name][self.n : self.n + k] = values
         self.n += k
 
-    def _grow(self) -> None:
+    def _grow(self, need: int = 1) -> None:
+        """Room for ``need`` more rows (old rows before ``start`` are dropped on the way)."""
         live = self.n - self.start
-        cap = max(1024, 2 * live)
+        cap = max(1024, 2 * (live + need))
         for key, arr in self.data.items():
             fresh = np.empty(cap)
             fresh[:live] = arr[self.start : self.n]
