@@ -77,6 +77,9 @@ def load_run(path: Path) -> RunData:
 
 def _print_run(console: Console, run: RunData) -> None:
     title = f"{run.name}" + (" (partial)" if run.partial else "")
+    if run.info.get("simulated"):  # a simulated engine's run says so wherever it is shown
+        title += (f" · SIMULATED {run.info.get('engine_model')} on {run.info.get('tensor_parallel_size', 1)} x "
+                  f"{run.info.get('hardware')}, {run.info.get('clock', 'real')} clock")
     if run.summary.height:
         console.print(to_rich(run.summary, title))
     else:

@@ -14,16 +14,19 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from tui.engine.engine import Engine, RequestRejected
 from tui.engine.params import SamplingParams
-from tui.engine.sim.clock import VirtualClock
+from tui.engine.sim.clock import SimClock, VirtualClock
+from tui.engine.snapshot import StepTiming
 from tui.load.arrivals import ArrivalProcess, Schedule
 from tui.load.workload import Workload
 from tui.metrics.window import RollingWindow
-from tui.profile import EngineMode, Profile, Stage
+from tui.profile import EngineMode, Profile, Stage, dump_profile
 from tui.record import Recorder
 from tui.records.clock import mono_to_wall
 from tui.records.parquet import PartWriter
@@ -39,11 +42,10 @@ class VirtualClockRecorder(Recorder):
     """Every stage x mode of a simulated profile on the virtual clock, into ``out``."""
 
     clock_kind = "virtual"
+    _t_next: float | None = None  # where the next cell's virtual clock starts
 
     def run(self) -> int:
         self.out.mkdir(parents=True, exist_ok=True)
-        from tui.profile import dump_profile
-
         (self.out / "profile.toml").write_text(dump_profile(self.profile), encoding="utf-8")
         self._writers = {name: PartWriter(self.out, name) for name in ("requests", "steps", "gpu")}
         self._write_run_json(finished=False, code=None)
@@ -72,12 +74,14 @@ class VirtualClockRecorder(Recorder):
     def _run_cell(self, stage: Stage, mode: EngineMode) -> float:
         """One stage under one mode; returns the simulated seconds it spanned."""
         prof = self.profile
-        clock = VirtualClock(time.monotonic())  # on the monotonic scale, so mono_to_wall maps it
+        # on the monotonic scale (so mono_to_wall maps it), each cell starting where the last one ended
+        clock = VirtualClock(self._t_next if self._t_next is not None else time.monotonic())
         engine = Engine(prof.engine.with_mode(mode), prof.defenses, sim_clock=clock)
         note: dict[str, Any] = {"stage": stage.name, "mode": mode.label, "rate": stage.rate, "partial": True,
                                 "started_t": mono_to_wall(clock.now())}
         self.cells.append(note)
-        cell = _Cell(self, engine, clock, stage, mode.label)
+        cell = ClockDriver(engine, clock, prof, stage, mode.label, run_id=self.run_id, on_record=self._on_record,
+                           on_steps=self._write_steps(stage.name, mode.label))
         start = clock.now()
         if prof.load.warmup_requests:
             cell.warmup(prof.load.warmup_requests)
@@ -88,30 +92,45 @@ class VirtualClockRecorder(Recorder):
         p99 = f"{w.ttft.p99 * 1e3:.0f} ms" if w.ttft.p99 is not None else "-"
         self.err.print(f"{stage.name} / {mode.label}: {w.sent} sent, {w.completed} ok, {w.failed_total} failed, "
                        f"TTFT P99 {p99} (simulated)", highlight=False)
+        self._t_next = clock.now()
         return clock.now() - start
 
+    def _write_steps(self, stage: str, mode: str) -> Callable[[list[StepTiming]], None]:
+        def write(steps: list[StepTiming]) -> None:
+            self._writers["steps"].add_many([{**asdict(s), "stage": stage, "mode": mode} for s in steps])
 
-class _Cell:
-    """The event loop of one stage x mode on the virtual clock."""
+        return write
 
-    def __init__(self, rec: VirtualClockRecorder, engine: Engine, clock: VirtualClock, stage: Stage, mode: str):
-        self.rec, self.engine, self.clock, self.stage, self.mode = rec, engine, clock, stage, mode
-        prof = rec.profile
-        self.workload = Workload(prof.workload, "char")  # the byte tokenizer: one character, one token
-        self.window = RollingWindow(prof.record.window_s)
+
+class ClockDriver:
+    """One stage of the profile's workload and arrivals driven into an in-process engine on a clock.
+
+    With a :class:`VirtualClock` nothing waits (the recorder's virtual run); with a real clock
+    (``RealClock``, or the torch engine's wall clock) arrivals and idle gaps are waited out, so the
+    same driver measures a real engine without HTTP (``bench/sim.py`` compares the two). Finished
+    request records go to ``on_record``; the engine's step records to ``on_steps`` as they pile up.
+    """
+
+    def __init__(self, engine: Engine, clock: SimClock, profile: Profile, stage: Stage, mode: str, *,
+                 run_id: str = "", on_record: Callable[[RequestRecord], Any] | None = None,
+                 on_steps: Callable[[list[StepTiming]], Any] | None = None):
+        self.engine, self.clock, self.profile, self.stage, self.mode = engine, clock, profile, stage, mode
+        self.run_id = run_id
+        self.on_record, self.on_steps = on_record, on_steps
+        self.workload = Workload(profile.workload, "char")  # the byte tokenizer: one character, one token
+        self.window = RollingWindow(profile.record.window_s, clock=lambda: mono_to_wall(clock.now()))
         self.open: dict[str, RequestRecord] = {}
         self.steps_seen = engine.step_index
 
     # -- requests --------------------------------------------------------------------------------
 
     def _send(self, index: int, spec_index: int, t: float, warmup: bool) -> None:
-        rec = self.rec
         spec = self.workload.spec(spec_index)
         stage = "warmup" if warmup else self.stage.name
-        rid = f"{rec.run_id}-{stage}-{self.mode}-{index}"
+        rid = f"{self.run_id}-{stage}-{self.mode}-{index}"
         wall = mono_to_wall(t)
         r = RequestRecord(request_id=rid, index=index, stage=self.stage.name, mode=self.mode, scheduled_t=wall,
-                          run_id=rec.run_id, warmup=warmup, send_t=wall, wire_t=wall, prompt_len=spec.prompt_len,
+                          run_id=self.run_id, warmup=warmup, send_t=wall, wire_t=wall, prompt_len=spec.prompt_len,
                           max_tokens=spec.max_tokens, shared_prefix=spec.shared_prefix)
         if not warmup:
             self.window.note_sent(r)
@@ -125,7 +144,8 @@ class _Cell:
         self.open[rid] = r
 
     def _done(self, r: RequestRecord) -> None:
-        self.rec._on_record(r)
+        if self.on_record is not None:
+            self.on_record(r)
         if not r.warmup:
             self.window.add(r)
 
@@ -152,17 +172,16 @@ class _Cell:
                 r.prompt_tokens, r.completion_tokens, r.end_t = o.prompt_tokens, o.output_tokens, t
                 self._done(r)
         if self.engine.step_index - self.steps_seen >= STEPS_EVERY:
-            self._collect_steps()
+            self.collect_steps()
         timing = out.timing
         return bool(out.outputs) or (timing is not None and timing.batch_size > 0)
 
-    def _collect_steps(self) -> None:
+    def collect_steps(self) -> None:
+        """Hand the engine's steps since the last call to ``on_steps``."""
         steps = self.engine.steps_since(self.steps_seen)
         if steps:
-            from dataclasses import asdict
-
-            self.rec._writers["steps"].add_many([{**asdict(s), "stage": self.stage.name, "mode": self.mode}
-                                                 for s in steps])
+            if self.on_steps is not None:
+                self.on_steps(steps)
             self.steps_seen = steps[-1].step
 
     # -- the loop --------------------------------------------------------------------------------
@@ -173,11 +192,12 @@ class _Cell:
             self._send(i, 1_000_000 + i, self.clock.now(), warmup=True)
         while self.engine.has_unfinished():
             if not self._step():
-                self.clock.advance_to(self.clock.now() + IDLE_TICK_S)
+                self.clock.wait_until(self.clock.now() + IDLE_TICK_S)
         self.steps_seen = self.engine.step_index  # warm-up steps are not the stage's
 
     def run(self) -> None:
-        prof = self.rec.profile
+        """Send the stage's requests at their arrival times, step until they finish or the drain bound."""
+        prof = self.profile
         load = prof.load
         start = self.clock.now()
         schedule = Schedule(ArrivalProcess(load.arrival, load.burstiness, load.seed), self.stage.rate, start)
@@ -198,14 +218,14 @@ class _Cell:
                 drain_deadline = self.clock.now() + prof.record.drain_timeout_s
             if self.engine.has_unfinished():
                 if not self._step():
-                    self.clock.advance_to(min(next_t if more else math.inf, self.clock.now() + IDLE_TICK_S))
+                    self.clock.wait_until(min(next_t if more else math.inf, self.clock.now() + IDLE_TICK_S))
             elif more:
-                self.clock.advance_to(next_t)
+                self.clock.wait_until(next_t)
             else:
                 break
             if self.clock.now() > drain_deadline:
                 break
-        self._collect_steps()
+        self.collect_steps()
         t = mono_to_wall(self.clock.now())
         for rid, r in list(self.open.items()):  # past the drain bound: cancelled, as the live recorder does
             self.engine.abort(rid)

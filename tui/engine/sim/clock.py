@@ -54,9 +54,5 @@ class VirtualClock:
         if t > self.t:
             self.t = t
 
-    def advance_to(self, t: float) -> None:
-        """Idle until ``t`` (the driver's move when nothing runs before the next arrival)."""
-        self.wait_until(t)
-
 
 SimClock = RealClock | VirtualClock
