@@ -176,6 +176,6 @@ def test_virtual_clock_recorder_writes_a_run_marked_simulated(tmp_path: Path) ->
     rows = {r["mode"]: r for r in run.summary.to_dicts()}
     assert set(rows) == {"static+contiguous", "continuous+paged"}
     for r in rows.values():
-        assert r["completed"] == 25
+        assert r["ok"] == 25
     # continuous batching joins requests between steps: its TTFT is far below static batching's
     assert rows["continuous+paged"]["ttft_p50_ms"] < rows["static+contiguous"]["ttft_p50_ms"]
