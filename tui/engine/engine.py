@@ -53,7 +53,7 @@ class RequestRejected(Exception):
         self.message = message
 
 
-@dataclass
+@dataclass(slots=True)  # one per request per step
 class RequestOutput:
     """What one step produced for one request."""
 
@@ -292,7 +292,7 @@ class Engine:
         outputs, self._pending = self._pending, []
         self._maybe_complete_switch()
         sched = self.scheduler.schedule()
-        prefill_tokens, decode_tokens = sched.prefill_tokens, sched.decode_tokens  # before progress moves
+        prefill_tokens, decode_tokens = sched.token_counts()  # before progress moves
         modelled = 0.0  # a runner that models a device: its time minus the wall time it actually took
         if sched.chunks:
             t_run = self.timer()

@@ -28,7 +28,7 @@ from tui.engine.sequence import Request, Status
 from tui.profile import EngineConfig
 
 
-@dataclass
+@dataclass(slots=True)  # hundreds are made per step
 class ScheduledChunk:
     """``num_new`` tokens of ``request`` to compute this step, from ``request.num_computed`` on.
 
@@ -61,6 +61,19 @@ class SchedulerOutput:
     @property
     def prefill_tokens(self) -> int:
         return self.num_tokens - self.decode_tokens
+
+    def token_counts(self) -> tuple[int, int]:
+        """(prefill, decode) tokens in one pass (the engine asks every step)."""
+        prefill = decode = 0
+        for c in self.chunks:
+            if c.padding:
+                continue
+            r = c.request
+            if r.num_computed >= len(r.prompt):
+                decode += c.num_new
+            else:
+                prefill += c.num_new
+        return prefill, decode
 
 
 class Scheduler:

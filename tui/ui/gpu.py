@@ -79,21 +79,22 @@ def simulated_lines(engine: EngineSnapshot, width: int) -> list[Text]:
     head = Text(f"SIMULATED {s.get('tensor_parallel_size', 1)} × {s.get('gpu', '?')}", style="bold #c678dd")
     if s.get("calibrated"):
         head.append(" (calibrated)", style="#c678dd")
-    head.append(f"  {s.get('model', '')}", style="bold")
     sm, hbm = float(s.get("sm_frac", 0.0)), float(s.get("hbm_frac", 0.0))
-    out = [head,
-           _gauge_line(" SM model", sm, width, f"{100 * sm:.0f}% of peak FLOP/s"),
-           _gauge_line(" HBM model", hbm, width, f"{100 * hbm:.0f}% of peak bandwidth")]
+    out = [head, Text(f" {s.get('model', '')}, modelled:", style="#c678dd"),
+           _gauge_line(" SM", sm, width, f"{100 * sm:.0f}% peak"),
+           _gauge_line(" HBM bw", hbm, width, f"{100 * hbm:.0f}% peak")]
     mem = s.get("memory")
     if mem:
         parts = mem["weight_bytes"] + mem["activation_bytes"] + mem["non_torch_bytes"] + mem["kv_bytes"]
-        out.append(_gauge_line(" VRAM model", parts / mem["total_bytes"], width,
-                               f"{parts / gib:.1f}/{mem['total_bytes'] / gib:.0f} GiB at {mem['utilization']:g}"))
-        out.append(Text(f"{'':<{LABEL_W}}weights {mem['weight_bytes'] / gib:.1f} · act {mem['activation_bytes'] / gib:.1f}"
-                        f" · KV {mem['kv_bytes'] / gib:.1f} GiB = {mem['num_blocks']:,} blocks", style="dim"))
+        out.append(_gauge_line(" VRAM", parts / mem["total_bytes"], width,
+                               f"{parts / gib:.0f}/{mem['total_bytes'] / gib:.0f} GiB"))
+        out.append(Text(f"  weights {mem['weight_bytes'] / gib:.1f} · act {mem['activation_bytes'] / gib:.1f} GiB",
+                        style="dim"))
+        out.append(Text(f"  KV {mem['kv_bytes'] / gib:.1f} GiB · {mem['num_blocks']:,} blocks", style="dim"))
     else:
-        out.append(Text(f"{'':<{LABEL_W}}weights {s.get('weight_bytes', 0) / gib:.1f} GiB · "
-                        f"KV {s.get('kv_bytes', 0) / gib:.2f} GiB (kv_budget_mb)", style="dim"))
+        out.append(Text(f"  weights {s.get('weight_bytes', 0) / gib:.1f} GiB · KV {s.get('kv_bytes', 0) / gib:.2f} GiB",
+                        style="dim"))
+        out.append(Text("  (KV from kv_budget_mb)", style="dim"))
     return out + engine_lines(engine, width)[1:]  # KV use and fill; busy-of-wall means nothing here
 
 

@@ -98,14 +98,18 @@ class CostModel:
 
     def work(self, chunks: Iterable[tuple[int, int]], sampled: int) -> StepWork:
         """The work of a step computing ``new`` tokens after ``past`` cached ones, per ``(new, past)``."""
-        rows = tokens = 0
+        rows = tokens = ctx = 0
         pairs = 0.0
-        ctx = 0
         for new, past in chunks:
             rows += 1
             tokens += new
             pairs += new * past + new * (new + 1) / 2
             ctx += past + new
+        return self.work_of(rows, tokens, pairs, ctx, sampled)
+
+    def work_of(self, rows: int, tokens: int, pairs: float, ctx: int, sampled: int) -> StepWork:
+        """:meth:`work` from the step's sums: requests, tokens, attention (query, key) pairs
+        (``Σ new·past + new·(new+1)/2``), context tokens read (``Σ past + new``) and sampled rows."""
         comm = self._ar_fixed + self._ar_per_token * tokens if tokens and self.tp > 1 else 0.0
         return StepWork(
             rows=rows, tokens=tokens, sampled=sampled,

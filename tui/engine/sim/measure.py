@@ -39,17 +39,17 @@ class StepSample:
     duration_s: float
 
 
-class _ShapeRecorder:
-    """Wraps a runner and keeps the shape of the step it last ran."""
+class ShapeRecorder:
+    """Wraps a runner and keeps, per step it runs, the shape and how many requests sampled."""
 
     def __init__(self, inner: ModelRunner) -> None:
         self.inner = inner
-        self.last: tuple[tuple[tuple[int, int], ...], int] | None = None
+        self.shapes: list[tuple[tuple[tuple[int, int], ...], int]] = []
 
     def execute(self, chunks: Sequence[ScheduledChunk], kv: KVManager) -> StepResult:
         shape = tuple((c.num_new, c.request.num_computed) for c in chunks)
         result = self.inner.execute(chunks, kv)
-        self.last = (shape, len(result.requests))
+        self.shapes.append((shape, len(result.requests)))
         return result
 
 
@@ -76,7 +76,7 @@ def measure(cfg: EngineConfig, *, quick: bool = False, repeats: int = 2, decode_
     prefills = QUICK_PREFILLS if quick else PREFILLS
     batches, contexts = (QUICK_BATCHES, QUICK_CONTEXTS) if quick else (BATCHES, CONTEXTS)
     engine = Engine(measurement_config(cfg, max(max(prefills), max(contexts) + decode_steps)))
-    rec = _ShapeRecorder(engine.runner)
+    rec = ShapeRecorder(engine.runner)
     engine.runner = rec
     samples: list[StepSample] = []
     counter = 0
@@ -88,10 +88,10 @@ def measure(cfg: EngineConfig, *, quick: bool = False, repeats: int = 2, decode_
             engine.add_request(f"cal-{counter}", [97 + (counter + i) % 26 for i in range(prompt)],
                                SamplingParams.exact(out))
         while engine.has_unfinished():
-            rec.last = None
+            ran = len(rec.shapes)
             step = engine.step()
-            if keep and rec.last is not None and step.timing is not None:
-                shape, sampled = rec.last
+            if keep and len(rec.shapes) > ran and step.timing is not None:
+                shape, sampled = rec.shapes[-1]
                 samples.append(StepSample(shape, sampled, step.timing.duration_s))
 
     run([(64, 4)] * 4, keep=False)  # warm up: allocator, rotary tables, first-call costs

@@ -63,30 +63,38 @@ class SimulatedRunner:
         self._hash: dict[str, int] = {}
 
     def execute(self, chunks: Sequence[ScheduledChunk], kv: KVManager) -> StepResult:
-        shape: list[tuple[int, int]] = []
+        # one pass: the cost model's sums and the sampled tokens (this runs for every step, hundreds
+        # of requests each, at GPU step rates)
+        rows = tokens = ctx = 0
+        pairs = 0.0
         requests = []
-        tokens: list[int] = []
+        ids: list[int] = []
+        hashes = self._hash
+        seed = self.seed
         for c in chunks:
             r = c.request
-            s = r.num_computed
-            shape.append((c.num_new, s))
-            if c.padding or s + c.num_new != r.num_tokens:
+            new, past = c.num_new, r.num_computed
+            rows += 1
+            tokens += new
+            pairs += new * past + new * (new + 1) / 2 if new > 1 else past + 1
+            ctx += past + new
+            if c.padding or past + new != len(r.prompt) + len(r.output):
                 continue
-            h = self._hash.get(r.request_id)
+            h = hashes.get(r.request_id)
             if h is None:
-                if len(self._hash) > 100_000:  # finished requests' entries; rebuilt on demand
-                    self._hash.clear()
-                h = self._hash[r.request_id] = zlib.crc32(r.request_id.encode())
+                if len(hashes) > 100_000:  # finished requests' entries; rebuilt on demand
+                    hashes.clear()
+                h = hashes[r.request_id] = zlib.crc32(r.request_id.encode())
             requests.append(r)
-            tokens.append(sim_token(self.seed, h, len(r.output)))
-        step = self.cost.step(shape, len(requests))
+            ids.append(sim_token(seed, h, len(r.output)))
+        step = self.cost.cost(self.cost.work_of(rows, tokens, pairs, ctx, len(requests)))
         now = self.clock.now()
         start = self.clock.step_start(self._last_release, self.cost.params.overhead_s)
         end = max(start + step.time_s, now)
         self.clock.wait_until(end)
         self._last_release = end
         self._recent.append((end, step.time_s, step.flops, step.bytes))
-        return StepResult(requests, tokens)
+        return StepResult(requests, ids)
 
     def gauges(self) -> DeviceGauges:
         """Modelled SM and HBM use over the last ``gauge_window_s`` seconds of the clock."""
