@@ -55,7 +55,7 @@ class VirtualClockRecorder(Recorder):
         try:
             for stage in self.profile.run_stages():
                 for mode in self.profile.record.modes:
-                    simulated_s += self._run_cell(stage, mode)
+                    simulated_s += self._run_virtual_cell(stage, mode)
                     for w in self._writers.values():
                         w.flush()
         except KeyboardInterrupt:
@@ -71,7 +71,7 @@ class VirtualClockRecorder(Recorder):
         self._finish(code)
         return code
 
-    def _run_cell(self, stage: Stage, mode: EngineMode) -> float:
+    def _run_virtual_cell(self, stage: Stage, mode: EngineMode) -> float:
         """One stage under one mode; returns the simulated seconds it spanned."""
         prof = self.profile
         # on the monotonic scale (so mono_to_wall maps it), each cell starting where the last one ended

@@ -36,7 +36,7 @@ from tui.engine.sim.backend import SimulatedBackend
 from tui.engine.sim.backend import build as build_simulated
 from tui.engine.sim.clock import RealClock, SimClock
 from tui.engine.snapshot import EngineSnapshot, KVTotals, StepTiming
-from tui.engine.tokenizer import ByteTokenizer, load_hf_tokenizer
+from tui.engine.tokenizer import ByteTokenizer, Tokenizer, load_hf_tokenizer
 from tui.engine.views import request_views
 from tui.profile import DefensesConfig, EngineConfig, EngineMode, to_dict
 
@@ -92,6 +92,7 @@ class Engine:
         self.timer: Callable[[], float] = time.perf_counter
         self.wall: Callable[[], float] = time.time
         self.sim: SimulatedBackend | None = None  # the simulated backend's parts (backend = "simulated")
+        self.tokenizer: Tokenizer
         if config.backend == "simulated":
             self._init_simulated(config, sim_clock or RealClock())
         else:

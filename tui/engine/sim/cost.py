@@ -10,7 +10,7 @@ cache (a decode is ``new = 1``; a prefill chunk ``new = chunk``). Per device, wi
   flat in the batch size until the batch is large enough to be compute bound;
 - **attention**: per request, its queries attend ``new·past + new·(new+1)/2`` (query, key) pairs,
   ``4 · layers · heads/tp · head_dim`` FLOPs per pair (QKᵀ and PV), and read its whole context's K and V
-  once: time = ``max(attention FLOPs / achieved, KV bytes / achieved bandwidth)`` — prefill is
+  once: time = ``max(attention FLOPs / achieved, KV bytes / achieved KV bandwidth)`` — prefill is
   quadratic in the prompt, decode linear in the context;
 - **all-reduce** (tp > 1): two per layer (after attention and after the MLP) of ``T · hidden`` values,
   ring: ``2 (tp-1)/tp · bytes / link bandwidth`` plus a fixed latency per call;
@@ -68,7 +68,7 @@ def step_time(work: StepWork, p: CostParams) -> StepCost:
     if not work.tokens:
         return StepCost(0.0, work, 0.0, 0.0)
     lin_c, lin_m = work.linear_flops / p.flops, work.weight_bytes / p.bandwidth
-    att_c, att_m = work.attn_flops / p.attn_flops, work.kv_bytes / p.bandwidth
+    att_c, att_m = work.attn_flops / p.attn_flops, work.kv_bytes / p.kv_bandwidth
     t = (p.overhead_s + p.per_seq_s * work.rows + p.per_token_s * work.tokens
          + max(lin_c, lin_m) + max(att_c, att_m) + work.comm_s)
     return StepCost(t, work, lin_c + att_c, lin_m + att_m)

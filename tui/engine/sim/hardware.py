@@ -82,8 +82,10 @@ PRESETS: dict[str, GpuSpec] = {
 class CostParams:
     """The step-time model's coefficients (see :mod:`tui.engine.sim.cost`).
 
-    ``flops`` and ``bandwidth`` are *achieved* rates (peak × efficiency); ``attn_flops`` is the achieved
-    rate of attention's matmuls, which run at lower efficiency than dense GEMMs.
+    ``flops`` and ``bandwidth`` are *achieved* rates (peak × efficiency) of the linear layers (weights
+    streamed once per step); ``attn_flops`` and ``kv_bandwidth`` are attention's, whose kernels run at
+    lower efficiency than dense GEMMs (0.7 of them by default) and read scattered KV blocks (the same
+    bandwidth by default; a calibration fits its own).
     """
 
     overhead_s: float
@@ -92,12 +94,13 @@ class CostParams:
     flops: float
     bandwidth: float
     attn_flops: float
+    kv_bandwidth: float
 
     @classmethod
     def from_gpu(cls, gpu: GpuSpec) -> CostParams:
         achieved = gpu.peak_flops * gpu.flops_efficiency
-        return cls(gpu.step_overhead_s, 0.0, 0.0, achieved, gpu.mem_bandwidth * gpu.bandwidth_efficiency,
-                   achieved * 0.7)
+        bw = gpu.mem_bandwidth * gpu.bandwidth_efficiency
+        return cls(gpu.step_overhead_s, 0.0, 0.0, achieved, bw, achieved * 0.7, bw)
 
 
 @dataclass(frozen=True)
@@ -133,7 +136,9 @@ def load_hardware(name_or_path: str) -> Hardware:
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
         gpu = GpuSpec(**data["gpu"])
-        params = CostParams(**data["cost"])
+        cost = dict(data["cost"])
+        cost.setdefault("kv_bandwidth", cost.get("bandwidth"))  # profiles from before it was fitted apart
+        params = CostParams(**cost)
     except (tomllib.TOMLDecodeError, KeyError, TypeError, UnicodeDecodeError) as e:
         raise ValueError(f"{path}: not a kvtui hardware profile ([gpu] and [cost] tables): {e}") from None
     return Hardware(gpu, params, bool(data.get("calibrated", True)), str(path))
