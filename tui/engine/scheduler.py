@@ -176,14 +176,16 @@ class ContinuousScheduler(Scheduler):
         out = SchedulerOutput()
         budget = self.cfg.max_num_batched_tokens
         i = 0
-        while i < len(self.running) and budget > 0:
-            req = self.running[i]
+        running, chunks, grow = self.running, out.chunks, self.kv.grow
+        while i < len(running) and budget > 0:
+            req = running[i]
             num_new = min(req.num_pending, budget)
             if num_new <= 0:
                 i += 1
                 continue
-            if self._make_room(req, num_new, out):
-                out.chunks.append(ScheduledChunk(req, num_new))
+            # the common case (room, usually in the last block) without the preemption loop's frame
+            if grow(req, req.num_computed + num_new) or self._make_room(req, num_new, out):
+                chunks.append(ScheduledChunk(req, num_new))
                 budget -= num_new
                 i += 1
         if out.preempted or not self.admitting:

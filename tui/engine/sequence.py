@@ -76,7 +76,7 @@ class Request:
     @property
     def num_pending(self) -> int:
         """Tokens not yet in the KV cache."""
-        return self.num_tokens - self.num_computed
+        return len(self.prompt) + len(self.output) - self.num_computed  # (hot: not via num_tokens)
 
     @property
     def finished(self) -> bool:
