@@ -3,9 +3,10 @@
 Prints one ``name: value`` line per figure (the README quotes them):
 
 - sim_step_time_mape_vs_torch: calibrate the cost model on this machine (``kvtui calibrate``'s grid),
-  then run the torch engine on compare's stages x modes (in process, its real clock, the profile's
-  workload and Poisson arrivals) and predict every step from its shape: mean |modelled - measured| /
-  measured, in %;
+  then run the torch engine on compare's stages x modes (in process, the profile's workload and
+  Poisson arrivals) and predict every step from its shape: mean |modelled - measured| / measured, in %.
+  The torch engine's steps are timed in process CPU time and its timeline moves by them (see
+  ``cpu_timed_engine``): on a shared machine, wall time would measure the neighbours;
 - sim_ttft_p50_err_pct_vs_torch, sim_tpot_p50_err_pct_vs_torch: the same stages x modes on the
   simulated backend with the calibrated hardware profile (virtual clock), TTFT and TPOT P50 against the
   torch run's, the largest error over the cells, in %;
@@ -38,7 +39,7 @@ import numpy as np
 from tui.calibrate import calibrate
 from tui.engine.engine import Engine
 from tui.engine.params import SamplingParams
-from tui.engine.sim.clock import RealClock, VirtualClock
+from tui.engine.sim.clock import VirtualClock
 from tui.engine.sim.cost import CostModel
 from tui.engine.sim.hardware import dump_hardware, load_hardware
 from tui.engine.sim.measure import ShapeRecorder
@@ -58,14 +59,36 @@ def _p50s(records) -> tuple[float, float]:
     return stats.percentiles(ttft).p50 or float("nan"), stats.percentiles(tpot).p50 or float("nan")
 
 
+def cpu_timed_engine(cfg, clock: VirtualClock) -> Engine:
+    """The torch engine on a virtual timeline that each step moves by the CPU time it took.
+
+    The machine this runs on is shared: wall time would charge the engine for every moment another
+    process held its core. Process CPU time (torch runs one thread) is what the engine itself spent;
+    arrivals, the static batch window and every timestamp run on the timeline it drives.
+    """
+    engine = Engine(cfg, clock=clock.now)
+    engine.timer = time.process_time
+    engine.wall = lambda: clock.now()
+    step = engine.step
+
+    def timed_step():
+        out = step()
+        if out.timing is not None:
+            clock.wait_until(clock.now() + out.timing.duration_s)
+        return out
+
+    engine.step = timed_step  # type: ignore[method-assign]
+    return engine
+
+
 def run_cells(prof: Profile, simulated: bool, shapes_out: list | None = None, steps_out: list | None = None):
     """Every stage x mode of ``prof`` through the in-process driver; {(stage, mode): (TTFT P50, TPOT P50)}."""
     out = {}
     for stage in prof.run_stages():
         for mode in prof.record.modes:
             cfg = prof.engine.with_mode(mode)
-            clock = VirtualClock(time.monotonic()) if simulated else RealClock()
-            engine = Engine(cfg, sim_clock=clock) if simulated else Engine(cfg)
+            clock = VirtualClock(time.monotonic())
+            engine = Engine(cfg, sim_clock=clock) if simulated else cpu_timed_engine(cfg, clock)
             rec = ShapeRecorder(engine.runner)
             engine.runner = rec
             records: list = []

@@ -71,8 +71,9 @@ def calibrate_main(profile: Profile, out: Path, quick: bool = False) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(dump_hardware(hw, note), encoding="utf-8")
     print(f"fitted {f.num_samples} steps (MAPE {f.mape:.1f} %): overhead {p.overhead_s * 1e3:.3f} ms/step, "
-          f"{p.per_seq_s * 1e6:.1f} us/request, {p.per_token_s * 1e6:.2f} us/token, "
-          f"{p.flops / 1e9:.1f} GFLOP/s, {p.bandwidth / 1e9:.1f} GB/s, attention {p.attn_flops / 1e9:.1f} GFLOP/s")
+          f"{p.per_seq_s * 1e6:.1f} us/request, {p.per_prefill_s * 1e6:.0f} us/prefill chunk, "
+          f"{p.flops / 1e9:.1f} GFLOP/s, {p.bandwidth / 1e9:.1f} GB/s; attention {p.attn_flops / 1e9:.1f} GFLOP/s, "
+          f"KV {p.kv_bandwidth / 1e9:.1f} GB/s")
     print(f"wrote {out}; use it with [engine] backend = \"simulated\", hardware = \"{out}\", "
           f"model = \"{cfg.model_path or cfg.model}\"")
     return 0

@@ -2,9 +2,9 @@
 
 A step's modelled time (:mod:`tui.engine.sim.cost`) is
 
-    overhead + per_seq·rows + per_token·tokens + max(linF/F, W/B) + max(attF/A, KV/Bkv) + comm
+    overhead + per_seq·rows + per_prefill·chunks + max(linF/F, W/B) + max(attF/A, KV/Bkv) + comm
 
-which is linear in ``(overhead, per_seq, per_token, 1/F, 1/B, 1/A, 1/Bkv)`` once each ``max`` has
+which is linear in ``(overhead, per_seq, 1/F, 1/B, 1/A, 1/Bkv, per_prefill)`` once each ``max`` has
 picked a side. The fit alternates: pick each sample's sides with the current coefficients, solve the
 linear least-squares problem for relative error (each row divided by its measured time, so a 50 µs
 step counts as much as a 50 ms one), repeat until the sides stop changing. Coefficients must be
@@ -26,7 +26,8 @@ import numpy as np
 from tui.engine.sim.cost import StepWork, step_time
 from tui.engine.sim.hardware import CostParams
 
-_NCOEF = 7  # overhead, per request, per token, 1/FLOP rate, 1/bandwidth, 1/attention FLOP rate, 1/KV bandwidth
+# overhead, per request, 1/FLOP rate, 1/bandwidth, 1/attention FLOP rate, 1/KV bandwidth, per prefill chunk
+_NCOEF = 7
 
 
 @dataclass(frozen=True)
@@ -47,15 +48,15 @@ def _design(works: Sequence[StepWork], p: CostParams) -> tuple[np.ndarray, np.nd
     for i, w in enumerate(works):
         x[i, 0] = 1.0
         x[i, 1] = w.rows
-        x[i, 2] = w.tokens
         if w.linear_flops / p.flops >= w.weight_bytes / p.bandwidth:
-            x[i, 3] = w.linear_flops
+            x[i, 2] = w.linear_flops
         else:
-            x[i, 4] = w.weight_bytes
+            x[i, 3] = w.weight_bytes
         if w.attn_flops / p.attn_flops >= w.kv_bytes / p.kv_bandwidth:
-            x[i, 5] = w.attn_flops
+            x[i, 4] = w.attn_flops
         else:
-            x[i, 6] = w.kv_bytes
+            x[i, 5] = w.kv_bytes
+        x[i, 6] = w.prefills
         comm[i] = w.comm_s
     return x, comm
 
@@ -80,9 +81,8 @@ def _params(theta: np.ndarray, prior: CostParams) -> CostParams:
     def rate(inv: float, old: float) -> float:
         return float(1.0 / inv) if inv > 0 else old
 
-    return CostParams(float(theta[0]), float(theta[1]), float(theta[2]), rate(theta[3], prior.flops),
-                      rate(theta[4], prior.bandwidth), rate(theta[5], prior.attn_flops),
-                      rate(theta[6], prior.kv_bandwidth))
+    return CostParams(float(theta[0]), float(theta[1]), rate(theta[2], prior.flops), rate(theta[3], prior.bandwidth),
+                      rate(theta[4], prior.attn_flops), rate(theta[5], prior.kv_bandwidth), float(theta[6]))
 
 
 def _fit_once(works: Sequence[StepWork], t: np.ndarray, prior: CostParams, max_iter: int) -> tuple[CostParams, int]:
@@ -91,7 +91,7 @@ def _fit_once(works: Sequence[StepWork], t: np.ndarray, prior: CostParams, max_i
     it = 0
     for it in range(1, max_iter + 1):  # noqa: B007 (reported)
         x, comm = _design(works, p)
-        now = x[:, 3:] > 0
+        now = x[:, 2:6] > 0
         if sides is not None and (now == sides).all():
             break
         sides = now

@@ -15,8 +15,9 @@ cache (a decode is ``new = 1``; a prefill chunk ``new = chunk``). Per device, wi
 - **all-reduce** (tp > 1): two per layer (after attention and after the MLP) of ``T · hidden`` values,
   ring: ``2 (tp-1)/tp · bytes / link bandwidth`` plus a fixed latency per call;
 - **overheads**: a fixed cost per step (scheduling, input preparation, sampling, launch), and
-  per-request and per-token costs (zero on a GPU preset; large on a CPU, where ``kvtui calibrate``
-  fits them).
+  per-request and per-prefill-chunk costs (zero on a GPU preset, whose kernels take the whole batch
+  at once; large on a CPU, where the torch runner attends chunk by chunk and ``kvtui calibrate`` fits
+  them). There is no per-token cost: the linear layers' FLOPs are one already.
 
 Every coefficient lives in :class:`~tui.engine.sim.hardware.CostParams`; a step's cost is linear in
 them once it is known which side of each ``max`` is taken, which is what calibration exploits.
@@ -36,6 +37,7 @@ class StepWork:
     """What one step asks of the hardware, per device, before any rate is applied."""
 
     rows: int  # requests in the batch (padding rows of a static batch included: they are computed)
+    prefills: int  # of them, chunks of more than one token (prefill or recompute)
     tokens: int  # tokens computed
     sampled: int  # rows whose logits are computed
     linear_flops: float
@@ -69,7 +71,7 @@ def step_time(work: StepWork, p: CostParams) -> StepCost:
         return StepCost(0.0, work, 0.0, 0.0)
     lin_c, lin_m = work.linear_flops / p.flops, work.weight_bytes / p.bandwidth
     att_c, att_m = work.attn_flops / p.attn_flops, work.kv_bytes / p.kv_bandwidth
-    t = (p.overhead_s + p.per_seq_s * work.rows + p.per_token_s * work.tokens
+    t = (p.overhead_s + p.per_seq_s * work.rows + p.per_prefill_s * work.prefills
          + max(lin_c, lin_m) + max(att_c, att_m) + work.comm_s)
     return StepCost(t, work, lin_c + att_c, lin_m + att_m)
 
@@ -98,21 +100,22 @@ class CostModel:
 
     def work(self, chunks: Iterable[tuple[int, int]], sampled: int) -> StepWork:
         """The work of a step computing ``new`` tokens after ``past`` cached ones, per ``(new, past)``."""
-        rows = tokens = ctx = 0
+        rows = prefills = tokens = ctx = 0
         pairs = 0.0
         for new, past in chunks:
             rows += 1
+            prefills += new > 1
             tokens += new
             pairs += new * past + new * (new + 1) / 2
             ctx += past + new
-        return self.work_of(rows, tokens, pairs, ctx, sampled)
+        return self.work_of(rows, prefills, tokens, pairs, ctx, sampled)
 
-    def work_of(self, rows: int, tokens: int, pairs: float, ctx: int, sampled: int) -> StepWork:
-        """:meth:`work` from the step's sums: requests, tokens, attention (query, key) pairs
-        (``Σ new·past + new·(new+1)/2``), context tokens read (``Σ past + new``) and sampled rows."""
+    def work_of(self, rows: int, prefills: int, tokens: int, pairs: float, ctx: int, sampled: int) -> StepWork:
+        """:meth:`work` from the step's sums: requests, prefill chunks, tokens, attention (query, key)
+        pairs (``Σ new·past + new·(new+1)/2``), context tokens read (``Σ past + new``), sampled rows."""
         comm = self._ar_fixed + self._ar_per_token * tokens if tokens and self.tp > 1 else 0.0
         return StepWork(
-            rows=rows, tokens=tokens, sampled=sampled,
+            rows=rows, prefills=prefills, tokens=tokens, sampled=sampled,
             linear_flops=self._linear_per_token * tokens + self._head_per_row * sampled,
             weight_bytes=self._weight_bytes if tokens else 0.0,
             attn_flops=self._attn_per_pair * pairs,

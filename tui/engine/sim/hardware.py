@@ -90,17 +90,17 @@ class CostParams:
 
     overhead_s: float
     per_seq_s: float
-    per_token_s: float
     flops: float
     bandwidth: float
     attn_flops: float
     kv_bandwidth: float
+    per_prefill_s: float = 0.0
 
     @classmethod
     def from_gpu(cls, gpu: GpuSpec) -> CostParams:
         achieved = gpu.peak_flops * gpu.flops_efficiency
         bw = gpu.mem_bandwidth * gpu.bandwidth_efficiency
-        return cls(gpu.step_overhead_s, 0.0, 0.0, achieved, bw, achieved * 0.7, bw)
+        return cls(gpu.step_overhead_s, 0.0, achieved, bw, achieved * 0.7, bw)
 
 
 @dataclass(frozen=True)
@@ -138,6 +138,7 @@ def load_hardware(name_or_path: str) -> Hardware:
         gpu = GpuSpec(**data["gpu"])
         cost = dict(data["cost"])
         cost.setdefault("kv_bandwidth", cost.get("bandwidth"))  # profiles from before it was fitted apart
+        cost.pop("per_token_s", None)  # ... and from when a per-token cost (the linear FLOPs again) was
         params = CostParams(**cost)
     except (tomllib.TOMLDecodeError, KeyError, TypeError, UnicodeDecodeError) as e:
         raise ValueError(f"{path}: not a kvtui hardware profile ([gpu] and [cost] tables): {e}") from None

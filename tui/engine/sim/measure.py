@@ -4,12 +4,16 @@ Prefills of growing length, then decode batches of growing size at short, medium
 (their first steps are prefills and mixed steps, which are kept too). Each step's shape — every
 scheduled request's ``(new tokens, cached tokens)`` — is taken from the runner as the engine calls it,
 and its time is the engine's own ``StepTiming.duration_s``: the whole step, scheduling included, the
-time the simulated backend has to reproduce.
+time the simulated backend has to reproduce. On a CPU the engine's step timer is the process's CPU
+time (``time.process_time``: torch runs one thread there), so a step that lost the CPU to another
+process on a shared machine is not counted as slow; on CUDA it is wall time (the step ends with a
+device sync when tokens are read back).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -76,6 +80,8 @@ def measure(cfg: EngineConfig, *, quick: bool = False, repeats: int = 2, decode_
     prefills = QUICK_PREFILLS if quick else PREFILLS
     batches, contexts = (QUICK_BATCHES, QUICK_CONTEXTS) if quick else (BATCHES, CONTEXTS)
     engine = Engine(measurement_config(cfg, max(max(prefills), max(contexts) + decode_steps)))
+    if engine.device.type == "cpu":
+        engine.timer = time.process_time
     rec = ShapeRecorder(engine.runner)
     engine.runner = rec
     samples: list[StepSample] = []

@@ -65,7 +65,7 @@ class SimulatedRunner:
     def execute(self, chunks: Sequence[ScheduledChunk], kv: KVManager) -> StepResult:
         # one pass: the cost model's sums and the sampled tokens (this runs for every step, hundreds
         # of requests each, at GPU step rates)
-        rows = tokens = ctx = 0
+        rows = prefills = tokens = ctx = 0
         pairs = 0.0
         requests = []
         ids: list[int] = []
@@ -76,7 +76,11 @@ class SimulatedRunner:
             new, past = c.num_new, r.num_computed
             rows += 1
             tokens += new
-            pairs += new * past + new * (new + 1) / 2 if new > 1 else past + 1
+            if new > 1:
+                prefills += 1
+                pairs += new * past + new * (new + 1) / 2
+            else:
+                pairs += past + 1
             ctx += past + new
             if c.padding or past + new != len(r.prompt) + len(r.output):
                 continue
@@ -87,7 +91,7 @@ class SimulatedRunner:
                 h = hashes[r.request_id] = zlib.crc32(r.request_id.encode())
             requests.append(r)
             ids.append(sim_token(seed, h, len(r.output)))
-        step = self.cost.cost(self.cost.work_of(rows, tokens, pairs, ctx, len(requests)))
+        step = self.cost.cost(self.cost.work_of(rows, prefills, tokens, pairs, ctx, len(requests)))
         now = self.clock.now()
         start = self.clock.step_start(self._last_release, self.cost.params.overhead_s)
         end = max(start + step.time_s, now)
