@@ -21,7 +21,7 @@ import sys
 import time
 
 from tui.profile import Profile
-from tui.ui import synthetic as syn
+from tui.testing import synthetic as syn
 from tui.ui.app import KVTuiApp
 from tui.ui.backend import FixedBackend
 from tui.ui.poller import parse_state

@@ -7,7 +7,7 @@ import dataclasses
 from textual.widgets import Button, Input
 
 from tui.profile import Profile
-from tui.ui import synthetic as syn
+from tui.testing import synthetic as syn
 from tui.ui.app import KVTuiApp
 from tui.ui.backend import RATE_LADDER, FixedBackend, nudge_rate
 from tui.ui.scheduler_view import RequestTable

@@ -6,7 +6,7 @@ import dataclasses
 
 from tui.metrics.types import ServerGauges
 from tui.profile import Profile, TargetConfig
-from tui.ui import synthetic as syn
+from tui.testing import synthetic as syn
 from tui.ui.app import KVTuiApp
 from tui.ui.backend import FixedBackend, target_info
 from tui.ui.model import DashboardSnapshot
