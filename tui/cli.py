@@ -42,7 +42,7 @@ value written as in TOML; arrays are indexed from 0:
   kvtui --profile baseline --rate 8 --set engine.batching=static
 --rate, --num-requests and --duration are short for --set load.rate / load.num_requests /
 load.duration_s (for a profile with [[stages]], --num-requests and --duration set every stage's).
-A recorded run's profile.toml has the overrides applied: --profile RUN_DIR/profile.toml repeats it.
+A recorded run's profile.toml has the overrides applied: --profile RUN_DIR repeats the run.
 API keys are never passed on the command line: name the environment variable that holds one with
 --api-key-env (e.g. --api-key-env OPENAI_API_KEY).
 """
@@ -52,7 +52,7 @@ ALIASES = {"rate": "load.rate", "num_requests": "load.num_requests", "duration":
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--profile", metavar="NAME|FILE", help="shipped profile name (e.g. compare) or a TOML file; default: built-in")
+    p.add_argument("--profile", metavar="NAME|FILE", help="shipped profile name (e.g. compare), a TOML file, or a recorded run's directory; default: built-in")
     p.add_argument("--target", metavar="URL", help="base URL of an OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")
     p.add_argument("--model", metavar="NAME", help="model name to request from --target")
     p.add_argument("--api-key-env", metavar="NAME", help="environment variable holding the API key (never the key itself)")

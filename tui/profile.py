@@ -523,12 +523,15 @@ def shipped_profiles() -> dict[str, Path]:
 def find_profile(ref: str | Path) -> Path:
     """The file a ``--profile`` argument names: an existing path wins, else a shipped profile's name.
 
-    ``compare`` and ``compare.toml`` both name the shipped ``compare`` profile. Raises
-    :class:`ProfileError` listing the shipped names when neither exists.
+    ``compare`` and ``compare.toml`` both name the shipped ``compare`` profile; a recorded run's
+    directory names its ``profile.toml``. Raises :class:`ProfileError` listing the shipped names when
+    neither exists.
     """
     path = Path(ref)
     if path.is_file():
         return path
+    if (path / "profile.toml").is_file():
+        return path / "profile.toml"
     shipped = shipped_profiles()
     name = path.name.removesuffix(".toml")
     if path.parent == Path(".") and name in shipped:
