@@ -554,27 +554,28 @@ def apply_overrides(profile: Profile, overrides: Sequence[str]) -> Profile:
     ``{dist = "uniform", low = 8, high = 64}``); a bare word that is not TOML is a string
     (``engine.batching=static``). Paths are checked against the profile's schema ("did you mean");
     the merged document goes through :func:`profile_from_dict`, so every range and cross-key check a
-    file gets applies here too. Errors are :class:`ProfileError`, one line, naming the override.
+    file gets applies here too. Errors are :class:`ProfileError`, one line naming the key, in the
+    same words as a file's errors with ``--set`` in the file's place; a value is echoed only where a
+    file's error would echo it (so a key pasted by mistake is not repeated).
     """
     if not overrides:
         return profile
     doc = to_dict(profile)
     doc.pop("source", None)
-    for item in overrides:
-        keys, value = _parse_override(item)
-        _set_path(doc, keys, value, f"--set {item}")
-    label = f"--set {overrides[0]}" if len(overrides) == 1 else "--set"
-    merged = profile_from_dict(doc, source=label)
+    for n, item in enumerate(overrides, 1):
+        keys, value = _parse_override(item, n)
+        _set_path(doc, keys, value, "--set")
+    merged = profile_from_dict(doc, source="--set")
     applied = " ".join(f"--set {o}" for o in overrides).replace("\r", "\\r").replace("\n", "\\n")  # one comment line
     return dataclasses.replace(merged, source=f"{profile.source} {applied}")
 
 
-def _parse_override(item: str) -> tuple[list[str], Any]:
+def _parse_override(item: str, n: int) -> tuple[list[str], Any]:
     key, sep, text = item.partition("=")
     key = re.sub(r"\[(\d+)\]", r".\1", key.strip())
     keys = key.split(".")
     if not sep or not all(keys):
-        raise ProfileError(f"--set {item}: expected KEY=VALUE with a dotted KEY, e.g. --set load.rate=8")
+        raise ProfileError(f"--set #{n}: expected KEY=VALUE with a dotted KEY, e.g. --set load.rate=8 (the argument is not repeated here)")
     try:
         value = tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:
@@ -623,3 +624,4 @@ def _key_path(keys: list[str]) -> str:
     for key in keys:
         out = out + f"[{key}]" if key.isdigit() else _join(out, key)
     return out
+
