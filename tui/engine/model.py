@@ -77,6 +77,8 @@ PRESETS: dict[str, ModelConfig] = {
 class RotaryEmbedding(nn.Module):
     """Rotary position embedding in the Hugging Face "rotate half" convention."""
 
+    inv_freq: torch.Tensor  # a buffer (register_buffer below), which nn.Module's typing cannot see
+
     def __init__(self, head_dim: int, theta: float, scaling: dict | None = None) -> None:
         super().__init__()
         inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))

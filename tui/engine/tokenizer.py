@@ -61,7 +61,7 @@ class HFTokenizer:
         return self._tok.decode(list(ids), skip_special_tokens=True)
 
 
-def load_hf_tokenizer(model_dir: Path, vocab_size: int, config_eos: int | list[int] | None) -> HFTokenizer:
+def load_hf_tokenizer(model_dir: Path, vocab_size: int, config_eos: int | list[int] | None) -> Tokenizer:
     """The checkpoint's tokenizer; EOS from generation_config.json, config.json or tokenizer_config.json."""
     eos = config_eos
     gen = model_dir / "generation_config.json"

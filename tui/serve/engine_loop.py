@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from tui.engine.snapshot import EngineSnapshot, StepTiming
+from tui.engine.tokenizer import Tokenizer
 from tui.profile import DefensesConfig, EngineConfig, EngineMode
 
 log = logging.getLogger("kvtui.serve")
@@ -81,7 +82,7 @@ class EngineInfo:
     max_model_len: int
     vocab_size: int
     eos_token_id: int | None
-    tokenizer: Any
+    tokenizer: Tokenizer
     config: EngineConfig
     defenses: DefensesConfig
 

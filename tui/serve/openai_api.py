@@ -269,7 +269,7 @@ class TextAssembler:
     start of a stop string, so a stop string is never half-sent.
     """
 
-    def __init__(self, decode: Callable[[Sequence[int]], str], stop: Sequence[str] = (), eos_token_id: int | None = None):
+    def __init__(self, decode: Callable[[list[int]], str], stop: Sequence[str] = (), eos_token_id: int | None = None):
         self._decode = decode
         self._stop = tuple(stop)
         self._hold = max((len(s) for s in self._stop), default=1) - 1
