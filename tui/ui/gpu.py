@@ -118,10 +118,10 @@ def gpu_text(snap: DashboardSnapshot, width: int) -> list[Text]:
 
 
 class GpuPane(TextLines):
-    """GPU gauges (or the engine's own, or a remote server's)."""
+    """GPU gauges (or the engine's own, or a remote server's); a long reason wraps, never clips."""
 
     def __init__(self, *, id: str | None = None) -> None:
-        super().__init__(id=id)
+        super().__init__(id=id, wrap=True)
         self._key: tuple | None = None
         self._snap: DashboardSnapshot | None = None
 
@@ -139,5 +139,6 @@ class GpuPane(TextLines):
         self.set_lines(gpu_text(snap, self.content_region.width or 40))
 
     def on_resize(self) -> None:
+        super().on_resize()
         if self._snap is not None:
             self.apply(self._snap)

@@ -26,7 +26,7 @@ from tui.metrics.types import GpuSample, ServerGauges
 from tui.profile import DefensesConfig, Profile, to_dict
 from tui.ui.backend import Backend
 from tui.ui.messages import DefenseName
-from tui.ui.model import HistoryPoint
+from tui.ui.model import HistoryPoint, ServerPoint, server_point
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +105,7 @@ class LiveBackend(Backend):
         self.runner: Any | None = None
         self.client: httpx.AsyncClient | None = None
         self._history: deque[HistoryPoint] = deque(maxlen=HISTORY_LEN)
+        self._server_history: deque[ServerPoint] = deque(maxlen=HISTORY_LEN)
         self._t0 = 0.0
         self._next_history = 0.0
         self._next_metrics = 0.0
@@ -197,7 +198,11 @@ class LiveBackend(Backend):
                 changes["gpu"] = gpu
             elif asked:
                 self._next_metrics = now_loop + 1.0 / METRICS_HZ
-                changes["server"] = await self._get_metrics()
+                gauges, note = await self._get_metrics()
+                if gauges is not None:
+                    self._server_history.append(server_point(now_loop - self._t0, gauges, self.latest.server))
+                    changes["server_history"] = tuple(self._server_history)
+                changes.update(server=gauges, server_note=note)
             if asked and self._poll_error is not None:
                 self._poll_error = None
                 changes.update(status=f"reconnected to {self.root_url}", status_level="info")
@@ -239,13 +244,19 @@ class LiveBackend(Backend):
         self._last_body, self._last_state = body, state
         return state
 
-    async def _get_metrics(self) -> ServerGauges:
+    async def _get_metrics(self) -> tuple[ServerGauges | None, str]:
+        """The server's gauges, or None and why not: a server without ``/metrics`` is no error."""
         from tui.metrics.prom import parse_server_gauges
 
         assert self.client is not None
-        resp = await self.client.get(f"{self.root_url}/metrics")
+        url = f"{self.root_url}/metrics"
+        resp = await self.client.get(url)
+        if resp.status_code in (404, 405):
+            return None, f"{url} answers HTTP {resp.status_code}: this server exports no Prometheus metrics"
         resp.raise_for_status()
-        return parse_server_gauges(resp.text)
+        if "text/html" in resp.headers.get("content-type", ""):
+            return None, f"{url} answers with a web page, not Prometheus metrics"
+        return parse_server_gauges(resp.text), ""
 
     def _explain(self, e: Exception) -> str:
         msg = describe_http_error(e, self.root_url)
