@@ -92,7 +92,7 @@ def gpu_text(snap: DashboardSnapshot, width: int) -> list[Text]:
     if snap.target.kind != "local":
         parts.append(Text(f"server gauges from {snap.target.label}/metrics", style="bold"))
         if snap.server is None:
-            parts.append(Text("no /metrics readings from the server (yet)", style="dim italic"))
+            parts.append(Text(snap.server_note or "no /metrics readings from the server (yet)", style="dim italic"))
         else:
             parts += server_lines(snap.server, bar_w)
         if snap.gpu:
