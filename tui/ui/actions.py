@@ -54,7 +54,7 @@ _KEY_NAMES = {"space": "space", "up": "↑", "down": "↓", "escape": "esc", "qu
 
 ACTIONS: tuple[DashboardAction, ...] = (
     DashboardAction("toggle_load", "Load", "Load: start / stop", "start or stop sending requests to the target",
-                    keys="space", label="start/stop", op="toggle_load"),
+                    keys="space", label="load", op="toggle_load"),
     DashboardAction("rate_up", "Load", "Load: rate up", "next rate on the 1-1.5-2-2.5-3-4-5-6-8 ladder",
                     keys="plus,equals_sign", label="rate+", key_display="+", quiet_keys="up", op="nudge_rate",
                     args=(True,)),
@@ -66,7 +66,7 @@ ACTIONS: tuple[DashboardAction, ...] = (
     DashboardAction("cycle_workload", "Load", "Load: next workload preset",
                     "profile → chat → long-tail → shared-prefix", keys="w", op="cycle_workload"),
     DashboardAction("toggle_batching", "Engine", "Engine: static ↔ continuous batching",
-                    "switch the batching policy (running requests drain first)", keys="b", label="batching",
+                    "switch the batching policy (running requests drain first)", keys="b", label="batch",
                     op="toggle_batching", engine=True),
     DashboardAction("toggle_kv", "Engine", "Engine: contiguous ↔ paged KV", "switch the KV layout",
                     keys="k", label="KV", op="toggle_kv", engine=True),

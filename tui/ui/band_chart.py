@@ -46,6 +46,7 @@ class BandChart(Widget, Generic[P]):
         self._cache: dict[int, Strip] = {}
         self._heights_cache: dict[tuple[str, int, int], tuple[list[float | None], float, list[int]]] = {}
         self._base: Style | None = None
+        self._drawn_size = self.size  # the size the cached lines were drawn for
 
     def set_history(self, history: tuple[P, ...]) -> None:
         """Draw a new history (the same tuple again is a no-op)."""
@@ -69,6 +70,11 @@ class BandChart(Widget, Generic[P]):
 
     def render_line(self, y: int) -> Strip:
         width = self.size.width
+        if self.size != self._drawn_size:  # resized: lines may be drawn before on_resize runs
+            self._drawn_size = self.size
+            self._cache.clear()
+            self._heights_cache.clear()
+            self._base = None
         strip = self._cache.get(y)
         if strip is not None:
             return strip

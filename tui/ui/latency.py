@@ -29,7 +29,7 @@ SERIES: tuple[Series[HistoryPoint], ...] = (
 
 
 def _row(name: str, p: Percentiles, colour: str) -> Text:
-    return Text(f" {name:<5}{fmt_s(p.p50):>8}{fmt_s(p.p90):>8}{fmt_s(p.p99):>8}{p.count:>7}", style=colour)
+    return Text(f" {name:<5}{fmt_s(p.p50):>8}{fmt_s(p.p90):>8}{fmt_s(p.p99):>8}{p.count:>6}", style=colour)
 
 
 def numbers(stats: WindowStats) -> list[Text]:
@@ -38,7 +38,7 @@ def numbers(stats: WindowStats) -> list[Text]:
     Fixed-width lines, not a Rich Table: this redraws at up to 10 Hz and a Table costs milliseconds
     to lay out each time.
     """
-    head = Text(f" {'':<5}{'P50':>8}{'P90':>8}{'P99':>8}{'n':>7}", style="bold #abb2bf")
+    head = Text(f" {'':<5}{'P50':>8}{'P90':>8}{'P99':>8}{'n':>6}", style="bold #abb2bf")
     tput = Text()
     tput.append("throughput ", style="bold")
     tput.append(f"{fmt_rate(stats.output_tokens_per_s)} tok/s · {fmt_rate(stats.requests_per_s)} req/s")
@@ -62,7 +62,7 @@ class LatencyPane(Vertical):
         self.stats: WindowStats | None = None
 
     def compose(self) -> ComposeResult:
-        yield TextLines(id="latency-numbers")
+        yield TextLines(id="latency-numbers", wrap=True)
         yield BandChart(SERIES, id="latency-chart")
 
     def on_mount(self) -> None:

@@ -155,7 +155,7 @@ class TextLines(Widget):
     def render_line(self, y: int) -> Strip:
         width = self.size.width
         strip = self._strips.get(y)
-        if strip is None:
+        if strip is None or strip.cell_length != width:  # drawn before a resize reached on_resize
             if self._base is None:  # the widget's style walks the DOM: once per update, not per line
                 self._base = self.rich_style
             base = self._base

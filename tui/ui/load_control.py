@@ -87,7 +87,7 @@ class LoadControl(Vertical):
         with Horizontal():
             yield Label("workload w")
             yield Button("profile", id="workload", compact=True, tooltip="next workload preset (w)")
-        yield TextLines(id="load-actual")
+        yield TextLines(id="load-actual", wrap=True)
 
     def on_mount(self) -> None:
         self.border_title = "Load"
