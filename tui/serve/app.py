@@ -158,6 +158,7 @@ async def _generate(request: Request, *, chat: bool) -> Response:
     body = await _read_json(request)
     info = st.info
     params = parse_completion(body, chat=chat, served_model=info.model_name, encode=info.tokenizer.encode,
+                              encode_chat=info.tokenizer.encode_chat,
                               vocab_size=info.vocab_size, max_model_len=info.max_model_len)
     request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
     queue = st.engine.add_request(request_id, params.prompt_token_ids, params.max_tokens,
