@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from tui.profile import (
     HEADLINE_MODES,
+    SHIPPED_DIR,
     DefensesConfig,
     EngineMode,
     LengthDist,
@@ -24,7 +25,7 @@ from tui.profile import (
     to_dict,
 )
 
-PROFILES = sorted((Path(__file__).parents[2] / "profiles").glob("*.toml"))
+PROFILES = sorted(SHIPPED_DIR.glob("*.toml"))
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -43,7 +44,7 @@ def test_every_shipped_profile_loads() -> None:
 
 
 def test_compare_profile_is_three_stages_by_the_headline_modes() -> None:
-    prof = load_profile(Path(__file__).parents[2] / "profiles" / "compare.toml")
+    prof = load_profile(SHIPPED_DIR / "compare.toml")
     assert [s.name for s in prof.stages] == ["baseline", "mid", "capacity-edge"]
     assert [s.rate for s in prof.stages] == sorted(s.rate for s in prof.stages)
     assert prof.record.modes == HEADLINE_MODES
@@ -136,7 +137,7 @@ def test_dumping_only_the_engine_sections() -> None:
 
 
 def test_round_trips_through_plain_data() -> None:
-    prof = load_profile(Path(__file__).parents[2] / "profiles" / "compare.toml")
+    prof = load_profile(SHIPPED_DIR / "compare.toml")
     again = profile_from_dict({k: v for k, v in to_dict(prof).items() if k != "source"}, source=prof.source)
     assert again == prof
 
