@@ -3,9 +3,9 @@
 The byte tokenizer maps each UTF-8 byte to one token, so an ASCII prompt of N characters is N tokens;
 that keeps workload lengths exact without shipping a vocabulary file.
 
-:class:`HFTokenizer` gives the ids ``AutoTokenizer`` gives with its defaults: the ``tokenizers``
-post-processor adds BOS where the checkpoint's tokenizer does, rebuilt from ``add_bos_token`` /
-``add_eos_token`` when ``tokenizer_config.json`` sets them (as transformers 5 does). Its EOS ids are
+:class:`HFTokenizer` gives the ids ``AutoTokenizer`` gives with its defaults: ``tokenizer.json``'s
+post-processor adds BOS where the checkpoint's tokenizer does. As in transformers 5, ``add_bos_token`` /
+``add_eos_token`` in ``tokenizer_config.json`` do not override a ``tokenizer.json``. Its EOS ids are
 all of those in ``config.json``, ``generation_config.json`` and the tokenizer's ``eos_token``.
 """
 
@@ -65,7 +65,6 @@ class HFTokenizer:
 
     def __init__(self, model_dir: Path, vocab_size: int, config_eos: Any = None) -> None:
         from tokenizers import Tokenizer as _Tok
-        from tokenizers import processors
 
         path = model_dir / "tokenizer.json"
         if not path.is_file():
@@ -80,16 +79,6 @@ class HFTokenizer:
         tc = read_json(tc_path, "tokenizer settings") if tc_path.is_file() else {}
         self.special_tokens = {k: v for k in ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token",
                                               "cls_token", "mask_token") if (v := _token_text(tc.get(k))) is not None}
-        if "add_bos_token" in tc or "add_eos_token" in tc or self._tok.post_processor is None:
-            # transformers 5 rebuilds the post-processor from these flags (TokenizersBackend.update_post_processor)
-            bos, eos = self.special_tokens.get("bos_token"), self.special_tokens.get("eos_token")
-            add_bos, add_eos = bool(tc.get("add_bos_token")) and bos is not None, bool(tc.get("add_eos_token")) and eos is not None
-            single = f"{bos + ':0 ' if add_bos else ''}$A:0{' ' + eos + ':0' if add_eos else ''}"
-            pair = f"{single}{' ' + bos + ':1' if add_bos else ''} $B:1{' ' + eos + ':1' if add_eos else ''}"
-            specials = [(t, self._tok.token_to_id(t)) for t, on in ((bos, add_bos), (eos, add_eos)) if on and t]
-            if any(i is None for _, i in specials):
-                raise CheckpointError(f"{tc_path}: bos_token/eos_token {specials} not in the tokenizer's vocabulary")
-            self._tok.post_processor = processors.TemplateProcessing(single=single, pair=pair, special_tokens=specials)
         n = self._tok.get_vocab_size(with_added_tokens=True)
         if n > vocab_size:
             raise CheckpointError(f"{path}: the tokenizer has {n} ids but config.json's vocab_size is {vocab_size}")

@@ -173,7 +173,7 @@ async def _generate(request: Request, *, chat: bool) -> Response:
 async def models(request: Request) -> Response:
     _check_auth(request)
     info = _state(request).info
-    return JSONResponse(models_body(info.model_name, info.max_model_len, _state(request).started))
+    return JSONResponse(models_body(info.model_name, info.max_model_len, _state(request).started, info.dtype))
 
 
 async def health(request: Request) -> Response:

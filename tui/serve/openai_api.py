@@ -462,12 +462,12 @@ class ResponseHead:
         }
 
 
-def models_body(model: str, max_model_len: int, created: int) -> dict[str, Any]:
-    """``GET /v1/models``."""
+def models_body(model: str, max_model_len: int, created: int, dtype: str | None = None) -> dict[str, Any]:
+    """``GET /v1/models`` (``dtype``: what the local engine computes in, as vLLM names it)."""
     return {
         "object": "list",
         "data": [
             {"id": model, "object": "model", "created": created, "owned_by": "kvtui", "root": model,
-             "max_model_len": max_model_len}
+             "max_model_len": max_model_len, **({"dtype": dtype} if dtype else {})}
         ],
     }

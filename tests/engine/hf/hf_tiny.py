@@ -36,9 +36,10 @@ CHATML = (
     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 LLAMA_CHAT = (
-    "{{ bos_token }}{% for message in messages %}"
-    "{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) and message['role'] != 'system' %}"
+    "{{ bos_token }}{% set ns = namespace(turn=0) %}{% for message in messages %}"
+    "{% if message['role'] != 'system' %}{% if (message['role'] == 'user') != (ns.turn % 2 == 0) %}"
     "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+    "{% set ns.turn = ns.turn + 1 %}{% endif %}"
     "{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' + message['content'] | trim + '<|eot_id|>' }}"
     "{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}"
 )
