@@ -71,7 +71,7 @@ def test_partial_stop_prefix_is_released_when_it_does_not_match():
 
 
 def test_eos_counts_as_a_token_but_has_no_text():
-    asm = TextAssembler(decode, eos_token_id=EOS)
+    asm = TextAssembler(decode, eos_token_ids={EOS})
     assert asm.add(encode("hi")) == "hi"
     assert asm.add([EOS], final=True, ended_by_eos=True) == ""
     assert asm.tokens == 3
@@ -129,7 +129,7 @@ def test_the_api_server_side_never_imports_torch_or_textual():
     import subprocess
     import sys
 
-    code = ("import sys, tui.serve.app, tui.serve.local, tui.metrics.gpu; "
+    code = ("import sys, tui.serve.app, tui.serve.local, tui.gpu; "
             "print(sorted(m for m in ('torch', 'textual') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "[]"  # torch lives in the engine process only

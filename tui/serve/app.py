@@ -1,6 +1,6 @@
 """``kvtui serve``: the local engine behind an OpenAI-compatible API, ``/metrics`` and a control API.
 
-Routes::
+Routes (paths in :mod:`tui.serve.routes`)::
 
     POST /v1/completions, /v1/chat/completions   OpenAI-shaped, streaming (SSE) or not
     GET  /v1/models, /health, /metrics
@@ -39,8 +39,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from tui.metrics.gpu import GpuSampler
+from tui.gpu import GpuSampler
 from tui.profile import EngineMode, Profile, ProfileError, defenses_from_dict, engine_config_from_dict
+from tui.serve import routes
 from tui.serve.engine_loop import (
     EngineInfo,
     EngineLoop,
@@ -158,6 +159,7 @@ async def _generate(request: Request, *, chat: bool) -> Response:
     body = await _read_json(request)
     info = st.info
     params = parse_completion(body, chat=chat, served_model=info.model_name, encode=info.tokenizer.encode,
+                              encode_chat=info.tokenizer.encode_chat,
                               vocab_size=info.vocab_size, max_model_len=info.max_model_len)
     request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
     queue = st.engine.add_request(request_id, params.prompt_token_ids, params.max_tokens,
@@ -172,7 +174,7 @@ async def _generate(request: Request, *, chat: bool) -> Response:
 async def models(request: Request) -> Response:
     _check_auth(request)
     info = _state(request).info
-    return JSONResponse(models_body(info.model_name, info.max_model_len, _state(request).started))
+    return JSONResponse(models_body(info.model_name, info.max_model_len, _state(request).started, info.dtype))
 
 
 async def health(request: Request) -> Response:
@@ -345,23 +347,23 @@ def create_app(
             engine.detach()
             await asyncio.to_thread(engine.stop)
 
-    routes = [
-        Route("/v1/completions", completions, methods=["POST"]),
-        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
-        Route("/v1/models", models, methods=["GET"]),
-        Route("/health", health, methods=["GET"]),
-        Route("/metrics", get_metrics, methods=["GET"]),
-        Route("/kvtui/v1/state", get_state, methods=["GET"]),
-        Route("/kvtui/v1/steps", get_steps, methods=["GET"]),
-        Route("/kvtui/v1/pause", post_pause, methods=["POST"]),
-        Route("/kvtui/v1/resume", post_resume, methods=["POST"]),
-        Route("/kvtui/v1/step", post_step, methods=["POST"]),
-        Route("/kvtui/v1/mode", post_mode, methods=["POST"]),
-        Route("/kvtui/v1/defenses", post_defenses, methods=["POST"]),
-        Route("/kvtui/v1/reset", post_reset, methods=["POST"]),
+    table = [
+        Route(routes.COMPLETIONS, completions, methods=["POST"]),
+        Route(routes.CHAT_COMPLETIONS, chat_completions, methods=["POST"]),
+        Route(routes.MODELS, models, methods=["GET"]),
+        Route(routes.HEALTH, health, methods=["GET"]),
+        Route(routes.METRICS, get_metrics, methods=["GET"]),
+        Route(routes.STATE, get_state, methods=["GET"]),
+        Route(routes.STEPS, get_steps, methods=["GET"]),
+        Route(routes.PAUSE, post_pause, methods=["POST"]),
+        Route(routes.RESUME, post_resume, methods=["POST"]),
+        Route(routes.STEP, post_step, methods=["POST"]),
+        Route(routes.MODE, post_mode, methods=["POST"]),
+        Route(routes.DEFENSES, post_defenses, methods=["POST"]),
+        Route(routes.RESET, post_reset, methods=["POST"]),
     ]
     app = Starlette(
-        routes=routes,
+        routes=table,
         lifespan=lifespan,
         exception_handlers={ApiError: _api_error, HTTPException: _http_error, EngineUnavailable: _engine_unavailable,
                             Exception: _internal_error},
