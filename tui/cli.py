@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tui import __version__
-from tui.profile import Profile, ProfileError, load_profile
+from tui.profile import Profile, ProfileError, check_base_url, check_env_name, load_profile
 
 DESCRIPTION = """\
 kvtui: see, and measure, what continuous batching and a paged KV cache buy over static batching.
@@ -67,15 +67,12 @@ def resolve_profile(args: argparse.Namespace) -> Profile:
     prof = load_profile(args.profile) if args.profile else Profile()
     target = prof.target
     if getattr(args, "target", None):
-        if not args.target.startswith(("http://", "https://")):
-            raise ProfileError(f"--target {args.target!r}: expected an http:// or https:// URL")
+        check_base_url(args.target, "--target")
         target = dataclasses.replace(target, kind="openai", base_url=args.target)
     if getattr(args, "model", None):
         target = dataclasses.replace(target, model=args.model)
     if getattr(args, "api_key_env", None):
-        name = args.api_key_env
-        if not name.replace("_", "").isalnum():
-            raise ProfileError("--api-key-env: expected the NAME of an environment variable, not a key")
+        name = check_env_name(args.api_key_env, "--api-key-env")
         target = dataclasses.replace(target, api_key_env=name)
     if target.kind == "openai" and not target.model:
         raise ProfileError("--target needs --model NAME (the model the endpoint serves)")
