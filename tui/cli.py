@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tui import __version__
-from tui.profile import Profile, ProfileError, check_base_url, check_env_name, load_profile
+from tui.profile import Profile, ProfileError, check_base_url, check_env_name, find_profile, load_profile
 
 DESCRIPTION = """\
 kvtui: see, and measure, what continuous batching and a paged KV cache buy over static batching.
@@ -25,14 +25,14 @@ modes:
 """
 
 EPILOG = """\
-profiles: TOML files describing an experiment (see profiles/ in the repository); without
---profile the built-in defaults are used. API keys are never passed on the command line: name
+profiles: TOML files describing an experiment. --profile takes a file or the name of a shipped
+profile (`kvtui profiles` lists them); without --profile the built-in defaults are used. API keys are never passed on the command line: name
 the environment variable that holds one with --api-key-env (e.g. --api-key-env OPENAI_API_KEY).
 """
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--profile", metavar="FILE", type=Path, help="experiment profile (TOML); default: built-in")
+    p.add_argument("--profile", metavar="NAME|FILE", help="shipped profile name (e.g. compare) or a TOML file; default: built-in")
     p.add_argument("--target", metavar="URL", help="base URL of an OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")
     p.add_argument("--model", metavar="NAME", help="model name to request from --target")
     p.add_argument("--api-key-env", metavar="NAME", help="environment variable holding the API key (never the key itself)")
@@ -52,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="{serve,report}")
 
     serve = sub.add_parser("serve", help="run the local engine as an OpenAI-compatible server")
-    serve.add_argument("--profile", metavar="FILE", type=Path, help="profile whose [engine] and [defenses] to use")
+    serve.add_argument("--profile", metavar="NAME|FILE", help="profile (name or file) whose [engine] and [defenses] to use")
     serve.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1; anything else is exposed)")
     serve.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
     serve.add_argument("--api-key-env", metavar="NAME", help="require the bearer token held in this environment variable")
@@ -64,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def resolve_profile(args: argparse.Namespace) -> Profile:
     """The profile named by --profile (or the built-in one), with command-line overrides applied."""
-    prof = load_profile(args.profile) if args.profile else Profile()
+    prof = load_profile(find_profile(args.profile)) if args.profile else Profile()
     target = prof.target
     if getattr(args, "target", None):
         check_base_url(args.target, "--target")
@@ -91,7 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "serve":
             from tui.serve.app import serve_main
 
-            prof = load_profile(args.profile) if args.profile else Profile()
+            prof = load_profile(find_profile(args.profile)) if args.profile else Profile()
             return serve_main(prof, host=args.host, port=args.port, api_key_env=args.api_key_env)
         prof = resolve_profile(args)
         if args.record:

@@ -621,3 +621,32 @@ def _check_profile(p: Profile, source: str) -> None:
         names.add(s.name)
     if not p.record.modes:
         _fail(source, "record.modes", [], "at least one mode")
+
+
+# ---------------------------------------------------------------------------------------------------
+# Shipped profiles: TOML files inside the package (tui/profiles/), found by name from any directory
+
+SHIPPED_DIR = Path(__file__).parent / "profiles"
+
+
+def shipped_profiles() -> dict[str, Path]:
+    """The profiles installed with kvtui, by name (the file's stem), sorted."""
+    return {p.stem: p for p in sorted(SHIPPED_DIR.glob("*.toml"))}
+
+
+def find_profile(ref: str | Path) -> Path:
+    """The file a ``--profile`` argument names: an existing path wins, else a shipped profile's name.
+
+    ``compare`` and ``compare.toml`` both name the shipped ``compare`` profile. Raises
+    :class:`ProfileError` listing the shipped names when neither exists.
+    """
+    path = Path(ref)
+    if path.is_file():
+        return path
+    shipped = shipped_profiles()
+    name = path.name.removesuffix(".toml")
+    if path.parent == Path(".") and name in shipped:
+        return shipped[name]
+    close = difflib.get_close_matches(name, list(shipped), n=1)
+    hint = f"did you mean '{close[0]}'? " if close else ""
+    raise ProfileError(f"{ref}: no such profile file or shipped profile; {hint}shipped: {', '.join(shipped)}")

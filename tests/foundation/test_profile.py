@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from tui.profile import (
     HEADLINE_MODES,
     RANGES,
+    SHIPPED_DIR,
     DefensesConfig,
     EngineConfig,
     EngineMode,
@@ -35,7 +36,7 @@ from tui.profile import (
     to_dict,
 )
 
-PROFILES = sorted((Path(__file__).parents[2] / "profiles").glob("*.toml"))
+PROFILES = sorted(SHIPPED_DIR.glob("*.toml"))
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -54,7 +55,7 @@ def test_every_shipped_profile_loads() -> None:
 
 
 def test_compare_profile_is_three_stages_by_the_headline_modes() -> None:
-    prof = load_profile(Path(__file__).parents[2] / "profiles" / "compare.toml")
+    prof = load_profile(SHIPPED_DIR / "compare.toml")
     assert [s.name for s in prof.stages] == ["baseline", "mid", "capacity-edge"]
     assert [s.rate for s in prof.stages] == sorted(s.rate for s in prof.stages)
     assert prof.record.modes == HEADLINE_MODES
@@ -147,7 +148,7 @@ def test_dumping_only_the_engine_sections() -> None:
 
 
 def test_round_trips_through_plain_data() -> None:
-    prof = load_profile(Path(__file__).parents[2] / "profiles" / "compare.toml")
+    prof = load_profile(SHIPPED_DIR / "compare.toml")
     again = profile_from_dict({k: v for k, v in to_dict(prof).items() if k != "source"}, source=prof.source)
     assert again == prof
 
