@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from loadfake_server import FakeConfig, FakeServer
 
-from tui.load.records import read_records
+from tui.records.parquet import read_records
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -10,10 +10,10 @@ import numpy as np
 from loadfake_server import FakeConfig
 from scipy import stats
 
-from tui.load.records import RequestRecord
 from tui.load.runner import LoadRunner
 from tui.metrics.window import RollingWindow
 from tui.profile import LengthDist, LoadConfig, Profile, TargetConfig, WorkloadConfig
+from tui.records.request import RequestRecord
 
 # fault injected by the fake server -> the status the record must carry
 FAULTS = {
@@ -104,7 +104,7 @@ async def test_live_rate_change_takes_effect_without_a_burst(fake_server):
     loop = asyncio.get_running_loop()
     await runner.start()
     await asyncio.sleep(0.5)
-    from tui.load.records import mono_to_wall
+    from tui.records.clock import mono_to_wall
 
     t_change = mono_to_wall(loop.time())
     sent_before = runner.scheduled

@@ -14,10 +14,11 @@ from collections.abc import Callable
 from typing import Any
 
 from tui.load.arrivals import ArrivalProcess, Schedule
-from tui.load.records import RequestRecord, mono_to_wall, now
 from tui.load.target import OpenAITarget
 from tui.load.workload import TextUnit, Workload
 from tui.profile import Profile, WorkloadConfig
+from tui.records.clock import mono_to_wall, now
+from tui.records.request import RequestRecord
 
 RecordCallback = Callable[[RequestRecord], Any]
 

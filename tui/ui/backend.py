@@ -12,6 +12,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import get_args
 
+from tui.errors import root_url
 from tui.load.arrivals import ArrivalKind
 from tui.profile import DefensesConfig, LengthDist, Profile, WorkloadConfig
 from tui.ui.messages import DefenseName
@@ -156,8 +157,7 @@ def target_info(profile: Profile) -> TargetInfo:
     t = profile.target
     if t.kind == "local":
         return TargetInfo(kind="local", label="local engine", model=t.model or "", controllable=True)
-    root = (t.base_url or "").rstrip("/").removesuffix("/v1")
-    return TargetInfo(kind="openai", label=root, model=t.model or "", controllable=False)
+    return TargetInfo(kind="openai", label=root_url(t.base_url or ""), model=t.model or "", controllable=False)
 
 
 class FixedBackend(Backend):

@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 
 from tui.engine.snapshot import EngineSnapshot
+from tui.errors import one_line, root_url, unauthorized_message
 from tui.metrics.types import GpuSample, ServerGauges
 from tui.profile import DefensesConfig, Profile, to_dict
 from tui.ui.backend import Backend
@@ -56,7 +57,7 @@ def local_gpu_note() -> str:
             sampler.close()
 
 
-def describe_http_error(e: Exception, url: str) -> str:
+def describe_http_error(e: Exception, url: str, api_key_env: str | None = None) -> str:
     """One line for the status bar; never includes a header (the API key lives there)."""
     if isinstance(e, httpx.ConnectError):
         return f"target unreachable: cannot connect to {url}"
@@ -65,7 +66,7 @@ def describe_http_error(e: Exception, url: str) -> str:
     if isinstance(e, httpx.HTTPStatusError):
         code = e.response.status_code
         if code in (401, 403):
-            return f"{code} Unauthorized from {url}: check the API key environment variable"
+            return unauthorized_message(code, url, api_key_env)
         detail = ""
         with contextlib.suppress(ValueError, KeyError, TypeError, AttributeError):
             detail = ": " + str(e.response.json()["error"]["message"])[:120]
@@ -119,7 +120,12 @@ class LiveBackend(Backend):
     @property
     def root_url(self) -> str:
         assert self.base_url is not None
-        return self.base_url.rstrip("/").removesuffix("/v1")
+        return root_url(self.base_url)
+
+    @property
+    def _api_key_env(self) -> str | None:
+        """The variable the API key is read from (the local engine takes none)."""
+        return None if self.local else self.profile.target.api_key_env
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -157,7 +163,7 @@ class LiveBackend(Backend):
                 self.server = LocalServer(self.profile)
                 await asyncio.to_thread(self.server.start)
             except Exception as e:
-                self.set_status(f"the local engine did not start: {_one_line(e)}", "error")
+                self.set_status(f"the local engine did not start: {one_line(e)}", "error")
                 return False
             self.base_url = self.server.base_url
             self.set_status(f"local engine ready at {self.root_url}")
@@ -248,9 +254,7 @@ class LiveBackend(Backend):
         return parse_server_gauges(resp.text)
 
     def _explain(self, e: Exception) -> str:
-        msg = describe_http_error(e, self.root_url)
-        if isinstance(e, httpx.HTTPStatusError) and e.response.status_code in (401, 403):
-            msg = f"{e.response.status_code} Unauthorized from {self.root_url}: {_key_state(self.profile.target.api_key_env)}"
+        msg = describe_http_error(e, self.root_url, self._api_key_env)
         if self.local and self.server is not None and isinstance(e, httpx.TransportError):
             died = _server_exit(self.server)
             if died:
@@ -353,7 +357,7 @@ class LiveBackend(Backend):
             if e.response.status_code == 409 and path == "step":
                 self.set_status("step runs one iteration of a paused engine: press p to pause first", "warn")
             else:
-                self.set_status(describe_http_error(e, url), "error")
+                self.set_status(describe_http_error(e, url, self._api_key_env), "error")
             return None
         except Exception as e:
             self.set_status(self._explain(e), "error")
@@ -406,22 +410,6 @@ def _defenses_label(d: DefensesConfig) -> str:
     if d.wait_timeout_s is not None:
         on.append(f"timeout {d.wait_timeout_s:g}s")
     return ", ".join(on) or "none"
-
-
-def _key_state(env_name: str | None) -> str:
-    """Where the API key comes from and whether it is there (never the key itself)."""
-    import os
-
-    if not env_name:
-        return "no API key is sent; name its environment variable with --api-key-env NAME"
-    if not os.environ.get(env_name):
-        return f"the API key is read from the environment variable {env_name}, which is not set or empty"
-    return f"the server refused the API key in the environment variable {env_name}"
-
-
-def _one_line(e: BaseException) -> str:
-    lines = [ln for ln in str(e).strip().splitlines() if ln.strip()] or [type(e).__name__]
-    return " | ".join(lines[-3:])[:300]
 
 
 def _server_exit(server: Any) -> str | None:

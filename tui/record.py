@@ -1,4 +1,4 @@
-"""``kvtui --record``: every stage under every mode, headless, into Parquet and the comparison table.
+"""The recorder, ``kvtui --record``: every stage under every mode, headless, into Parquet and the comparison table.
 
 For each stage x mode: (local target) reset the engine into the mode, warm up, run the stage, drain
 with a bound, and collect the engine's steps and GPU samples; (remote target) run the stages as
@@ -21,17 +21,28 @@ import signal
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
+from rich.console import Console
+from rich.live import Live
+from rich.text import Text
 
-from tui.load.records import PartWriter, RequestRecord, now, read_records
+from tui.errors import api_key_hint, one_line, root_url
 from tui.load.runner import LoadRunner, make_target
-from tui.load.target import OpenAITarget, PreflightError, root_url
+from tui.load.target import OpenAITarget, PreflightError
 from tui.metrics.prom import parse_server_gauges
+from tui.metrics.summary import client_delay_lines, reconciliation_lines, to_markdown, to_rich
 from tui.metrics.types import ServerGauges
 from tui.metrics.window import RollingWindow
-from tui.profile import Profile, Stage, dump_profile, to_dict
+from tui.profile import EngineMode, Profile, Stage, dump_profile, to_dict
+from tui.records.clock import now
+from tui.records.parquet import PartWriter, read_records
+from tui.records.request import RequestRecord
+from tui.report import load_run, wide_console
+
+if TYPE_CHECKING:
+    from tui.serve.local import LocalServer
 
 GRACE_S = 0.5  # how long in-flight requests may finish after Ctrl-C (the whole stop stays under 2 s)
 FLUSH_EVERY_S = 1.0  # records reach disk at least this often
@@ -50,9 +61,8 @@ class FatalTargetError(Exception):
 class Recorder:
     """One recorded run into ``out``; :meth:`run` returns the exit code."""
 
-    def __init__(self, profile: Profile, out: Path, *, console_err=None, console_out=None):
-        from rich.console import Console
-
+    def __init__(self, profile: Profile, out: Path, *, console_err: Console | None = None,
+                 console_out: Console | None = None):
         self.profile = profile
         self.out = Path(out)
         self.run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
@@ -66,16 +76,12 @@ class Recorder:
         self._writers: dict[str, PartWriter] = {}
         self._runner: LoadRunner | None = None
         self._window: RollingWindow | None = None
-        self._server: Any = None  # tui.serve.local.LocalServer for the local target
+        self._server: LocalServer | None = None  # the local target's server, started by us
         self._steps_seen = 0  # the last engine step collected
 
     # -- entry -------------------------------------------------------------------------------------
 
     def run(self) -> int:
-        # Imported now, not at the end: the summary's imports (polars) must not delay a Ctrl-C exit.
-        import tui.metrics.report
-        import tui.metrics.summary  # noqa: F401
-
         self.out.mkdir(parents=True, exist_ok=True)
         (self.out / "profile.toml").write_text(dump_profile(self.profile), encoding="utf-8")
         self._writers = {name: PartWriter(self.out, name) for name in ("requests", "steps", "gpu")}
@@ -108,6 +114,7 @@ class Recorder:
         return code
 
     def _start_local(self) -> str:
+        # Imported here, not at the top: a run against a remote target never loads the server's stack.
         from tui.serve.local import LocalServer
 
         self._server = LocalServer(self.profile)
@@ -117,7 +124,7 @@ class Recorder:
         except KeyboardInterrupt:
             raise
         except Exception as e:
-            raise FatalTargetError(f"the local engine server did not start: {_one_line(e)}") from None
+            raise FatalTargetError(f"the local engine server did not start: {one_line(e)}") from None
         return self._server.base_url
 
     # -- the run -----------------------------------------------------------------------------------
@@ -252,8 +259,8 @@ class Recorder:
             elif self._connect_errors >= DEAD_AFTER_CONNECT_ERRORS:
                 self._fail(f"the target stopped answering: {rec.reason}")
         elif rec.status == "http_401":
-            self._fail(f"the target refused the API key mid-run ({rec.reason}); "
-                       f"the key is read from {self.profile.target.api_key_env or 'no environment variable'}")
+            self._fail(f"the target refused the API key mid-run ({rec.reason}): "
+                       f"{api_key_hint(self.profile.target.api_key_env)}")
 
     def _fail(self, message: str) -> None:
         if self.fatal is None:
@@ -264,14 +271,12 @@ class Recorder:
     # -- the local engine over its control API ----------------------------------------------------
 
     async def _reset_engine(self, target: OpenAITarget, root: str, mode_label: str) -> int:
-        from tui.profile import EngineMode
-
         mode = EngineMode.parse(mode_label)
         body = {"engine": to_dict(self.profile.engine.with_mode(mode)), "defenses": to_dict(self.profile.defenses)}
         try:
             resp = await target.client.post(f"{root}/kvtui/v1/reset", json=body, timeout=120.0)
         except httpx.HTTPError as e:
-            raise FatalTargetError(f"cannot reset the local engine into {mode_label}: {_one_line(e)}") from None
+            raise FatalTargetError(f"cannot reset the local engine into {mode_label}: {one_line(e)}") from None
         if resp.status_code != 200:
             raise FatalTargetError(f"the local engine refused a reset into {mode_label}: HTTP {resp.status_code} "
                                    f"{resp.text[:200]}")
@@ -331,13 +336,9 @@ class Recorder:
 
     @contextlib.contextmanager
     def _progress(self, stage: Stage, mode: str):
-        from rich.live import Live
-
         planned = f"/{stage.num_requests}" if stage.num_requests else ""
 
-        def render():
-            from rich.text import Text
-
+        def render() -> Text:
             r, w = self._runner, self._window
             if r is None or w is None:
                 return Text("")
@@ -381,9 +382,6 @@ class Recorder:
 
     def _finish(self, code: int) -> None:
         """Write everything collected, the summary, and print the table (also on errors and Ctrl-C)."""
-        from tui.metrics.report import load_run
-        from tui.metrics.summary import to_markdown, to_rich
-
         for w in self._writers.values():
             w.finish()
         self._write_run_json(finished=True, code=code)
@@ -396,26 +394,16 @@ class Recorder:
         (self.out / "summary.md").write_text(to_markdown(table, title, self.profile.slo), encoding="utf-8")
         if table.height:
             self.console.print(to_rich(table, title))
-            from tui.metrics.summary import client_delay_lines, reconciliation_lines
-
             for line in reconciliation_lines(table) + client_delay_lines(table):
                 self.console.print(line, markup=False, highlight=False)
         self.err.print(f"records written to {self.out} ({read_records(self.out).num_rows} requests)", highlight=False)
-
-
-def wide_console():
-    """A stdout console; when stdout is not a terminal, wide enough that the tables never squeeze."""
-    from rich.console import Console
-
-    probe = Console()
-    return probe if probe.is_terminal else Console(width=220)
 
 
 def _raise_interrupt(signum, frame):  # SIGTERM outside the event loop behaves like Ctrl-C
     raise KeyboardInterrupt
 
 
-def _server_tail(server: Any) -> str:
+def _server_tail(server: LocalServer) -> str:
     with contextlib.suppress(Exception):
         lines = [line for line in server.log_tail(3) if line.strip()]
         return f" (its last log line: {lines[-1].strip()})" if lines else ""
@@ -424,10 +412,6 @@ def _server_tail(server: Any) -> str:
 
 def _failures(failed: dict[str, int]) -> str:
     return " (" + ", ".join(f"{k} {v}" for k, v in sorted(failed.items())) + ")" if failed else ""
-
-
-def _one_line(e: BaseException) -> str:
-    return " ".join((str(e) or type(e).__name__).split())[:300]
 
 
 def record_main(profile: Profile, out: Path) -> int:
