@@ -12,9 +12,9 @@ from tui import __version__
 from tui.profile import (
     Profile,
     ProfileError,
+    apply_overrides,
     check_base_url,
     check_env_name,
-    apply_overrides,
     dump_profile,
     find_profile,
     load_profile,
