@@ -1,6 +1,6 @@
 """Plain data describing the engine at one step: what views draw and the control API serves.
 
-Nothing here imports torch or Textual. ``EngineSnapshot.to_dict()`` is what ``GET /kvtui/v1/state``
+Nothing here imports torch or Textual. ``EngineSnapshot.to_dict()`` is what the control API's state route
 returns as JSON and ``EngineSnapshot.from_dict()`` rebuilds it on the client side, so a view can be
 fed a live engine, a recorded run or a fixed test fixture through the same path.
 """

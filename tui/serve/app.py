@@ -1,6 +1,6 @@
 """``kvtui serve``: the local engine behind an OpenAI-compatible API, ``/metrics`` and a control API.
 
-Routes::
+Routes (paths in :mod:`tui.serve.routes`)::
 
     POST /v1/completions, /v1/chat/completions   OpenAI-shaped, streaming (SSE) or not
     GET  /v1/models, /health, /metrics
@@ -39,6 +39,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+<<<<<<< HEAD
 from tui.metrics.gpu import GpuSampler
 from tui.profile import (
     EngineMode,
@@ -48,6 +49,11 @@ from tui.profile import (
     defenses_from_dict,
     engine_config_from_dict,
 )
+=======
+from tui.gpu import GpuSampler
+from tui.profile import EngineMode, Profile, ProfileError, defenses_from_dict, engine_config_from_dict
+from tui.serve import routes
+>>>>>>> main
 from tui.serve.engine_loop import (
     EngineInfo,
     EngineLoop,
@@ -352,23 +358,23 @@ def create_app(
             engine.detach()
             await asyncio.to_thread(engine.stop)
 
-    routes = [
-        Route("/v1/completions", completions, methods=["POST"]),
-        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
-        Route("/v1/models", models, methods=["GET"]),
-        Route("/health", health, methods=["GET"]),
-        Route("/metrics", get_metrics, methods=["GET"]),
-        Route("/kvtui/v1/state", get_state, methods=["GET"]),
-        Route("/kvtui/v1/steps", get_steps, methods=["GET"]),
-        Route("/kvtui/v1/pause", post_pause, methods=["POST"]),
-        Route("/kvtui/v1/resume", post_resume, methods=["POST"]),
-        Route("/kvtui/v1/step", post_step, methods=["POST"]),
-        Route("/kvtui/v1/mode", post_mode, methods=["POST"]),
-        Route("/kvtui/v1/defenses", post_defenses, methods=["POST"]),
-        Route("/kvtui/v1/reset", post_reset, methods=["POST"]),
+    table = [
+        Route(routes.COMPLETIONS, completions, methods=["POST"]),
+        Route(routes.CHAT_COMPLETIONS, chat_completions, methods=["POST"]),
+        Route(routes.MODELS, models, methods=["GET"]),
+        Route(routes.HEALTH, health, methods=["GET"]),
+        Route(routes.METRICS, get_metrics, methods=["GET"]),
+        Route(routes.STATE, get_state, methods=["GET"]),
+        Route(routes.STEPS, get_steps, methods=["GET"]),
+        Route(routes.PAUSE, post_pause, methods=["POST"]),
+        Route(routes.RESUME, post_resume, methods=["POST"]),
+        Route(routes.STEP, post_step, methods=["POST"]),
+        Route(routes.MODE, post_mode, methods=["POST"]),
+        Route(routes.DEFENSES, post_defenses, methods=["POST"]),
+        Route(routes.RESET, post_reset, methods=["POST"]),
     ]
     app = Starlette(
-        routes=routes,
+        routes=table,
         lifespan=lifespan,
         exception_handlers={ApiError: _api_error, HTTPException: _http_error, EngineUnavailable: _engine_unavailable,
                             Exception: _internal_error},

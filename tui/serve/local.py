@@ -23,6 +23,7 @@ from pathlib import Path
 import httpx
 
 from tui.profile import Profile, ProfileError, dump_profile
+from tui.serve import routes
 from tui.serve.app import LISTENING_PREFIX, PARENT_PID_ENV
 
 _PORT_RE = re.compile(re.escape(LISTENING_PREFIX) + r"http://\[?[^\s\]]*\]?:(\d+)")
@@ -134,7 +135,7 @@ class LocalServer:
                     )
                 if self._port_seen.is_set():
                     try:
-                        r = client.get(self.root_url + "/health")
+                        r = client.get(self.root_url + routes.HEALTH)
                         if r.status_code == 200:
                             return
                         last_error = f"/health answered {r.status_code}"

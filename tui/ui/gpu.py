@@ -10,7 +10,8 @@ from __future__ import annotations
 from rich.text import Text
 
 from tui.engine.snapshot import EngineSnapshot
-from tui.metrics.types import GpuSample, ServerGauges
+from tui.gpu import GpuSample
+from tui.metrics.types import ServerGauges
 from tui.ui.lines import TextLines
 from tui.ui.model import DashboardSnapshot
 from tui.ui.paint import fmt_bytes, gauge, gauge_colour

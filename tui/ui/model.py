@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from tui.engine.snapshot import EngineSnapshot
-from tui.metrics.types import GpuSample, ServerGauges, WindowStats
+from tui.gpu import GpuSample
+from tui.metrics.types import ServerGauges, WindowStats
 from tui.profile import DefensesConfig
 
 StatusLevel = Literal["info", "warn", "error"]
