@@ -39,8 +39,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-<<<<<<< HEAD
-from tui.metrics.gpu import GpuSampler
+from tui.gpu import GpuSampler
 from tui.profile import (
     EngineMode,
     Profile,
@@ -49,11 +48,7 @@ from tui.profile import (
     defenses_from_dict,
     engine_config_from_dict,
 )
-=======
-from tui.gpu import GpuSampler
-from tui.profile import EngineMode, Profile, ProfileError, defenses_from_dict, engine_config_from_dict
 from tui.serve import routes
->>>>>>> main
 from tui.serve.engine_loop import (
     EngineInfo,
     EngineLoop,
