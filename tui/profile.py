@@ -55,6 +55,8 @@ class EngineConfig:
 
     model: str = "tiny"
     model_path: str | None = None
+    served_model_name: str | None = None  # the name clients ask for; default: org/name or the directory's
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"  # auto: float32 on CPU, the checkpoint's on CUDA
     batching: Batching = "continuous"
     kv: KVLayout = "paged"
     block_size: int = 16

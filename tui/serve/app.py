@@ -166,6 +166,7 @@ async def _generate(request: Request, *, chat: bool) -> Response:
     body = await _read_json(request)
     info = st.info
     params = parse_completion(body, chat=chat, served_model=info.model_name, encode=info.tokenizer.encode,
+                              encode_chat=info.tokenizer.encode_chat,
                               vocab_size=info.vocab_size, max_model_len=info.max_model_len)
     request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
     queue = st.engine.add_request(request_id, params.prompt_token_ids, params.max_tokens,
@@ -180,7 +181,7 @@ async def _generate(request: Request, *, chat: bool) -> Response:
 async def models(request: Request) -> Response:
     _check_auth(request)
     info = _state(request).info
-    return JSONResponse(models_body(info.model_name, info.max_model_len, _state(request).started))
+    return JSONResponse(models_body(info.model_name, info.max_model_len, _state(request).started, info.dtype))
 
 
 async def health(request: Request) -> Response:

@@ -89,6 +89,7 @@ class EngineInfo:
     vocab_size: int
     eos_token_id: int | None
     tokenizer: Any
+    dtype: str  # what the weights and KV cache are held in (engine.dtype resolved: "auto" never appears)
     config: EngineConfig
     defenses: DefensesConfig
 

@@ -42,6 +42,7 @@ def engine_info(engine: Any) -> dict[str, Any]:
         "max_model_len": engine.max_model_len,
         "vocab_size": tok.vocab_size,
         "eos_token_id": getattr(tok, "eos_token_id", None),
+        "dtype": str(engine.dtype).removeprefix("torch."),
         "tokenizer": tok,
     }
 
