@@ -71,7 +71,7 @@ def test_partial_stop_prefix_is_released_when_it_does_not_match():
 
 
 def test_eos_counts_as_a_token_but_has_no_text():
-    asm = TextAssembler(decode, eos_token_id=EOS)
+    asm = TextAssembler(decode, eos_token_ids={EOS})
     assert asm.add(encode("hi")) == "hi"
     assert asm.add([EOS], final=True, ended_by_eos=True) == ""
     assert asm.tokens == 3

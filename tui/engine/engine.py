@@ -16,12 +16,12 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 
+from tui.engine.checkpoint import load_checkpoint
 from tui.engine.kv import ContiguousKV, KVManager, PagedKV, slots_for_budget
-from tui.engine.model import PRESETS, build_dummy_model, load_hf_model, pick_device, pick_dtype
+from tui.engine.model import PRESETS, build_dummy_model, pick_device, pick_dtype
 from tui.engine.model_runner import ModelRunner
 from tui.engine.scheduler import ContinuousScheduler, ScheduledChunk, Scheduler, StaticScheduler
 from tui.engine.sequence import Request, Status
@@ -33,7 +33,7 @@ from tui.engine.snapshot import (
     RequestView,
     StepTiming,
 )
-from tui.engine.tokenizer import ByteTokenizer, load_hf_tokenizer
+from tui.engine.tokenizer import ByteTokenizer, Tokenizer
 from tui.profile import DefensesConfig, EngineConfig, EngineMode, to_dict
 
 FINISH_REASONS = ("length", "stop", "aborted", "timeout", "rejected_backlog", "rejected_too_long")
@@ -84,20 +84,21 @@ class Engine:
         self.paused = False  # the server's pause flag, reported in snapshots
         torch.set_num_threads(max(1, config.threads))
         self.device = pick_device(config.device)
-        self.dtype = pick_dtype(self.device)
         torch.manual_seed(config.seed)
+        self.tokenizer: Tokenizer
         if config.model_path:
-            self.model, raw = load_hf_model(config.model_path, self.device, self.dtype)
-            self.tokenizer = load_hf_tokenizer(
-                Path(config.model_path).expanduser(), self.model.config.vocab_size,
-                raw.get("eos_token_id"),
-            )
-            self.model_name = self.model.config.name
+            ckpt = load_checkpoint(config.model_path, self.device, config.dtype, config.served_model_name)
+            self.model, self.tokenizer, self.model_name, self.dtype = ckpt.model, ckpt.tokenizer, ckpt.name, ckpt.dtype
             self.max_model_len = min(config.max_model_len, self.model.config.max_position)
+            if self.model.config.sliding_window is not None:
+                # the attention here is full causal: past the window it would differ from the model's, so
+                # no sequence may pass it (refused as too long, never answered wrongly)
+                self.max_model_len = min(self.max_model_len, self.model.config.sliding_window)
         else:
+            self.dtype = pick_dtype(self.device, config.dtype)
             self.model = build_dummy_model(config.model, config.seed, self.device, self.dtype)
             self.tokenizer = ByteTokenizer(PRESETS[config.model].vocab_size)
-            self.model_name = self.model.config.name
+            self.model_name = config.served_model_name or self.model.config.name
             self.max_model_len = config.max_model_len
         self.bytes_per_token = self.model.config.kv_bytes_per_token(self.dtype)
         self.num_slots = slots_for_budget(self._budget_bytes(), self.bytes_per_token, config.block_size)
@@ -185,7 +186,7 @@ class Engine:
         now = self.clock()
         req = Request(
             request_id, prompt, max_tokens, min(arrival_time, now) if arrival_time is not None else now,
-            temperature=temperature, seed=seed, ignore_eos=ignore_eos, eos_token_id=self.tokenizer.eos_token_id,
+            temperature=temperature, seed=seed, ignore_eos=ignore_eos, eos_token_ids=self.tokenizer.eos_token_ids,
             original_prompt_len=original,
         )
         why = self._never_fits(req, self.scheduler)

@@ -33,7 +33,7 @@ class Request:
     temperature: float = 0.0
     seed: int | None = None
     ignore_eos: bool = True
-    eos_token_id: int = -1
+    eos_token_ids: frozenset[int] = frozenset()  # all of them end the request (vLLM: unless ignore_eos)
     original_prompt_len: int = 0
     output: list[int] = field(default_factory=list)
     status: Status = Status.WAITING
@@ -86,7 +86,7 @@ class Request:
     def append_token(self, token: int) -> str | None:
         """Add an output token; the finish reason if that ends the request."""
         self.output.append(token)
-        if not self.ignore_eos and token == self.eos_token_id:
+        if not self.ignore_eos and token in self.eos_token_ids:
             return "stop"
         if len(self.output) >= self.max_tokens:
             return "length"

@@ -40,7 +40,14 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from tui.gpu import GpuSampler
-from tui.profile import EngineMode, Profile, ProfileError, defenses_from_dict, engine_config_from_dict
+from tui.profile import (
+    EngineMode,
+    Profile,
+    ProfileError,
+    check_env_name,
+    defenses_from_dict,
+    engine_config_from_dict,
+)
 from tui.serve import routes
 from tui.serve.engine_loop import (
     EngineInfo,
@@ -159,6 +166,7 @@ async def _generate(request: Request, *, chat: bool) -> Response:
     body = await _read_json(request)
     info = st.info
     params = parse_completion(body, chat=chat, served_model=info.model_name, encode=info.tokenizer.encode,
+                              encode_chat=info.tokenizer.encode_chat,
                               vocab_size=info.vocab_size, max_model_len=info.max_model_len)
     request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
     queue = st.engine.add_request(request_id, params.prompt_token_ids, params.max_tokens,
@@ -173,7 +181,7 @@ async def _generate(request: Request, *, chat: bool) -> Response:
 async def models(request: Request) -> Response:
     _check_auth(request)
     info = _state(request).info
-    return JSONResponse(models_body(info.model_name, info.max_model_len, _state(request).started))
+    return JSONResponse(models_body(info.model_name, info.max_model_len, _state(request).started, info.dtype))
 
 
 async def health(request: Request) -> Response:
@@ -445,6 +453,17 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+def check_host(host: str) -> str:
+    """``host`` if it is an IP address or a name that resolves, else a one-line ProfileError."""
+    try:
+        socket.getaddrinfo(host, None, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (OSError, UnicodeError, ValueError) as e:
+        shown = host if len(host) <= 60 else host[:57] + "..."
+        raise ProfileError(f"--host {shown!r}: expected an IP address or a resolvable host name "
+                           f"({getattr(e, 'strerror', None) or e})") from None
+    return host
+
+
 def bind_socket(host: str, port: int) -> socket.socket:
     """A listening TCP socket (so ``--port 0`` can report the port it got)."""
     infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
@@ -462,7 +481,15 @@ def bind_socket(host: str, port: int) -> socket.socket:
 
 
 def serve_main(profile: Profile, host: str = "127.0.0.1", port: int = 8000, api_key_env: str | None = None) -> int:
-    """``kvtui serve``: run until SIGINT/SIGTERM; returns the exit code."""
+    """``kvtui serve``: run until SIGINT/SIGTERM; returns the exit code.
+
+    A malformed ``--api-key-env`` or ``--host`` raises :class:`ProfileError` (exit 2) before anything
+    is printed or bound: the name is never echoed (it may be the key itself), the host is checked
+    before the "reachable from other machines" warning.
+    """
+    if api_key_env is not None:
+        check_env_name(api_key_env, "serve --api-key-env")
+    check_host(host)
     api_key = os.environ.get(api_key_env) if api_key_env else None
     if not _is_loopback(host):
         print(f"kvtui serve: WARNING: binding {host}, not loopback: the engine and its control API "
@@ -483,6 +510,8 @@ def serve_main(profile: Profile, host: str = "127.0.0.1", port: int = 8000, api_
         engine.start()
     except EngineStartError as e:
         sock.close()
+        if e.config_refused:  # a profile error: the file and the section, exit 2
+            raise ProfileError(f"{profile.source}: [engine] cannot be built: {e}") from None
         print(f"kvtui serve: cannot start the engine: {e}", file=sys.stderr)
         return 1
     gpu = GpuSampler()

@@ -36,7 +36,14 @@ log = logging.getLogger("kvtui.serve")
 
 
 class EngineStartError(RuntimeError):
-    """The engine process could not build its engine (the message says why)."""
+    """The engine process could not build its engine (the message says why).
+
+    ``config_refused``: the engine rejected its config (a profile error, not a crash).
+    """
+
+    def __init__(self, message: str, *, config_refused: bool = False) -> None:
+        super().__init__(message)
+        self.config_refused = config_refused
 
 
 class EngineUnavailable(RuntimeError):
@@ -83,6 +90,7 @@ class EngineInfo:
     vocab_size: int
     eos_token_id: int | None
     tokenizer: Tokenizer
+    dtype: str  # what the weights and KV cache are held in (engine.dtype resolved: "auto" never appears)
     config: EngineConfig
     defenses: DefensesConfig
 
@@ -163,7 +171,8 @@ class EngineLoop:
             raise
         if kind != "ready":
             self._reap()
-            raise EngineStartError(payload)
+            why, message = payload
+            raise EngineStartError(message, config_refused=why == "config")
         self.info = self._make_info(payload, config, defenses)
         self._alive = True
 

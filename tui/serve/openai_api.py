@@ -6,9 +6,9 @@ Nothing here touches the engine or the network; :func:`parse_completion` turns a
 token ids into text deltas, holding back bytes that are not yet a whole character and text that might
 be the start of a stop string.
 
-Chat requests are rendered into one prompt, one ``"role: content"`` line per message followed by
-``"assistant:"`` — the local model has no chat template, and this keeps the token count of a chat
-request easy to predict.
+Chat requests are rendered by the tokenizer's ``encode_chat``: a checkpoint's own chat template, or
+for the dummy model (and checkpoints without a template) one ``"role: content"`` line per message
+followed by ``"assistant:"``, which keeps the token count of a chat request easy to predict.
 """
 
 from __future__ import annotations
@@ -16,9 +16,11 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from tui.engine.chat import plain_prompt
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions; used for chat too (documented)
 MAX_STOP_STRINGS = 16
@@ -136,11 +138,11 @@ def _unsupported(body: dict[str, Any]) -> None:
         raise _bad("'tools' are not supported", "tools")
 
 
-def render_chat(messages: Any) -> str:
-    """One ``"role: content"`` line per message, then ``"assistant:"`` (the local model has no template)."""
+def chat_messages(messages: Any) -> list[dict[str, str]]:
+    """Validated ``messages``: ``{role, content}`` with text parts joined (what a chat template reads)."""
     if not isinstance(messages, list) or not messages:
         raise _bad("'messages' must be a non-empty list of {role, content} objects", "messages")
-    lines = []
+    out = []
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
             raise _bad(f"messages[{i}] must be an object with a string 'role'", "messages")
@@ -156,8 +158,13 @@ def render_chat(messages: Any) -> str:
             content = "".join(parts)
         elif not isinstance(content, str):
             raise _bad(f"messages[{i}].content must be a string or a list of text parts", "messages")
-        lines.append(f"{m['role']}: {content}\n")
-    return "".join(lines) + "assistant:"
+        out.append({"role": m["role"], "content": content})
+    return out
+
+
+def render_chat(messages: Any) -> str:
+    """The plain format: one ``"role: content"`` line per message, then ``"assistant:"``."""
+    return plain_prompt(chat_messages(messages))
 
 
 def _completion_prompt(body: dict[str, Any], encode: Callable[[str], list[int]], vocab_size: int) -> list[int]:
@@ -185,8 +192,13 @@ def parse_completion(
     encode: Callable[[str], list[int]],
     vocab_size: int,
     max_model_len: int,
+    encode_chat: Callable[[list[dict[str, str]]], list[int]] | None = None,
 ) -> GenerationParams:
-    """Validate a ``/v1/completions`` (``chat=False``) or ``/v1/chat/completions`` body."""
+    """Validate a ``/v1/completions`` (``chat=False``) or ``/v1/chat/completions`` body.
+
+    ``encode_chat`` turns chat messages into prompt ids (the tokenizer's: the checkpoint's chat template);
+    without it, the plain format is encoded with ``encode``.
+    """
     if not isinstance(body, dict):
         raise _bad("the request body must be a JSON object")
     model = body.get("model")
@@ -198,7 +210,13 @@ def parse_completion(
     _unsupported(body)
     try:
         if chat:
-            prompt_ids = list(encode(render_chat(body.get("messages"))))
+            messages = chat_messages(body.get("messages"))
+            try:
+                prompt_ids = list(encode_chat(messages) if encode_chat else encode(plain_prompt(messages)))
+            except UnicodeError:
+                raise
+            except ValueError as e:  # the chat template refused the conversation (its raise_exception)
+                raise _bad(str(e), "messages") from None
         else:
             prompt_ids = _completion_prompt(body, encode, vocab_size)
     except UnicodeError:
@@ -269,11 +287,12 @@ class TextAssembler:
     start of a stop string, so a stop string is never half-sent.
     """
 
-    def __init__(self, decode: Callable[[list[int]], str], stop: Sequence[str] = (), eos_token_id: int | None = None):
+    def __init__(self, decode: Callable[[Sequence[int]], str], stop: Sequence[str] = (),
+                 eos_token_ids: Collection[int] = ()):
         self._decode = decode
         self._stop = tuple(stop)
         self._hold = max((len(s) for s in self._stop), default=1) - 1
-        self._eos = eos_token_id
+        self._eos = frozenset(eos_token_ids)
         self._ids: list[int] = []
         self._prefix = 0  # token offsets of the decode window
         self._read = 0
@@ -289,7 +308,7 @@ class TextAssembler:
         end-of-sequence token, which counts as a token but has no text.
         """
         ids = list(token_ids)
-        eos = ended_by_eos and bool(ids) and ids[-1] == self._eos
+        eos = ended_by_eos and bool(ids) and ids[-1] in self._eos
         if eos:
             ids.pop()
         if self._stop:  # token by token: usage counts up to the token that completed a stop string
@@ -443,12 +462,12 @@ class ResponseHead:
         }
 
 
-def models_body(model: str, max_model_len: int, created: int) -> dict[str, Any]:
-    """``GET /v1/models``."""
+def models_body(model: str, max_model_len: int, created: int, dtype: str | None = None) -> dict[str, Any]:
+    """``GET /v1/models`` (``dtype``: what the local engine computes in, as vLLM names it)."""
     return {
         "object": "list",
         "data": [
             {"id": model, "object": "model", "created": created, "owned_by": "kvtui", "root": model,
-             "max_model_len": max_model_len}
+             "max_model_len": max_model_len, **({"dtype": dtype} if dtype else {})}
         ],
     }
