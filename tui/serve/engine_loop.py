@@ -26,11 +26,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tui.engine.snapshot import EngineSnapshot, StepTiming
-from tui.engine.tokenizer import Tokenizer
 from tui.profile import DefensesConfig, EngineConfig, EngineMode
+
+if TYPE_CHECKING:  # the tokenizer module loads torch, which lives in the engine process only
+    from tui.engine.tokenizer import Tokenizer
 
 log = logging.getLogger("kvtui.serve")
 
