@@ -13,6 +13,8 @@ from tui.profile import (
     Profile,
     ProfileError,
     apply_overrides,
+    check_base_url,
+    check_env_name,
     dump_profile,
     find_profile,
     load_profile,
@@ -167,15 +169,12 @@ def resolve_profile(args: argparse.Namespace) -> Profile:
     prof = apply_overrides(prof, [*alias_overrides(args, prof), *getattr(args, "overrides", [])])
     target = prof.target
     if getattr(args, "target", None):
-        if not args.target.startswith(("http://", "https://")):
-            raise ProfileError(f"--target {args.target!r}: expected an http:// or https:// URL")
+        check_base_url(args.target, "--target")
         target = dataclasses.replace(target, kind="openai", base_url=args.target)
     if getattr(args, "model", None):
         target = dataclasses.replace(target, model=args.model)
     if getattr(args, "api_key_env", None):
-        name = args.api_key_env
-        if not name.replace("_", "").isalnum():
-            raise ProfileError("--api-key-env: expected the NAME of an environment variable, not a key")
+        name = check_env_name(args.api_key_env, "--api-key-env")
         target = dataclasses.replace(target, api_key_env=name)
     if target.kind == "openai" and not target.model:
         raise ProfileError("--target needs --model NAME (the model the endpoint serves)")

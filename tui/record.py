@@ -46,7 +46,7 @@ from tui.serve.control_client import ControlClient, ControlError
 if TYPE_CHECKING:
     from tui.serve.local import LocalServer
 
-GRACE_S = 2.0  # how long in-flight requests may finish after Ctrl-C
+GRACE_S = 0.5  # how long in-flight requests may finish after Ctrl-C (the whole stop stays under 2 s)
 FLUSH_EVERY_S = 1.0  # records reach disk at least this often
 POLL_EVERY_S = 1.0  # engine steps and GPU samples are fetched this often (local target)
 DEAD_AFTER_CONNECT_ERRORS = 5  # this many connection failures in a row, none ok between: the server is gone
@@ -312,7 +312,9 @@ class Recorder:
     async def _gauges(self, target: OpenAITarget, root: str) -> ServerGauges:
         """The server's own ``/metrics`` gauges and counters (all None when it has no /metrics)."""
         try:
-            resp = await target.client.get(f"{root}/metrics", timeout=10.0)
+            # Stopping (Ctrl-C, a fault): a swamped or dead server must not hold the exit up.
+            stopping = self._stop is not None and self._stop.is_set()
+            resp = await target.client.get(f"{root}/metrics", timeout=0.5 if stopping else 10.0)
         except httpx.HTTPError:
             return ServerGauges()
         if resp.status_code != 200:

@@ -79,7 +79,7 @@ def test_later_overrides_win_and_no_overrides_is_the_same_profile() -> None:
         ("load.rate.x=1", "--set: load.rate is a single value, so 'load.rate.x' does not exist"),
         ("load.rate", "--set #1: expected KEY=VALUE with a dotted KEY, e.g. --set load.rate=8"),
         ("load.rate=fast", "--set: load.rate = 'fast': expected a number"),
-        ("load.rate=-1", "--set: load.rate = -1.0: expected a positive number"),
+        ("load.rate=-1", "--set: load.rate = -1.0: expected a finite number in (0, 1000000]"),
         ("engine.batching=statik",
          "--set: engine.batching = 'statik': expected one of 'static', 'continuous' (did you mean 'static'?)"),
         ('record.modes=["continuous+pagd"]', "record.modes[0] = 'continuous+pagd': expected batching+kv"),
@@ -99,11 +99,20 @@ def test_a_key_pasted_by_mistake_is_not_repeated() -> None:
     assert str(exc.value).startswith("--set #2: expected KEY=VALUE") and "sk-live" not in str(exc.value)
 
 
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "+inf"])
+@pytest.mark.parametrize("key", ["load.rate", "stages.0.rate", "engine.kv_budget_mb", "slo.ttft_ms"])
+def test_non_finite_numbers_are_profile_errors(key: str, value: str) -> None:
+    with pytest.raises(ProfileError, match="finite"):
+        apply_overrides(COMPARE, [f"{key}={value}"])
+
+
 def test_a_bad_override_exits_2_with_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--record", "--profile", "compare", "--set", "stages.0.rat=1", "--out", "x"]) == 2
     assert capsys.readouterr().err == "kvtui: --set: unknown key 'stages[0].rat'; did you mean 'rate'?\n"
     assert main(["serve", "--profile", "baseline", "--set", "engine.kv=pagd"]) == 2
     assert "engine.kv = 'pagd'" in capsys.readouterr().err
+    assert main(["profiles", "show", "compare", "--set", "load.rate=nan"]) == 2
+    assert "load.rate" in capsys.readouterr().err
 
 
 def test_short_aliases_are_the_same_overrides() -> None:
@@ -128,7 +137,7 @@ def test_aliases_on_a_profile_with_stages() -> None:
 
 def test_alias_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--profile", "baseline", "--rate", "-3", "--record", "--out", "x"]) == 2
-    assert capsys.readouterr().err == "kvtui: --set: load.rate = -3.0: expected a positive number\n"
+    assert capsys.readouterr().err == "kvtui: --set: load.rate = -3.0: expected a finite number in (0, 1000000]\n"
     with pytest.raises(SystemExit) as exc:
         main(["--num-requests", "5"])  # the dashboard runs until stopped
     assert exc.value.code == 2

@@ -24,6 +24,23 @@ class BlockView:
 
 
 @dataclass(frozen=True)
+class RequestEvent:
+    """One transition in a request's life, as the engine recorded it (``t`` on the engine's clock).
+
+    ``kind``: queued, admitted, prefill (one chunk), preempted, readmitted, first_token, finished,
+    rejected, timed_out, aborted. ``tokens``: the prompt length (queued), the chunk (prefill), the
+    output so far (first_token, finished, preempted). ``blocks``: KV blocks held after the event (the
+    contiguous layout counts its reservation in blocks of ``block_size``).
+    """
+
+    t: float
+    kind: str
+    tokens: int = 0
+    blocks: int = 0
+    detail: str = ""
+
+
+@dataclass(frozen=True)
 class RequestView:
     """One request as the scheduler sees it."""
 
@@ -38,6 +55,7 @@ class RequestView:
     arena_start: int | None = None  # contiguous: first reserved slot
     arena_reserved: int = 0  # contiguous: slots reserved
     waited_s: float = 0.0  # time since arrival while not yet admitted
+    events: tuple[RequestEvent, ...] = ()  # its life so far, oldest first
 
 
 @dataclass(frozen=True)
@@ -144,7 +162,8 @@ class EngineSnapshot:
     def from_dict(cls, d: dict[str, Any]) -> EngineSnapshot:
         d = dict(d)
         d["requests"] = tuple(
-            RequestView(**{**r, "blocks": tuple(BlockView(**b) for b in r.get("blocks", ()))})
+            RequestView(**{**r, "blocks": tuple(BlockView(**b) for b in r.get("blocks", ())),
+                           "events": tuple(RequestEvent(**e) for e in r.get("events", ()))})
             for r in d.get("requests", ())
         )
         d["totals"] = KVTotals(**d["totals"])

@@ -40,7 +40,14 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from tui.gpu import GpuSampler
-from tui.profile import EngineMode, Profile, ProfileError, defenses_from_dict, engine_config_from_dict
+from tui.profile import (
+    EngineMode,
+    Profile,
+    ProfileError,
+    check_env_name,
+    defenses_from_dict,
+    engine_config_from_dict,
+)
 from tui.serve import routes
 from tui.serve.engine_loop import (
     EngineInfo,
@@ -446,6 +453,17 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+def check_host(host: str) -> str:
+    """``host`` if it is an IP address or a name that resolves, else a one-line ProfileError."""
+    try:
+        socket.getaddrinfo(host, None, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (OSError, UnicodeError, ValueError) as e:
+        shown = host if len(host) <= 60 else host[:57] + "..."
+        raise ProfileError(f"--host {shown!r}: expected an IP address or a resolvable host name "
+                           f"({getattr(e, 'strerror', None) or e})") from None
+    return host
+
+
 def bind_socket(host: str, port: int) -> socket.socket:
     """A listening TCP socket (so ``--port 0`` can report the port it got)."""
     infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
@@ -463,7 +481,15 @@ def bind_socket(host: str, port: int) -> socket.socket:
 
 
 def serve_main(profile: Profile, host: str = "127.0.0.1", port: int = 8000, api_key_env: str | None = None) -> int:
-    """``kvtui serve``: run until SIGINT/SIGTERM; returns the exit code."""
+    """``kvtui serve``: run until SIGINT/SIGTERM; returns the exit code.
+
+    A malformed ``--api-key-env`` or ``--host`` raises :class:`ProfileError` (exit 2) before anything
+    is printed or bound: the name is never echoed (it may be the key itself), the host is checked
+    before the "reachable from other machines" warning.
+    """
+    if api_key_env is not None:
+        check_env_name(api_key_env, "serve --api-key-env")
+    check_host(host)
     api_key = os.environ.get(api_key_env) if api_key_env else None
     if not _is_loopback(host):
         print(f"kvtui serve: WARNING: binding {host}, not loopback: the engine and its control API "
@@ -484,6 +510,8 @@ def serve_main(profile: Profile, host: str = "127.0.0.1", port: int = 8000, api_
         engine.start()
     except EngineStartError as e:
         sock.close()
+        if e.config_refused:  # a profile error: the file and the section, exit 2
+            raise ProfileError(f"{profile.source}: [engine] cannot be built: {e}") from None
         print(f"kvtui serve: cannot start the engine: {e}", file=sys.stderr)
         return 1
     gpu = GpuSampler()

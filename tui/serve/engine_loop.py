@@ -35,7 +35,14 @@ log = logging.getLogger("kvtui.serve")
 
 
 class EngineStartError(RuntimeError):
-    """The engine process could not build its engine (the message says why)."""
+    """The engine process could not build its engine (the message says why).
+
+    ``config_refused``: the engine rejected its config (a profile error, not a crash).
+    """
+
+    def __init__(self, message: str, *, config_refused: bool = False) -> None:
+        super().__init__(message)
+        self.config_refused = config_refused
 
 
 class EngineUnavailable(RuntimeError):
@@ -163,7 +170,8 @@ class EngineLoop:
             raise
         if kind != "ready":
             self._reap()
-            raise EngineStartError(payload)
+            why, message = payload
+            raise EngineStartError(message, config_refused=why == "config")
         self.info = self._make_info(payload, config, defenses)
         self._alive = True
 

@@ -28,7 +28,7 @@ from tui.profile import DefensesConfig, Profile
 from tui.serve.control_client import ControlClient, ControlError, EngineState
 from tui.ui.backend import Backend
 from tui.ui.messages import DefenseName
-from tui.ui.model import HistoryPoint
+from tui.ui.model import HistoryPoint, ServerPoint, server_point
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +83,7 @@ class LiveBackend(Backend):
         self.client: httpx.AsyncClient | None = None
         self.control: ControlClient | None = None  # the local engine's control API
         self._history: deque[HistoryPoint] = deque(maxlen=HISTORY_LEN)
+        self._server_history: deque[ServerPoint] = deque(maxlen=HISTORY_LEN)
         self._t0 = 0.0
         self._next_history = 0.0
         self._next_metrics = 0.0
@@ -182,7 +183,11 @@ class LiveBackend(Backend):
                 changes["gpu"] = gpu
             elif asked:
                 self._next_metrics = now_loop + 1.0 / METRICS_HZ
-                changes["server"] = await self._get_metrics()
+                gauges, note = await self._get_metrics()
+                if gauges is not None:
+                    self._server_history.append(server_point(now_loop - self._t0, gauges, self.latest.server))
+                    changes["server_history"] = tuple(self._server_history)
+                changes.update(server=gauges, server_note=note)
             if asked and self._poll_error is not None:
                 self._poll_error = None
                 changes.update(status=f"reconnected to {self.root_url}", status_level="info")
@@ -212,13 +217,19 @@ class LiveBackend(Backend):
             changes["load"] = dataclasses.replace(self.load, running=running)
         self.publish(**changes)
 
-    async def _get_metrics(self) -> ServerGauges:
+    async def _get_metrics(self) -> tuple[ServerGauges | None, str]:
+        """The server's gauges, or None and why not: a server without ``/metrics`` is no error."""
         from tui.metrics.prom import parse_server_gauges
 
         assert self.client is not None
-        resp = await self.client.get(f"{self.root_url}/metrics")
+        url = f"{self.root_url}/metrics"
+        resp = await self.client.get(url)
+        if resp.status_code in (404, 405):
+            return None, f"{url} answers HTTP {resp.status_code}: this server exports no Prometheus metrics"
         resp.raise_for_status()
-        return parse_server_gauges(resp.text)
+        if "text/html" in resp.headers.get("content-type", ""):
+            return None, f"{url} answers with a web page, not Prometheus metrics"
+        return parse_server_gauges(resp.text), ""
 
     def _explain(self, e: Exception) -> str:
         msg = str(e) if isinstance(e, ControlError) else describe_http_error(e, self.root_url, self._api_key_env)
