@@ -25,6 +25,8 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check tui tests bench
+	$(BIN)/lint-imports
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 bench: $(STAMP)

@@ -114,8 +114,8 @@ async def _measure(base_url: str, rate: float, duration_s: float) -> dict[str, f
 
 
 def _window_cost_ms() -> float:
-    from tui.load.records import RequestRecord
     from tui.metrics.window import RollingWindow
+    from tui.records.request import RequestRecord
 
     w = RollingWindow(window_s=1e9, clock=lambda: 0.0)
     rng = np.random.default_rng(0)

@@ -1,4 +1,4 @@
-"""The ``kvtui`` command: dashboard (default), ``--record``, ``serve`` and ``report``."""
+"""The ``kvtui`` command: dashboard (default), ``--record``, ``serve``, ``report`` and ``profiles``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,17 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tui import __version__
-from tui.profile import Profile, ProfileError, load_profile
+from tui.profile import (
+    Profile,
+    ProfileError,
+    apply_overrides,
+    check_base_url,
+    check_env_name,
+    dump_profile,
+    find_profile,
+    load_profile,
+    shipped_profiles,
+)
 
 DESCRIPTION = """\
 kvtui: see, and measure, what continuous batching and a paged KV cache buy over static batching.
@@ -22,20 +32,63 @@ modes:
   kvtui serve [--host H] [--port P]
                                   the local engine as an OpenAI-compatible server (+ /metrics)
   kvtui report DIR [DIR2]         print a recorded run's table again, or compare two runs
+  kvtui profiles [show NAME]      list the shipped profiles, or print one with defaults filled in
 """
 
 EPILOG = """\
-profiles: TOML files describing an experiment (see profiles/ in the repository); without
---profile the built-in defaults are used. API keys are never passed on the command line: name
-the environment variable that holds one with --api-key-env (e.g. --api-key-env OPENAI_API_KEY).
+profiles: a TOML file describes an experiment. --profile takes the name of a shipped profile
+(`kvtui profiles` lists them) or a path to a file (a path that exists wins); without --profile the
+built-in defaults are used. --set KEY=VALUE (repeatable) overrides any key by its dotted path, the
+value written as in TOML; arrays are indexed from 0:
+  kvtui --record --profile compare --set stages.0.rate=2 --set 'record.modes=["continuous+paged"]' --out runs/x
+  kvtui --profile baseline --rate 8 --set engine.batching=static
+--rate, --num-requests and --duration are short for --set load.rate / load.num_requests /
+load.duration_s (for a profile with [[stages]], --num-requests and --duration set every stage's).
+A recorded run's profile.toml has the overrides applied: --profile RUN_DIR repeats the run.
+API keys are never passed on the command line: name the environment variable that holds one with
+--api-key-env (e.g. --api-key-env OPENAI_API_KEY).
 """
+
+# The short flags and the profile key each one sets (through the same path as --set).
+ALIASES = {"rate": "load.rate", "num_requests": "load.num_requests", "duration": "load.duration_s"}
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--profile", metavar="FILE", type=Path, help="experiment profile (TOML); default: built-in")
+    p.add_argument("--profile", metavar="NAME|FILE", help="shipped profile name (e.g. compare), a TOML file, or a recorded run's directory; default: built-in")
     p.add_argument("--target", metavar="URL", help="base URL of an OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")
     p.add_argument("--model", metavar="NAME", help="model name to request from --target")
     p.add_argument("--api-key-env", metavar="NAME", help="environment variable holding the API key (never the key itself)")
+    _set_option(p)
+    _checkpoint_options(p)
+    p.add_argument("--rate", metavar="REQ/S", help="arrival rate in requests/s (= --set load.rate=REQ/S)")
+    p.add_argument("--num-requests", metavar="N", help="requests to send with --record (= --set load.num_requests=N)")
+    p.add_argument("--duration", metavar="SECONDS", help="how long to send with --record (= --set load.duration_s=SECONDS)")
+
+
+def _checkpoint_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model-path", metavar="DIR", help="a local Hugging Face checkpoint for the local engine (= --set engine.model_path=DIR)")
+    p.add_argument("--served-model-name", metavar="NAME",
+                   help="the name the local engine serves (default: org/name from the Hugging Face cache layout, else the directory's name)")
+
+
+def with_checkpoint(args: argparse.Namespace, prof: Profile, *, local: bool) -> Profile:
+    """``--model-path`` / ``--served-model-name`` applied; a local engine's checkpoint is checked here, before
+    anything starts, so a missing or malformed file exits 2 with one line (a CheckpointError is a ProfileError)."""
+    engine = prof.engine
+    if args.model_path:
+        engine = dataclasses.replace(engine, model_path=args.model_path)
+    if args.served_model_name:
+        engine = dataclasses.replace(engine, served_model_name=args.served_model_name)
+    if local and engine.model_path:
+        from tui.engine.checkpoint import check_checkpoint
+
+        check_checkpoint(engine.model_path)
+    return dataclasses.replace(prof, engine=engine)
+
+
+def _set_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--set", dest="overrides", metavar="KEY=VALUE", action="append", default=[],
+                   help="override a profile key by dotted path, e.g. load.rate=8 or stages.0.num_requests=20 (repeatable)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -49,33 +102,79 @@ def build_parser() -> argparse.ArgumentParser:
     _common(parser)
     parser.add_argument("--record", action="store_true", help="run headless and record (needs --out)")
     parser.add_argument("--out", metavar="DIR", type=Path, help="output directory for --record")
-    sub = parser.add_subparsers(dest="command", metavar="{serve,report}")
+    sub = parser.add_subparsers(dest="command", metavar="{serve,report,profiles}")
 
     serve = sub.add_parser("serve", help="run the local engine as an OpenAI-compatible server")
-    serve.add_argument("--profile", metavar="FILE", type=Path, help="profile whose [engine] and [defenses] to use")
+    serve.add_argument("--profile", metavar="NAME|FILE", help="profile (name or file) whose [engine] and [defenses] to use")
     serve.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1; anything else is exposed)")
     serve.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
     serve.add_argument("--api-key-env", metavar="NAME", help="require the bearer token held in this environment variable")
+    _checkpoint_options(serve)
+    _set_option(serve)
 
     report = sub.add_parser("report", help="print the table of a recorded run, or compare two")
     report.add_argument("dirs", nargs="+", type=Path, metavar="DIR", help="one run directory, or two to compare")
+
+    profiles = sub.add_parser("profiles", help="list the shipped profiles; `profiles show NAME` prints one in full",
+                              description="List the shipped profiles (name and description); `show NAME` prints one.")
+    show_sub = profiles.add_subparsers(dest="profiles_command", metavar="{show}")
+    show = show_sub.add_parser("show", help="print a profile as TOML with every default filled in")
+    show.add_argument("name", metavar="NAME|FILE", help="a shipped profile's name, or a profile file")
+    _set_option(show)
     return parser
+
+
+def load_named_profile(ref: str | None, overrides: Sequence[str] = ()) -> Profile:
+    """The profile ``--profile`` names (a path, or a shipped name; the built-in one if None), overridden."""
+    prof = load_profile(find_profile(ref)) if ref else Profile()
+    return apply_overrides(prof, overrides)
+
+
+def alias_overrides(args: argparse.Namespace, prof: Profile) -> list[str]:
+    """``--rate``/``--num-requests``/``--duration`` as ``--set`` items.
+
+    A profile with ``[[stages]]`` records those, not ``[load]``: there --num-requests and --duration set
+    every stage's, and --rate (one rate for every stage would defeat the stages) is refused for --record.
+    """
+    items = []
+    for dest, key in ALIASES.items():
+        value = getattr(args, dest, None)
+        if value is None:
+            continue
+        if prof.stages and getattr(args, "record", False):
+            field = key.split(".")[1]
+            if dest == "rate":
+                raise ProfileError(
+                    f"--rate sets load.rate, but profile {prof.name!r} records its [[stages]], each at its own rate; "
+                    "set one with --set stages.0.rate=RATE")
+            items += [f"stages.{i}.{field}={value}" for i in range(len(prof.stages))]
+        else:
+            items.append(f"{key}={value}")
+    return items
+
+
+def print_profiles() -> int:
+    """``kvtui profiles``: every shipped profile's name and one-line description."""
+    shipped = {name: load_profile(path) for name, path in shipped_profiles().items()}
+    width = max(map(len, shipped), default=0)
+    for name, prof in shipped.items():
+        print(f"{name:<{width}}  {prof.description}")
+    print("\nuse: kvtui --profile NAME ...   see one in full: kvtui profiles show NAME")
+    return 0
 
 
 def resolve_profile(args: argparse.Namespace) -> Profile:
     """The profile named by --profile (or the built-in one), with command-line overrides applied."""
-    prof = load_profile(args.profile) if args.profile else Profile()
+    prof = load_named_profile(args.profile)
+    prof = apply_overrides(prof, [*alias_overrides(args, prof), *getattr(args, "overrides", [])])
     target = prof.target
     if getattr(args, "target", None):
-        if not args.target.startswith(("http://", "https://")):
-            raise ProfileError(f"--target {args.target!r}: expected an http:// or https:// URL")
+        check_base_url(args.target, "--target")
         target = dataclasses.replace(target, kind="openai", base_url=args.target)
     if getattr(args, "model", None):
         target = dataclasses.replace(target, model=args.model)
     if getattr(args, "api_key_env", None):
-        name = args.api_key_env
-        if not name.replace("_", "").isalnum():
-            raise ProfileError("--api-key-env: expected the NAME of an environment variable, not a key")
+        name = check_env_name(args.api_key_env, "--api-key-env")
         target = dataclasses.replace(target, api_key_env=name)
     if target.kind == "openai" and not target.model:
         raise ProfileError("--target needs --model NAME (the model the endpoint serves)")
@@ -88,19 +187,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "report":
-            from tui.metrics.report import report_main
+            from tui.report import report_main
 
             return report_main(args.dirs)
         if args.command == "serve":
             from tui.serve.app import serve_main
 
-            prof = load_profile(args.profile) if args.profile else Profile()
+            prof = with_checkpoint(args, load_named_profile(args.profile, args.overrides), local=True)
             return serve_main(prof, host=args.host, port=args.port, api_key_env=args.api_key_env)
+        if args.command == "profiles":
+            if args.profiles_command == "show":
+                print(dump_profile(load_named_profile(args.name, args.overrides)), end="")
+                return 0
+            return print_profiles()
+        if not args.record and (args.num_requests is not None or args.duration is not None):
+            parser.error("--num-requests and --duration are only used with --record")
         prof = resolve_profile(args)
+        prof = with_checkpoint(args, prof, local=prof.target.kind == "local")
         if args.record:
             if args.out is None:
                 parser.error("--record needs --out DIR")
-            from tui.load.record import record_main
+            from tui.record import record_main
 
             return record_main(prof, args.out)
         if args.out is not None:

@@ -76,7 +76,8 @@ def test_contiguous_layout_reserves_the_whole_length_at_admission_and_shares_not
     assert kv.grow(b, 30)  # already reserved
     c = request("c", [1] * 10, 10)  # needs 20; the arena has 18 left
     assert not kv.admit(c, 10, NO_PREFIX)
-    assert kv.can_ever_fit(c) and not kv.can_ever_fit(request("d", [1] * 60, 10))
+    assert kv.never_fits(c) is None
+    assert kv.never_fits(request("d", [1] * 60, 10)) == "prompt + max_tokens = 70 tokens can never fit the KV cache (64 slots)"
     assert [kv.slot("b", p) for p in (0, 9)] == [16, 25]
     assert kv.run_index(["b"], [9], 3).tolist() == [16, 20, 24]
     assert kv.run_index(["b"], [5], 3).tolist() == [16, 20, 0]  # the run past its context reads slot 0
@@ -107,8 +108,8 @@ class SlabKV:
         self.owner: list[str | None] = [None] * (spec.num_slots // self.slab)
         self.where: dict[str, int] = {}
 
-    def can_ever_fit(self, req: Request) -> bool:
-        return req.max_total_tokens <= self.slab and bool(self.owner)
+    def never_fits(self, req: Request) -> str | None:
+        return None if req.max_total_tokens <= self.slab and self.owner else "longer than a slab"
 
     def match_prefix(self, req: Request) -> PrefixMatch:
         return NO_PREFIX

@@ -1,4 +1,4 @@
-"""The core (engine, load, metrics, profile) never imports Textual: the recorder runs with no terminal."""
+"""The core (engine, records, load, metrics, profile) never imports Textual: the recorder runs with no terminal."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).parents[2] / "tui"
-CORE = [ROOT / "engine", ROOT / "load", ROOT / "metrics", ROOT / "profile.py"]
+CORE = [ROOT / "engine", ROOT / "records", ROOT / "load", ROOT / "metrics", ROOT / "profile.py", ROOT / "errors.py"]
 ENGINE_FREE = [ROOT / "engine"]  # the engine knows nothing of HTTP or screens
 
 

@@ -7,8 +7,8 @@ import json
 import polars as pl
 import pytest
 
-from tui.load.record import record_main
 from tui.profile import load_profile
+from tui.record import record_main
 
 pytestmark = pytest.mark.slow
 

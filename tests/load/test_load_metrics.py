@@ -10,7 +10,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tui.load.records import REQUEST_SCHEMA, RequestRecord, rows_to_table
 from tui.metrics import stats
 from tui.metrics.prom import parse_server_gauges
 from tui.metrics.summary import (
@@ -22,6 +21,8 @@ from tui.metrics.summary import (
 )
 from tui.metrics.window import RollingWindow
 from tui.profile import SloConfig
+from tui.records.parquet import rows_to_table
+from tui.records.request import REQUEST_SCHEMA, RequestRecord
 
 
 @settings(max_examples=200, deadline=None)

@@ -16,10 +16,10 @@ import pyarrow.parquet as pq
 import pytest
 from loadfake_server import FakeConfig
 
-from tui.load.record import record_main
-from tui.load.records import PartWriter, read_records
-from tui.metrics.report import report_main
 from tui.profile import load_profile
+from tui.record import record_main
+from tui.records.parquet import PartWriter, read_records
+from tui.report import report_main
 
 KEY = "sk-test-7f3a9c1e5b-secret"
 REPO = Path(__file__).resolve().parents[2]

@@ -10,10 +10,10 @@ import numpy as np
 from loadfake_server import FakeConfig
 from scipy import stats
 
-from tui.load.records import RequestRecord
 from tui.load.runner import LoadRunner
 from tui.metrics.window import RollingWindow
 from tui.profile import LengthDist, LoadConfig, Profile, TargetConfig, WorkloadConfig
+from tui.records.request import RequestRecord
 
 # fault injected by the fake server -> the status the record must carry
 FAULTS = {
@@ -104,7 +104,7 @@ async def test_live_rate_change_takes_effect_without_a_burst(fake_server):
     loop = asyncio.get_running_loop()
     await runner.start()
     await asyncio.sleep(0.5)
-    from tui.load.records import mono_to_wall
+    from tui.records.clock import mono_to_wall
 
     t_change = mono_to_wall(loop.time())
     sent_before = runner.scheduled
@@ -191,3 +191,27 @@ async def test_restarting_continues_indices_and_ids(fake_server):
     await runner.aclose()
     assert sorted(r.index for r in recs) == list(range(10))
     assert len({r.request_id for r in recs}) == 10
+
+
+async def test_a_rate_beyond_the_target_holds_at_most_max_pending_and_records_late_sends(fake_server):
+    """Bounded by design: at a million requests per second no more than ``max_pending`` exist at once;
+    the rest are sent as room frees, each with its dispatch lag recorded (the truth: the client is late)."""
+    srv = fake_server(FakeConfig(ttft_s=0.1, token_delay_s=0.0))
+    recs: list[RequestRecord] = []
+    peak = 0
+
+    def on_send(rec: RequestRecord) -> None:
+        nonlocal peak
+        peak = max(peak, runner.in_flight + 1)  # this one is about to join the open ones
+
+    runner = LoadRunner(profile(srv.base_url, rate=1e6, out_len=2), on_record=recs.append, on_send=on_send,
+                        max_pending=8, text_unit="char")
+    try:
+        await runner.run(num_requests=40, drain_timeout_s=10.0)
+    finally:
+        await runner.aclose()
+    assert peak <= 8
+    assert sorted(r.index for r in recs) == list(range(40))
+    assert all(r.status == "ok" for r in recs)
+    # 40 requests due within 40 microseconds, eight at a time, 0.1 s each: the last ones go out ~0.4 s late
+    assert max(r.dispatch_lag_s for r in recs) > 0.3

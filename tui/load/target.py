@@ -17,12 +17,13 @@ import contextlib
 import json
 import os
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 
-from tui.load.records import RequestRecord, now
+from tui.errors import address_of, one_line, root_url, unauthorized_message
 from tui.load.workload import RequestSpec
+from tui.records.clock import now
+from tui.records.request import RequestRecord
 
 
 class PreflightError(Exception):
@@ -34,19 +35,6 @@ def read_api_key(env_name: str | None) -> str | None:
     if not env_name:
         return None
     return os.environ.get(env_name) or None
-
-
-def root_url(base_url: str) -> str:
-    """The server root of an API base URL: ``http://h:8000/v1`` -> ``http://h:8000`` (for /metrics)."""
-    url = base_url.rstrip("/")
-    return url[: -len("/v1")] if url.endswith("/v1") else url
-
-
-def address_of(url: str) -> str:
-    """``host:port`` of a URL, for messages about connections."""
-    parts = urlsplit(url)
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    return f"{parts.hostname}:{port}"
 
 
 def _error_message(text: str) -> str:
@@ -175,12 +163,12 @@ class OpenAITarget:
             else:
                 rec.status, rec.reason = "timeout", f"no complete answer within {self.timeout_s:g} s"
         except httpx.ConnectError as e:
-            rec.status, rec.reason = "connect_error", f"cannot connect to {address_of(self.url)}: {_short(e)}"
+            rec.status, rec.reason = "connect_error", f"cannot connect to {address_of(self.url)}: {one_line(e, 160)}"
         except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as e:
             rec.status = "stream_cut" if rec.http_status is not None else "connect_error"
-            rec.reason = f"connection closed: {_short(e)}"
+            rec.reason = f"connection closed: {one_line(e, 160)}"
         except (httpx.HTTPError, OSError, UnicodeDecodeError) as e:
-            rec.status, rec.reason = "stream_cut", f"{type(e).__name__}: {_short(e)}"
+            rec.status, rec.reason = "stream_cut", f"{type(e).__name__}: {one_line(e, 160)}"
         rec.reason = self.scrub(rec.reason)
         self._finish(rec)
         return rec
@@ -282,11 +270,11 @@ class OpenAITarget:
         except httpx.TimeoutException:
             raise PreflightError(f"{models_url} did not answer within {min(self.timeout_s, 15.0):g} s") from None
         except httpx.HTTPError as e:
-            raise PreflightError(f"cannot reach {models_url}: {self.scrub(_short(e))}") from None
+            raise PreflightError(f"cannot reach {models_url}: {self.scrub(one_line(e, 160))}") from None
         text = resp.text[:65536]
         ctype = resp.headers.get("content-type", "")
         if resp.status_code in (401, 403):
-            raise PreflightError(self._auth_message(resp.status_code, models_url))
+            raise PreflightError(unauthorized_message(resp.status_code, models_url, self.api_key_env))
         if _looks_html(ctype, text):
             raise PreflightError(
                 f"{models_url} answered with an HTML page, not the OpenAI API: the base URL must be the API "
@@ -310,7 +298,7 @@ class OpenAITarget:
         if rec.status == "ok":
             return models
         if rec.status == "http_401":
-            raise PreflightError(self._auth_message(rec.http_status or 401, self.url))
+            raise PreflightError(unauthorized_message(rec.http_status or 401, self.url, self.api_key_env))
         if rec.status == "http_404":
             if models:
                 raise PreflightError(self._model_message(models))
@@ -324,30 +312,10 @@ class OpenAITarget:
 
     def _connect_message(self, e: Exception) -> str:
         return (
-            f"cannot connect to {address_of(self.base_url)} ({_short(e)}): is the server running, "
+            f"cannot connect to {address_of(self.base_url)} ({one_line(e, 160)}): is the server running, "
             f"and is the base URL {self.base_url} right?"
         )
-
-    def _auth_message(self, code: int, url: str) -> str:
-        name = self.api_key_env
-        if not name:
-            return (
-                f"{url} answered {code} Unauthorized and no API key was sent: name the environment variable "
-                "that holds the key with --api-key-env NAME (or target.api_key_env in the profile)"
-            )
-        if name not in os.environ:
-            state = "which is not set"
-        elif not os.environ[name]:
-            state = "which is set but empty"
-        else:
-            state = "which is set, but the server refused its value"
-        return f"{url} answered {code} Unauthorized: the API key is read from the environment variable {name}, {state}"
 
     def _model_message(self, models: list[str]) -> str:
         shown = ", ".join(models[:20]) + (f" (and {len(models) - 20} more)" if len(models) > 20 else "")
         return f"model {self.model!r} is not served by {self.base_url}; it offers: {shown}"
-
-
-def _short(e: BaseException) -> str:
-    text = str(e) or type(e).__name__
-    return " ".join(text.split())[:160]

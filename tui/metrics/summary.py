@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from tui.load.records import FAILURE_STATUSES
 from tui.metrics import stats
 from tui.profile import SloConfig
+from tui.records.request import FAILURE_STATUSES
 
 # Reasons that mean "the KV cache could not hold it" (the engine's own word, or a server's OOM text).
 _KV_FULL = ("too_long", "kv", "oom", "out of memory", "memory")
@@ -47,7 +47,9 @@ DISPLAY: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def _fmt(value: Any, kind: str) -> str:
+def format_cell(value: Any, kind: str) -> str:
+    """One table cell as the summary table prints it; ``kind``: "s" text, "d" integer, "ms"
+    milliseconds, "p" percent, "r" any other number ("-" for a missing or non-finite value)."""
     if value is None or (isinstance(value, float) and not np.isfinite(value)):
         return "-"
     if kind == "s":
@@ -213,7 +215,7 @@ def _row(stage: str, mode: str, r: pl.DataFrame, steps: pl.DataFrame | None, gpu
 def display_rows(df: pl.DataFrame) -> tuple[list[str], list[list[str]]]:
     """(headers, formatted rows) of the printed table."""
     headers = [h for _, h, _ in DISPLAY]
-    rows = [[_fmt(row.get(col), kind) for col, _, kind in DISPLAY] for row in df.iter_rows(named=True)]
+    rows = [[format_cell(row.get(col), kind) for col, _, kind in DISPLAY] for row in df.iter_rows(named=True)]
     return headers, rows
 
 
@@ -311,7 +313,7 @@ def to_rich(df: pl.DataFrame, title: str | None = None):
             t.add_column(spec[col][0], justify="left" if col in ("stage", "mode", "failures") else "right",
                          no_wrap=col != "failures")
         for row in df.iter_rows(named=True):
-            t.add_row(*[_fmt(row.get(col), spec[col][1]) for col in cols])
+            t.add_row(*[format_cell(row.get(col), spec[col][1]) for col in cols])
         tables.append(t)
         if i == 0 and title:
             title = None  # the second half needs no repeat of the run's name

@@ -11,9 +11,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-from tui.load.records import RequestRecord, now
 from tui.metrics import stats
 from tui.metrics.types import WindowStats
+from tui.records.clock import now
+from tui.records.request import RequestRecord
 
 
 class _Columns:

@@ -11,7 +11,8 @@ Messages (pickled over a ``multiprocessing.connection.Connection``):
 
 - parent → here: ``(config, defenses)`` once, then ``("cmd", seq | None, name, args)``; ``seq`` None
   wants no reply. ``add`` carries ``(request_id, prompt_token_ids, SamplingParams)``.
-- here → parent: ``("ready", info)`` or ``("failed", message)`` once; then ``("out", outputs,
+- here → parent: ``("ready", info)`` or ``("failed", (kind, message))`` once (kind ``config``
+  when the engine refused its config); then ``("out", outputs,
   preempted)`` after each step that produced something, with outputs as ``(request_id,
   new_token_ids, finished, finish_reason, prompt_tokens, output_tokens)`` tuples;
   ``("reply", seq, ok, payload)``; ``("refused", request_id, reason, message)`` when an ``add`` (sent
@@ -43,6 +44,7 @@ def engine_info(engine: Any) -> dict[str, Any]:
         "max_model_len": engine.max_model_len,
         "vocab_size": tok.vocab_size,
         "eos_token_id": getattr(tok, "eos_token_id", None),
+        "dtype": str(engine.dtype).removeprefix("torch."),
         "tokenizer": tok,
     }
 
@@ -207,8 +209,11 @@ def main(argv: list[str] | None = None) -> int:
             from tui.engine.engine import Engine
 
             engine = Engine(config, defenses)
+        except ValueError as e:  # the engine refused the config (e.g. a budget that holds no block)
+            conn.send(("failed", ("config", str(e))))
+            return 1
         except Exception as e:
-            conn.send(("failed", f"{type(e).__name__}: {e}"))
+            conn.send(("failed", ("error", f"{type(e).__name__}: {e}")))
             return 1
         conn.send(("ready", engine_info(engine)))
         EngineCore(conn, engine).run()

@@ -20,7 +20,8 @@ from tui.engine.snapshot import (
     contiguous_totals,
     paged_totals,
 )
-from tui.metrics.types import GpuSample, Percentiles, ServerGauges, WindowStats
+from tui.gpu import GpuSample
+from tui.metrics.types import Percentiles, ServerGauges, WindowStats
 from tui.ui.model import DashboardSnapshot, HistoryPoint, LoadState, TargetInfo
 
 

@@ -12,6 +12,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import get_args
 
+from tui.errors import root_url
 from tui.load.arrivals import ArrivalKind
 from tui.profile import DefensesConfig, LengthDist, Profile, WorkloadConfig
 from tui.ui.messages import DefenseName
@@ -126,6 +127,10 @@ class Backend:
     def set_rate(self, rate: float) -> None:
         self.publish(load=dataclasses.replace(self.load, rate=rate))
 
+    def nudge_rate(self, up: bool) -> None:
+        """One step up or down the rate ladder."""
+        self.set_rate(nudge_rate(self.load.rate, up=up))
+
     def cycle_arrival(self) -> None:
         cur = ARRIVALS.index(self.load.arrival) if self.load.arrival in ARRIVALS else -1
         self.publish(load=dataclasses.replace(self.load, arrival=ARRIVALS[(cur + 1) % len(ARRIVALS)]))
@@ -140,6 +145,18 @@ class Backend:
 
     async def set_mode(self, batching: str | None, kv: str | None) -> None:
         self.set_status("no engine connected: the mode cannot change", "warn")
+
+    async def toggle_batching(self) -> None:
+        """Static if the engine batches continuously, else continuous."""
+        engine = self.latest.engine
+        current = engine.batching if engine is not None else self.profile.engine.batching
+        await self.set_mode("static" if current == "continuous" else "continuous", None)
+
+    async def toggle_kv(self) -> None:
+        """Contiguous if the engine's KV is paged, else paged."""
+        engine = self.latest.engine
+        current = engine.kv if engine is not None else self.profile.engine.kv
+        await self.set_mode(None, "contiguous" if current == "paged" else "paged")
 
     async def toggle_pause(self) -> None:
         self.set_status("no engine connected: nothing to pause", "warn")
@@ -156,8 +173,7 @@ def target_info(profile: Profile) -> TargetInfo:
     t = profile.target
     if t.kind == "local":
         return TargetInfo(kind="local", label="local engine", model=t.model or "", controllable=True)
-    root = (t.base_url or "").rstrip("/").removesuffix("/v1")
-    return TargetInfo(kind="openai", label=root, model=t.model or "", controllable=False)
+    return TargetInfo(kind="openai", label=root_url(t.base_url or ""), model=t.model or "", controllable=False)
 
 
 class FixedBackend(Backend):

@@ -1,4 +1,4 @@
-"""``kvtui report DIR [DIR2]``: a recorded run's comparison table again, or two runs side by side.
+"""The report, ``kvtui report DIR [DIR2]``: a recorded run's comparison table again, or two runs side by side.
 
 The table is rebuilt from the Parquet records with the same function the recorder used
 (``summary_table``), so a run that crashed before writing ``summary.csv`` still has a report.
@@ -13,17 +13,19 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+from rich.console import Console
+from rich.table import Table
 
-from tui.load.records import read_records
-from tui.metrics.summary import _fmt as _fmt_cell
 from tui.metrics.summary import (
     client_delay_lines,
     compare_table,
+    format_cell,
     reconciliation_lines,
     summary_table,
     to_rich,
 )
 from tui.profile import Profile, ProfileError, SloConfig, load_profile
+from tui.records.parquet import read_records
 
 
 @dataclass
@@ -73,7 +75,7 @@ def load_run(path: Path) -> RunData:
     return run
 
 
-def _print_run(console, run: RunData) -> None:
+def _print_run(console: Console, run: RunData) -> None:
     title = f"{run.name}" + (" (partial)" if run.partial else "")
     if run.summary.height:
         console.print(to_rich(run.summary, title))
@@ -85,27 +87,25 @@ def _print_run(console, run: RunData) -> None:
         console.print(f"the run ended with an error: {run.info['error']}", markup=False, highlight=False)
 
 
-def _fmt(v: float | None) -> str:
-    return _fmt_cell(v, "r")  # the summary table's own number format, not a second copy of it
-
-
-def _print_compare(console, a: RunData, b: RunData) -> None:
-    from rich.table import Table
-
+def _print_compare(console: Console, a: RunData, b: RunData) -> None:
     df = compare_table(a.summary, b.summary)
     table = Table(title=f"A = {a.name}   B = {b.name}", header_style="bold")
     for col in ("stage", "mode", "metric", "A", "B", "B vs A"):
         table.add_column(col, justify="right" if col in ("A", "B", "B vs A") else "left")
     for row in df.iter_rows(named=True):
         change = "-" if row["change_pct"] is None else f"{row['change_pct']:+.1f}%"
-        table.add_row(row["stage"], row["mode"], row["metric"], _fmt(row["a"]), _fmt(row["b"]), change)
+        table.add_row(row["stage"], row["mode"], row["metric"], format_cell(row["a"], "r"), format_cell(row["b"], "r"), change)
     console.print(table)
+
+
+def wide_console() -> Console:
+    """A stdout console; when stdout is not a terminal, wide enough that the tables never squeeze."""
+    probe = Console()
+    return probe if probe.is_terminal else Console(width=220)
 
 
 def report_main(dirs: list[Path]) -> int:
     """The CLI's ``report``: print one run's table, or compare two; returns the exit code."""
-    from tui.load.record import wide_console
-
     console = wide_console()
     if not 1 <= len(dirs) <= 2:
         print("kvtui report: give one run directory, or two to compare", file=sys.stderr)

@@ -1,4 +1,4 @@
-"""``kvtui --record``: every stage under every mode, headless, into Parquet and the comparison table.
+"""The recorder, ``kvtui --record``: every stage under every mode, headless, into Parquet and the comparison table.
 
 For each stage x mode: (local target) reset the engine into the mode, warm up, run the stage, drain
 with a bound, and collect the engine's steps and GPU samples; (remote target) run the stages as
@@ -16,24 +16,37 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import signal
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
+from rich.console import Console
+from rich.live import Live
+from rich.text import Text
 
-from tui.load.records import PartWriter, RequestRecord, now, read_records
+from tui.errors import api_key_hint, one_line, root_url
 from tui.load.runner import LoadRunner, make_target
-from tui.load.target import OpenAITarget, PreflightError, root_url
+from tui.load.target import OpenAITarget, PreflightError
 from tui.metrics.prom import parse_server_gauges
+from tui.metrics.summary import client_delay_lines, reconciliation_lines, to_markdown, to_rich
 from tui.metrics.types import ServerGauges
 from tui.metrics.window import RollingWindow
-from tui.profile import Profile, Stage, dump_profile, to_dict
+from tui.profile import EngineMode, Profile, Stage, dump_profile
+from tui.records.clock import now
+from tui.records.parquet import PartWriter, read_records
+from tui.records.request import RequestRecord
+from tui.report import load_run, wide_console
+from tui.serve.control_client import ControlClient, ControlError
 
-GRACE_S = 2.0  # how long in-flight requests may finish after Ctrl-C
+if TYPE_CHECKING:
+    from tui.serve.local import LocalServer
+
+GRACE_S = 0.5  # how long in-flight requests may finish after Ctrl-C (the whole stop stays under 2 s)
 FLUSH_EVERY_S = 1.0  # records reach disk at least this often
 POLL_EVERY_S = 1.0  # engine steps and GPU samples are fetched this often (local target)
 DEAD_AFTER_CONNECT_ERRORS = 5  # this many connection failures in a row, none ok between: the server is gone
@@ -50,9 +63,8 @@ class FatalTargetError(Exception):
 class Recorder:
     """One recorded run into ``out``; :meth:`run` returns the exit code."""
 
-    def __init__(self, profile: Profile, out: Path, *, console_err=None, console_out=None):
-        from rich.console import Console
-
+    def __init__(self, profile: Profile, out: Path, *, console_err: Console | None = None,
+                 console_out: Console | None = None):
         self.profile = profile
         self.out = Path(out)
         self.run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
@@ -66,7 +78,7 @@ class Recorder:
         self._writers: dict[str, PartWriter] = {}
         self._runner: LoadRunner | None = None
         self._window: RollingWindow | None = None
-        self._server: Any = None  # tui.serve.local.LocalServer for the local target
+        self._server: LocalServer | None = None  # the local target's server, started by us
         self._steps_seen = 0  # the last engine step collected
 
     # -- entry -------------------------------------------------------------------------------------
@@ -81,8 +93,8 @@ class Recorder:
         signal.signal(signal.SIGTERM, _raise_interrupt)  # outside the event loop (server start-up)
         try:
             if self.profile.target.kind == "local":
-                base_url = self._start_local()
-                root = self._server.root_url
+                server = self._start_local()
+                base_url, root = server.base_url, server.root_url
             else:
                 base_url = self.profile.target.base_url or ""
                 root = root_url(base_url)
@@ -103,18 +115,19 @@ class Recorder:
             self._finish(code)
         return code
 
-    def _start_local(self) -> str:
+    def _start_local(self) -> LocalServer:
+        # Imported here, not at the top: a run against a remote target never loads the server's stack.
         from tui.serve.local import LocalServer
 
-        self._server = LocalServer(self.profile)
+        self._server = server = LocalServer(self.profile)
         self.err.print("[dim]starting the local engine server...[/dim]")
         try:
-            self._server.start()
+            server.start()
         except KeyboardInterrupt:
             raise
         except Exception as e:
-            raise FatalTargetError(f"the local engine server did not start: {_one_line(e)}") from None
-        return self._server.base_url
+            raise FatalTargetError(f"the local engine server did not start: {one_line(e)}") from None
+        return server
 
     # -- the run -----------------------------------------------------------------------------------
 
@@ -125,6 +138,8 @@ class Recorder:
             loop.add_signal_handler(sig, self._on_signal)
         local = self.profile.target.kind == "local"
         target = make_target(self.profile, base_url)
+        # The local engine's controls share the target's client (its pool and headers).
+        control = ControlClient(root, client=target.client, timeout_s=10.0) if local else None
         flusher = asyncio.create_task(self._flush_loop())
         try:
             if local:
@@ -138,7 +153,7 @@ class Recorder:
             for stage, mode in cells:
                 if self._stop.is_set():
                     break
-                await self._run_cell(target, root, stage, mode, local)
+                await self._run_cell(target, control, root, stage, mode)
         finally:
             flusher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -165,27 +180,29 @@ class Recorder:
         assert self._stop is not None
         self._stop.set()
 
-    async def _run_cell(self, target: OpenAITarget, root: str, stage: Stage, mode: str, local: bool) -> None:
+    async def _run_cell(self, target: OpenAITarget, control: ControlClient | None, root: str, stage: Stage,
+                        mode: str) -> None:
+        """One stage under one mode; ``control`` is the local engine's (None for a remote target)."""
         assert self._stop is not None
         rec_cfg = self.profile.record
         note: dict[str, Any] = {"stage": stage.name, "mode": mode, "rate": stage.rate, "partial": True,
                                 "started_t": now()}
         self.cells.append(note)
         step_base = 0
-        if local:
-            step_base = await self._reset_engine(target, root, mode)
+        if control is not None:
+            step_base = await self._reset_engine(control, mode)
         window = RollingWindow(rec_cfg.window_s)
         runner = LoadRunner(self.profile, target=target, rate=stage.rate, stage=stage.name, mode=mode,
                             run_id=self.run_id, on_record=self._on_record, window=window)
         self._runner, self._window = runner, window
         if self.profile.load.warmup_requests:
             await runner.warmup(self.profile.load.warmup_requests, timeout_s=rec_cfg.drain_timeout_s)
-            if local:
-                step_base = await self._engine_step(target, root, step_base)
+            if control is not None:
+                step_base = await self._engine_step(control, step_base)
         before = await self._gauges(target, root)
         kv_samples: list[float] = []  # a remote server's own KV gauge, when it has one
-        if local:
-            poller = asyncio.create_task(self._poll_engine(target, root, stage.name, mode, step_base))
+        if control is not None:
+            poller = asyncio.create_task(self._poll_engine(control, stage.name, mode, step_base))
         else:
             poller = asyncio.create_task(self._poll_server_kv(target, root, kv_samples))
         stop_wait = asyncio.create_task(self._stop.wait())
@@ -209,9 +226,9 @@ class Recorder:
                 poller.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await poller
-        if local:
-            with contextlib.suppress(httpx.HTTPError, ValueError):
-                await self._collect_steps(target, root, stage.name, mode, self._steps_seen)
+        if control is not None:
+            with contextlib.suppress(ControlError):
+                await self._collect_steps(control, stage.name, mode, self._steps_seen)
         after = await self._gauges(target, root)
         for key, field in (("server_prompt_tokens", "prompt_tokens"), ("server_completion_tokens", "generation_tokens"),
                            ("server_preemptions", "num_preemptions")):
@@ -248,8 +265,8 @@ class Recorder:
             elif self._connect_errors >= DEAD_AFTER_CONNECT_ERRORS:
                 self._fail(f"the target stopped answering: {rec.reason}")
         elif rec.status == "http_401":
-            self._fail(f"the target refused the API key mid-run ({rec.reason}); "
-                       f"the key is read from {self.profile.target.api_key_env or 'no environment variable'}")
+            self._fail(f"the target refused the API key mid-run ({rec.reason}): "
+                       f"{api_key_hint(self.profile.target.api_key_env)}")
 
     def _fail(self, message: str) -> None:
         if self.fatal is None:
@@ -259,53 +276,45 @@ class Recorder:
 
     # -- the local engine over its control API ----------------------------------------------------
 
-    async def _reset_engine(self, target: OpenAITarget, root: str, mode_label: str) -> int:
-        from tui.profile import EngineMode
-
+    async def _reset_engine(self, control: ControlClient, mode_label: str) -> int:
         mode = EngineMode.parse(mode_label)
-        body = {"engine": to_dict(self.profile.engine.with_mode(mode)), "defenses": to_dict(self.profile.defenses)}
         try:
-            resp = await target.client.post(f"{root}/kvtui/v1/reset", json=body, timeout=120.0)
-        except httpx.HTTPError as e:
-            raise FatalTargetError(f"cannot reset the local engine into {mode_label}: {_one_line(e)}") from None
-        if resp.status_code != 200:
-            raise FatalTargetError(f"the local engine refused a reset into {mode_label}: HTTP {resp.status_code} "
-                                   f"{resp.text[:200]}")
-        state = resp.json()
-        self._steps_seen = int(state.get("engine", {}).get("step", 0))
+            state = await control.reset(self.profile.engine.with_mode(mode), self.profile.defenses)
+        except ControlError as e:
+            if e.unreachable:
+                raise FatalTargetError(f"cannot reset the local engine into {mode_label}: {e}") from None
+            raise FatalTargetError(f"the local engine refused a reset into {mode_label}: {e}") from None
+        self._steps_seen = state.engine.step
         return self._steps_seen
 
-    async def _engine_step(self, target: OpenAITarget, root: str, default: int) -> int:
-        with contextlib.suppress(httpx.HTTPError, ValueError, KeyError):
-            resp = await target.client.get(f"{root}/kvtui/v1/state", timeout=10.0)
-            self._steps_seen = int(resp.json()["engine"]["step"])
+    async def _engine_step(self, control: ControlClient, default: int) -> int:
+        with contextlib.suppress(ControlError):
+            self._steps_seen = (await control.state()).engine.step
             return self._steps_seen
         return default
 
-    async def _collect_steps(self, target: OpenAITarget, root: str, stage: str, mode: str, since: int) -> None:
-        resp = await target.client.get(f"{root}/kvtui/v1/steps", params={"since": since}, timeout=30.0)
-        resp.raise_for_status()
-        steps = resp.json().get("steps", [])
-        rows = [{**s, "stage": stage, "mode": mode} for s in steps if int(s.get("step", 0)) > since]
-        if rows:
-            self._writers["steps"].add_many(rows)
-            self._steps_seen = max(int(r["step"]) for r in rows)
+    async def _collect_steps(self, control: ControlClient, stage: str, mode: str, since: int) -> None:
+        steps = await control.steps(since, timeout_s=30.0)
+        if steps:
+            self._writers["steps"].add_many([{**dataclasses.asdict(s), "stage": stage, "mode": mode} for s in steps])
+            self._steps_seen = max(s.step for s in steps)
 
-    async def _poll_engine(self, target: OpenAITarget, root: str, stage: str, mode: str, since: int) -> None:
+    async def _poll_engine(self, control: ControlClient, stage: str, mode: str, since: int) -> None:
         """Engine steps and GPU samples as the stage runs (so a crash keeps them too)."""
         self._steps_seen = since
         while True:
             await asyncio.sleep(POLL_EVERY_S)
-            with contextlib.suppress(httpx.HTTPError, ValueError):
-                await self._collect_steps(target, root, stage, mode, self._steps_seen)
-                resp = await target.client.get(f"{root}/kvtui/v1/state", timeout=10.0)
-                gpu = resp.json().get("gpu") or []
-                self._writers["gpu"].add_many([{**g, "stage": stage, "mode": mode} for g in gpu])
+            with contextlib.suppress(ControlError):
+                await self._collect_steps(control, stage, mode, self._steps_seen)
+                gpu = (await control.state()).gpu
+                self._writers["gpu"].add_many([{**dataclasses.asdict(g), "stage": stage, "mode": mode} for g in gpu])
 
     async def _gauges(self, target: OpenAITarget, root: str) -> ServerGauges:
         """The server's own ``/metrics`` gauges and counters (all None when it has no /metrics)."""
         try:
-            resp = await target.client.get(f"{root}/metrics", timeout=10.0)
+            # Stopping (Ctrl-C, a fault): a swamped or dead server must not hold the exit up.
+            stopping = self._stop is not None and self._stop.is_set()
+            resp = await target.client.get(f"{root}/metrics", timeout=0.5 if stopping else 10.0)
         except httpx.HTTPError:
             return ServerGauges()
         if resp.status_code != 200:
@@ -325,13 +334,9 @@ class Recorder:
 
     @contextlib.contextmanager
     def _progress(self, stage: Stage, mode: str):
-        from rich.live import Live
-
         planned = f"/{stage.num_requests}" if stage.num_requests else ""
 
-        def render():
-            from rich.text import Text
-
+        def render() -> Text:
             r, w = self._runner, self._window
             if r is None or w is None:
                 return Text("")
@@ -375,9 +380,6 @@ class Recorder:
 
     def _finish(self, code: int) -> None:
         """Write everything collected, the summary, and print the table (also on errors and Ctrl-C)."""
-        from tui.metrics.report import load_run
-        from tui.metrics.summary import to_markdown, to_rich
-
         for w in self._writers.values():
             w.finish()
         self._write_run_json(finished=True, code=code)
@@ -390,26 +392,16 @@ class Recorder:
         (self.out / "summary.md").write_text(to_markdown(table, title, self.profile.slo), encoding="utf-8")
         if table.height:
             self.console.print(to_rich(table, title))
-            from tui.metrics.summary import client_delay_lines, reconciliation_lines
-
             for line in reconciliation_lines(table) + client_delay_lines(table):
                 self.console.print(line, markup=False, highlight=False)
         self.err.print(f"records written to {self.out} ({read_records(self.out).num_rows} requests)", highlight=False)
-
-
-def wide_console():
-    """A stdout console; when stdout is not a terminal, wide enough that the tables never squeeze."""
-    from rich.console import Console
-
-    probe = Console()
-    return probe if probe.is_terminal else Console(width=220)
 
 
 def _raise_interrupt(signum, frame):  # SIGTERM outside the event loop behaves like Ctrl-C
     raise KeyboardInterrupt
 
 
-def _server_tail(server: Any) -> str:
+def _server_tail(server: LocalServer) -> str:
     with contextlib.suppress(Exception):
         lines = [line for line in server.log_tail(3) if line.strip()]
         return f" (its last log line: {lines[-1].strip()})" if lines else ""
@@ -418,10 +410,6 @@ def _server_tail(server: Any) -> str:
 
 def _failures(failed: dict[str, int]) -> str:
     return " (" + ", ".join(f"{k} {v}" for k, v in sorted(failed.items())) + ")" if failed else ""
-
-
-def _one_line(e: BaseException) -> str:
-    return " ".join((str(e) or type(e).__name__).split())[:300]
 
 
 def record_main(profile: Profile, out: Path) -> int:

@@ -1,0 +1,106 @@
+"""Crash-safe Parquet files of records: the writer, the reader, and the table of schemas.
+
+Writing: every second or so the finished records are written as one small, complete Parquet file
+under ``DIR/.parts/NAME/``; at the end the parts are joined into ``DIR/NAME.parquet``. A crash
+therefore loses at most the last second, and what is on disk is always readable
+(:func:`read_records` reads the joined file, or the parts of a run that never finished).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tui.records.gpu import GPU_SCHEMA
+from tui.records.request import REQUEST_SCHEMA
+from tui.records.step import STEP_SCHEMA
+
+SCHEMAS = {"requests": REQUEST_SCHEMA, "steps": STEP_SCHEMA, "gpu": GPU_SCHEMA}
+
+
+def rows_to_table(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
+    """Rows (dicts; unknown keys ignored, missing ones null) as a table of exactly ``schema``."""
+    cols = {name: [r.get(name) for r in rows] for name in schema.names}
+    return pa.table(cols, schema=schema)
+
+
+class PartWriter:
+    """Appends rows as small complete Parquet files under ``DIR/.parts/NAME/``; ``finish()`` joins them."""
+
+    def __init__(self, out_dir: Path, name: str, schema: pa.Schema | None = None):
+        self.out_dir = Path(out_dir)
+        self.name = name
+        self.schema = schema if schema is not None else SCHEMAS[name]
+        self.parts_dir = self.out_dir / ".parts" / name
+        self.parts_dir.mkdir(parents=True, exist_ok=True)
+        self._pending: list[dict[str, Any]] = []
+        self._n_parts = len(list(self.parts_dir.glob("part-*.parquet")))
+
+    def add(self, row: dict[str, Any]) -> None:
+        self._pending.append(row)
+
+    def add_many(self, rows: list[dict[str, Any]]) -> None:
+        self._pending.extend(rows)
+
+    def flush(self) -> None:
+        """Write what is pending as one part file (written to a temp name, then renamed: never half a file)."""
+        if not self._pending:
+            return
+        table = rows_to_table(self._pending, self.schema)
+        path = self.parts_dir / f"part-{self._n_parts:06d}.parquet"
+        tmp = path.with_suffix(".tmp")
+        pq.write_table(table, tmp)
+        os.replace(tmp, path)
+        self._n_parts += 1
+        self._pending.clear()
+
+    def finish(self) -> Path:
+        """Flush, join all parts into ``DIR/NAME.parquet`` (atomically) and remove the parts."""
+        self.flush()
+        table = _read_parts(self.parts_dir, self.schema)
+        final = self.out_dir / f"{self.name}.parquet"
+        tmp = final.with_suffix(".parquet.tmp")
+        pq.write_table(table, tmp)
+        os.replace(tmp, final)
+        shutil.rmtree(self.parts_dir, ignore_errors=True)
+        parts_root = self.out_dir / ".parts"
+        if parts_root.is_dir() and not any(parts_root.iterdir()):
+            parts_root.rmdir()
+        return final
+
+
+def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table`` with exactly ``schema``'s columns: a column an older run lacks reads as nulls."""
+    cols = [
+        table.column(f.name).cast(f.type) if f.name in table.column_names else pa.nulls(table.num_rows, f.type)
+        for f in schema
+    ]
+    return pa.Table.from_arrays(cols, schema=schema)
+
+
+def _read_parts(parts_dir: Path, schema: pa.Schema) -> pa.Table:
+    tables = [pq.read_table(p) for p in sorted(parts_dir.glob("part-*.parquet"))]
+    if not tables:
+        return schema.empty_table()
+    return pa.concat_tables([_conform(t, schema) for t in tables])
+
+
+def read_records(run_dir: Path, name: str = "requests") -> pa.Table:
+    """A run's ``NAME.parquet``, plus any parts a crashed run left behind; empty (with schema) if none."""
+    run_dir = Path(run_dir)
+    schema = SCHEMAS[name]
+    tables = []
+    final = run_dir / f"{name}.parquet"
+    if final.is_file():
+        tables.append(_conform(pq.read_table(final), schema))
+    parts = run_dir / ".parts" / name
+    if parts.is_dir():
+        tables.append(_read_parts(parts, schema))
+    if not tables:
+        return schema.empty_table()
+    return pa.concat_tables(tables)

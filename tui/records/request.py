@@ -1,0 +1,112 @@
+"""The per-request record: raw timestamps of one request, its status, and its Parquet schema.
+
+A record keeps raw timestamps (wall-clock seconds on the records' clock, :mod:`tui.records.clock`,
+so they line up with the engine's step records) and nothing derived: TTFT, TPOT and the rest are
+computed in one place, ``tui.metrics.stats``, from these columns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import pyarrow as pa
+
+# Status taxonomy: every record ends with exactly one of these.
+OK = "ok"
+STATUSES = (
+    "ok",
+    "http_401",  # unauthorized (also 403): the API key is missing or wrong
+    "http_404",  # unknown model or no such API path
+    "http_429",  # rate limited
+    "http_5xx",  # server error
+    "connect_error",  # could not connect (refused, DNS, TLS)
+    "timeout",  # the client gave up after target.timeout_s, or the server's wait timeout fired
+    "stream_cut",  # the stream ended without [DONE] or usage
+    "bad_chunk",  # a chunk was not parseable JSON (or the body was not an SSE stream at all)
+    "rejected",  # the server refused the request (backlog breaker, too long for the KV cache, 4xx)
+    "cancelled",  # we stopped it: Ctrl-C, stop(), or the drain bound
+)
+FAILURE_STATUSES = STATUSES[1:]
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """Everything measured about one request. Times are wall-clock seconds; None where it never happened."""
+
+    request_id: str
+    index: int  # position in its stage's schedule (0, 1, 2, ...)
+    stage: str
+    mode: str
+    scheduled_t: float  # when the schedule said to send it
+    run_id: str = ""
+    warmup: bool = False
+    send_t: float | None = None  # when it was handed to the HTTP client
+    wire_t: float | None = None  # when its first bytes went to the socket (wire_t − send_t: client queueing)
+    first_token_t: float | None = None  # first chunk that carries output
+    last_token_t: float | None = None  # last chunk that carries output
+    end_t: float | None = None  # when the request was finished with (any status)
+    chunk_gaps_s: list[float] = field(default_factory=list)  # gaps between consecutive output chunks
+    num_chunks: int = 0  # output chunks received
+    prompt_len: int = 0  # tokens the workload asked for
+    max_tokens: int = 0
+    shared_prefix: bool = False
+    prompt_tokens: int | None = None  # from usage (or prompt_len, estimated)
+    completion_tokens: int | None = None  # from usage (or the chunk count, estimated)
+    tokens_estimated: bool = False  # True when the server sent no usage
+    status: str = "cancelled"
+    reason: str = ""  # short, human, never secret
+    http_status: int | None = None
+    finish_reason: str | None = None
+
+    @property
+    def dispatch_lag_s(self) -> float | None:
+        """Actual send − scheduled send: how late the client was (a slow client never hides as a slow server)."""
+        return None if self.send_t is None else self.send_t - self.scheduled_t
+
+    @property
+    def ok(self) -> bool:
+        return self.status == OK
+
+    def to_row(self) -> dict[str, Any]:
+        # Not dataclasses.asdict: it deep-copies chunk_gaps_s float by float (~0.2 ms for a long
+        # stream) on the recorder's per-request path; a shallow copy of the one list is enough.
+        row = {name: getattr(self, name) for name in _RECORD_FIELDS}
+        row["chunk_gaps_s"] = list(self.chunk_gaps_s)
+        row["dispatch_lag_s"] = self.dispatch_lag_s
+        return row
+
+
+_RECORD_FIELDS = tuple(f.name for f in fields(RequestRecord))
+
+
+REQUEST_SCHEMA = pa.schema(
+    [
+        ("run_id", pa.string()),
+        ("request_id", pa.string()),
+        ("index", pa.int64()),
+        ("stage", pa.string()),
+        ("mode", pa.string()),
+        ("warmup", pa.bool_()),
+        ("scheduled_t", pa.float64()),
+        ("send_t", pa.float64()),
+        ("dispatch_lag_s", pa.float64()),
+        ("wire_t", pa.float64()),
+        ("first_token_t", pa.float64()),
+        ("last_token_t", pa.float64()),
+        ("end_t", pa.float64()),
+        ("chunk_gaps_s", pa.list_(pa.float64())),
+        ("num_chunks", pa.int64()),
+        ("prompt_len", pa.int64()),
+        ("max_tokens", pa.int64()),
+        ("shared_prefix", pa.bool_()),
+        ("prompt_tokens", pa.int64()),
+        ("completion_tokens", pa.int64()),
+        ("tokens_estimated", pa.bool_()),
+        ("status", pa.string()),
+        ("reason", pa.string()),
+        ("http_status", pa.int64()),
+        ("finish_reason", pa.string()),
+    ]
+)
+assert {f.name for f in fields(RequestRecord)} | {"dispatch_lag_s"} == set(REQUEST_SCHEMA.names)
