@@ -197,7 +197,13 @@ class Engine:
         if total > self.max_model_len:
             return f"prompt ({len(req.prompt)}) + max_tokens ({req.max_tokens}) = {total} exceeds max_model_len {self.max_model_len}"
         if not sched.can_ever_fit(req):
-            return f"prompt + max_tokens = {total} tokens can never fit the KV cache ({self.num_slots} slots)"
+            why = f"prompt + max_tokens = {total} tokens can never fit the KV cache ({self.num_slots} slots)"
+            if self.mode.kv == "contiguous" and self.config.reservation != "exact":
+                # the real cause is the reservation policy, not the request's own length
+                reserved = self.kv.reservation_size(len(req.prompt), req.max_tokens)  # type: ignore[union-attr]
+                why = (f"the contiguous layout with reservation = {self.config.reservation!r} reserves {reserved} slots "
+                       f"for this request ({total} tokens), more than the KV cache's {self.num_slots}")
+            return why
         if (isinstance(sched, ContinuousScheduler) and not self.config.enable_chunked_prefill
                 and total > self.config.max_num_batched_tokens):
             return (f"prompt + max_tokens = {total} exceeds max_num_batched_tokens "
