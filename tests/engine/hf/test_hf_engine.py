@@ -153,14 +153,14 @@ def test_ignore_eos_generates_past_every_eos_id(hf_checkpoints, tmp_path):
     shutil.copytree(hf_checkpoints["llama"], path)
     prompt = hf_tokenizer(path)("Paris is")["input_ids"]
     eng = Engine(EngineConfig(model_path=str(path), device="cpu", threads=1))
-    eng.add_request("r", prompt, 8, ignore_eos=True)
+    eng.add_request("r", prompt, SamplingParams.exact(8))
     tokens = [t for _ in range(20) if eng.has_unfinished() for o in eng.step().outputs for t in o.new_token_ids]
     raw = json.loads((path / "config.json").read_text())
     raw["eos_token_id"] = [1, tokens[2]]  # the third greedy token becomes an EOS id
     (path / "config.json").write_text(json.dumps(raw))
     for ignore, want in ((True, tokens), (False, tokens[:3])):
         eng = Engine(EngineConfig(model_path=str(path), device="cpu", threads=1))
-        eng.add_request("r", prompt, 8, ignore_eos=ignore)
+        eng.add_request("r", prompt, SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=ignore))
         outs = [o for _ in range(20) if eng.has_unfinished() for o in eng.step().outputs]
         assert [t for o in outs for t in o.new_token_ids] == want
         assert outs[-1].finish_reason == ("length" if ignore else "stop")
