@@ -49,7 +49,7 @@ def test_tokenizer_json_decides_bos_as_in_transformers_5(copy_checkpoint):
     assert ours(path).encode("Paris is") == ids
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "mistral"])
 def test_chat_prompt_equals_apply_chat_template(hf_checkpoints, arch):
     path = hf_checkpoints[arch]
     ref, tok = hf_tokenizer(path), ours(path)
