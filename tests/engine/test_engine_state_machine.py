@@ -6,6 +6,7 @@ from collections import Counter
 from itertools import pairwise
 
 import hypothesis.strategies as st
+import pytest
 import torch
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
@@ -14,6 +15,8 @@ from tui.engine.engine import FINISH_REASONS, Engine, RequestRejected
 from tui.engine.kv import ContiguousKV, PagedKV
 from tui.engine.model import PRESETS
 from tui.profile import DefensesConfig, EngineConfig, EngineMode
+
+pytestmark = pytest.mark.slow  # a hypothesis state machine over many engine steps
 
 
 class FakeClock:

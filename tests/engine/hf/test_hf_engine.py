@@ -14,6 +14,8 @@ from tui.engine.checkpoint import load_checkpoint
 from tui.engine.engine import Engine
 from tui.profile import DefensesConfig, EngineConfig, EngineMode
 
+pytestmark = pytest.mark.slow  # checkpoints compared against transformers
+
 MODES = ["static+contiguous", "static+paged", "continuous+contiguous", "continuous+paged"]
 TEXT = "Continuous batching: Grüße 🚀 and the lazy dog jumps over a paged cache of blocks."
 
