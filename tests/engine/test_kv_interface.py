@@ -200,9 +200,9 @@ class CountingRunner:
         return out
 
 
-@pytest.mark.parametrize("mode", ["continuous+paged", "static+contiguous"])
+@pytest.mark.parametrize("mode", ["continuous+paged", "continuous+contiguous", "static+paged", "static+contiguous"])
 def test_any_runner_plugs_in_and_its_modelled_time_is_the_step_time(mode, engine_factory, drive):
-    eng = engine_factory(mode, max_num_batched_tokens=8)
+    eng = engine_factory(mode, max_num_batched_tokens=8, reservation="exact")
     eng.runner = runner = CountingRunner()
     eng.add_request("a", [10, 11, 12], SamplingParams.exact(3))
     eng.add_request("b", [40] * 12, SamplingParams.exact(2))
