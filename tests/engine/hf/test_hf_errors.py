@@ -12,6 +12,8 @@ from tui import cli
 from tui.engine.checkpoint import check_checkpoint, load_checkpoint
 from tui.engine.hf_config import CheckpointError
 
+pytestmark = pytest.mark.slow  # tiny checkpoints built with transformers
+
 
 def edit_config(path: Path, **changes) -> None:
     raw = json.loads((path / "config.json").read_text())
