@@ -108,3 +108,12 @@ def test_a_bad_checkpoint_exits_2_at_startup(copy_checkpoint, capsys, tmp_path, 
     assert err == f"kvtui: {path / 'tokenizer.json'}: missing; kvtui reads the checkpoint's fast tokenizer " \
                   "(written by tokenizer.save_pretrained)"
     assert not (tmp_path / "out").exists()
+
+
+def test_model_path_and_served_name_flags_reach_the_engine_config(hf_checkpoints):
+    path = str(hf_checkpoints["qwen3"])
+    for argv in (["serve", "--model-path", path, "--served-model-name", "mine"],
+                 ["--model-path", path, "--served-model-name", "mine"]):
+        args = cli.build_parser().parse_args(argv)
+        prof = cli.with_checkpoint(args, cli.load_named_profile(None), local=True)
+        assert (prof.engine.model_path, prof.engine.served_model_name) == (path, "mine")
