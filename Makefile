@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench clean setup
+.PHONY: run test test-fast lint bench clean setup
 
 setup: $(STAMP)
 
@@ -25,7 +25,14 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check tui tests bench
+	$(BIN)/lint-imports
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+# The quick loop while editing: everything but the tests marked slow (servers, whole-app UI runs,
+# recorded runs, checkpoints built with transformers). `make test` still runs everything.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow"
 
 bench: $(STAMP)
 	$(BIN)/python bench/engine.py --quick

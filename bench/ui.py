@@ -2,7 +2,7 @@
 
 The app runs headless (the same rendering, no terminal writes) at 200x60 with a continuous+paged
 engine of 256 running requests holding about 2,048 blocks. A feeder decodes a state JSON body (as the
-poller does for ``GET /kvtui/v1/state``) and publishes a new snapshot at 10 Hz; each snapshot differs
+poller's control client does for the engine's state) and publishes a new snapshot at 10 Hz; each snapshot differs
 (step, tokens, block tables), so nothing is served from a cache.
 
 Figures:
@@ -21,10 +21,10 @@ import sys
 import time
 
 from tui.profile import Profile
-from tui.ui import synthetic as syn
+from tui.serve.control_client import EngineState
+from tui.testing import synthetic as syn
 from tui.ui.app import KVTuiApp
 from tui.ui.backend import FixedBackend
-from tui.ui.poller import parse_state
 
 SIZE = (200, 60)
 N_VARIANTS = 24
@@ -50,7 +50,8 @@ async def measure(app: KVTuiApp, bodies: list[bytes], hz: float | None, seconds:
     blocks = 0
     i = 0
     while loop.time() - t0 < seconds:
-        engine, gpu = await asyncio.to_thread(parse_state, bodies[i % len(bodies)])
+        state = await asyncio.to_thread(EngineState.from_json, bodies[i % len(bodies)])
+        engine, gpu = state.engine, state.gpu
         blocks = engine.totals.used_blocks
         stats = dataclasses.replace(base.stats, completed=base.stats.completed + i)
         changes = {"engine": engine, "gpu": gpu, "stats": stats}
@@ -70,7 +71,7 @@ async def measure(app: KVTuiApp, bodies: list[bytes], hz: float | None, seconds:
 
 async def run(seconds: float) -> None:
     bodies = state_bodies()
-    engine, _ = parse_state(bodies[0])
+    engine = EngineState.from_json(bodies[0]).engine
     snap = syn.dashboard(engine, gpu_note="no NVIDIA driver")
     app = KVTuiApp(FixedBackend(Profile(), snap), live=False)
     async with app.run_test(size=SIZE) as pilot:

@@ -13,6 +13,8 @@ from tui.profile import (
     Profile,
     ProfileError,
     apply_overrides,
+    check_base_url,
+    check_env_name,
     dump_profile,
     find_profile,
     load_profile,
@@ -44,7 +46,7 @@ value written as in TOML; arrays are indexed from 0:
   kvtui --profile baseline --rate 8 --set engine.batching=static
 --rate, --num-requests and --duration are short for --set load.rate / load.num_requests /
 load.duration_s (for a profile with [[stages]], --num-requests and --duration set every stage's).
-A recorded run's profile.toml has the overrides applied: --profile RUN_DIR/profile.toml repeats it.
+A recorded run's profile.toml has the overrides applied: --profile RUN_DIR repeats the run.
 API keys are never passed on the command line: name the environment variable that holds one with
 --api-key-env (e.g. --api-key-env OPENAI_API_KEY).
 """
@@ -54,14 +56,36 @@ ALIASES = {"rate": "load.rate", "num_requests": "load.num_requests", "duration":
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--profile", metavar="NAME|FILE", help="shipped profile name (e.g. compare) or a TOML file; default: built-in")
+    p.add_argument("--profile", metavar="NAME|FILE", help="shipped profile name (e.g. compare), a TOML file, or a recorded run's directory; default: built-in")
     p.add_argument("--target", metavar="URL", help="base URL of an OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")
     p.add_argument("--model", metavar="NAME", help="model name to request from --target")
     p.add_argument("--api-key-env", metavar="NAME", help="environment variable holding the API key (never the key itself)")
     _set_option(p)
+    _checkpoint_options(p)
     p.add_argument("--rate", metavar="REQ/S", help="arrival rate in requests/s (= --set load.rate=REQ/S)")
     p.add_argument("--num-requests", metavar="N", help="requests to send with --record (= --set load.num_requests=N)")
     p.add_argument("--duration", metavar="SECONDS", help="how long to send with --record (= --set load.duration_s=SECONDS)")
+
+
+def _checkpoint_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model-path", metavar="DIR", help="a local Hugging Face checkpoint for the local engine (= --set engine.model_path=DIR)")
+    p.add_argument("--served-model-name", metavar="NAME",
+                   help="the name the local engine serves (default: org/name from the Hugging Face cache layout, else the directory's name)")
+
+
+def with_checkpoint(args: argparse.Namespace, prof: Profile, *, local: bool) -> Profile:
+    """``--model-path`` / ``--served-model-name`` applied; a local engine's checkpoint is checked here, before
+    anything starts, so a missing or malformed file exits 2 with one line (a CheckpointError is a ProfileError)."""
+    engine = prof.engine
+    if args.model_path:
+        engine = dataclasses.replace(engine, model_path=args.model_path)
+    if args.served_model_name:
+        engine = dataclasses.replace(engine, served_model_name=args.served_model_name)
+    if local and engine.model_path:
+        from tui.engine.checkpoint import check_checkpoint
+
+        check_checkpoint(engine.model_path)
+    return dataclasses.replace(prof, engine=engine)
 
 
 def _set_option(p: argparse.ArgumentParser) -> None:
@@ -90,6 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1; anything else is exposed)")
     serve.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
     serve.add_argument("--api-key-env", metavar="NAME", help="require the bearer token held in this environment variable")
+    _checkpoint_options(serve)
     _set_option(serve)
 
     report = sub.add_parser("report", help="print the table of a recorded run, or compare two")
@@ -165,15 +190,12 @@ def resolve_profile(args: argparse.Namespace) -> Profile:
     prof = apply_overrides(prof, [*alias_overrides(args, prof), *getattr(args, "overrides", [])])
     target = prof.target
     if getattr(args, "target", None):
-        if not args.target.startswith(("http://", "https://")):
-            raise ProfileError(f"--target {args.target!r}: expected an http:// or https:// URL")
+        check_base_url(args.target, "--target")
         target = dataclasses.replace(target, kind="openai", base_url=args.target)
     if getattr(args, "model", None):
         target = dataclasses.replace(target, model=args.model)
     if getattr(args, "api_key_env", None):
-        name = args.api_key_env
-        if not name.replace("_", "").isalnum():
-            raise ProfileError("--api-key-env: expected the NAME of an environment variable, not a key")
+        name = check_env_name(args.api_key_env, "--api-key-env")
         target = dataclasses.replace(target, api_key_env=name)
     if target.kind == "openai" and not target.model:
         raise ProfileError("--target needs --model NAME (the model the endpoint serves)")
@@ -192,7 +214,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "serve":
             from tui.serve.app import serve_main
 
-            prof = check_backend(load_named_profile(args.profile, args.overrides))
+            prof = check_backend(with_checkpoint(args, load_named_profile(args.profile, args.overrides), local=True))
             return serve_main(prof, host=args.host, port=args.port, api_key_env=args.api_key_env)
         if args.command == "calibrate":
             from tui.calibrate import calibrate_main
@@ -206,6 +228,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.record and (args.num_requests is not None or args.duration is not None):
             parser.error("--num-requests and --duration are only used with --record")
         prof = resolve_profile(args)
+        prof = with_checkpoint(args, prof, local=prof.target.kind == "local")
         if prof.target.kind == "local":
             check_backend(prof)
         if args.record:

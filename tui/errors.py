@@ -1,4 +1,5 @@
-"""User-facing error text, written once: exception text on one line, the API-key hint, URL helpers.
+"""User-facing error text, written once: exception text on one line, the API-key hint, failed HTTP
+calls, URL helpers.
 
 Every front end (the recorder's stderr line, the dashboard's status bar, the preflight check) builds
 its messages from these, so the same mistake reads the same everywhere. Nothing here ever sees an
@@ -7,8 +8,11 @@ API key's value: the hints name the environment variable and say whether it is s
 
 from __future__ import annotations
 
+import contextlib
 import os
 from urllib.parse import urlsplit
+
+import httpx
 
 
 def one_line(e: BaseException, limit: int = 300) -> str:
@@ -43,6 +47,23 @@ def api_key_hint(env_name: str | None) -> str:
 def unauthorized_message(code: int, url: str, env_name: str | None) -> str:
     """The one line for a 401/403 answer: who refused, and which variable the key comes from."""
     return f"{url} answered {code} Unauthorized: {api_key_hint(env_name)}"
+
+
+def describe_http_error(e: Exception, url: str, api_key_env: str | None = None) -> str:
+    """One line for an HTTP call to ``url`` that failed; never a header (the API key lives there)."""
+    if isinstance(e, httpx.ConnectError):
+        return f"target unreachable: cannot connect to {url}"
+    if isinstance(e, httpx.TimeoutException):
+        return f"target did not answer in time: {url}"
+    if isinstance(e, httpx.HTTPStatusError):
+        code = e.response.status_code
+        if code in (401, 403):
+            return unauthorized_message(code, url, api_key_env)
+        detail = ""
+        with contextlib.suppress(ValueError, KeyError, TypeError, AttributeError):
+            detail = ": " + str(e.response.json()["error"]["message"])[:120]
+        return f"HTTP {code} from {url}{detail}"
+    return f"{type(e).__name__} talking to {url}: {one_line(e, 120)}"
 
 
 def root_url(base_url: str) -> str:

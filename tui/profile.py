@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
+import os
 import re
 import tomllib
 import types
 import typing
+import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,6 +64,8 @@ class EngineConfig:
     backend: Literal["torch", "simulated"] = "torch"
     model: str = "tiny"
     model_path: str | None = None
+    served_model_name: str | None = None  # the name clients ask for; default: org/name or the directory's
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"  # auto: float32 on CPU, the checkpoint's on CUDA
     batching: Batching = "continuous"
     kv: KVLayout = "paged"
     block_size: int = 16
@@ -239,6 +244,112 @@ class Profile:
 
 
 # ---------------------------------------------------------------------------------------------------
+# Ranges: every number in a profile (and in a control-API body, which is validated as a profile
+# section) has one declared range, checked where the value enters. Non-finite floats never enter.
+
+
+@dataclass(frozen=True)
+class Range:
+    """The values a numeric key accepts: ``lo``/``hi`` bounds, each inclusive unless ``*_open``."""
+
+    lo: float | None = None
+    hi: float | None = None
+    lo_open: bool = False
+    hi_open: bool = False
+
+    def contains(self, v: float) -> bool:
+        if self.lo is not None and (v < self.lo or (self.lo_open and v == self.lo)):
+            return False
+        return self.hi is None or (v < self.hi or (not self.hi_open and v == self.hi))
+
+    def describe(self, integer: bool) -> str:
+        def num(x: float) -> str:
+            return str(int(x)) if integer or (float(x).is_integer() and abs(x) < 1e15) else f"{x:g}"
+
+        what = "an integer" if integer else "a finite number"
+        if self.hi is None:
+            return f"{what} {'>' if self.lo_open else '>='} {num(self.lo or 0)}"
+        left = "(" if self.lo_open else "["
+        right = ")" if self.hi_open else "]"
+        return f"{what} in {left}{num(self.lo or 0)}, {num(self.hi)}{right}"
+
+
+def _machine_memory_mib() -> float:
+    """Physical memory of this machine in MiB (the most a CPU KV budget can ever hold)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / (1 << 20)
+    except (ValueError, OSError, AttributeError):  # not POSIX: no machine-specific cap
+        return float(1 << 30)
+
+
+MAX_TOKENS_ANY = 1 << 20  # a length (tokens) no model served here comes near
+MAX_SEED = 2**63 - 1  # numpy and torch both take any seed in [0, 2**63)
+MAX_COUNT = 10**9  # requests in one run, queue limits
+MAX_SECONDS = 7 * 86400.0  # a week: longer timeouts and durations are typos
+MAX_RATE = 1e6  # req/s: beyond any server; the load generator stays bounded up to it
+
+_POSITIVE = Range(0, None, lo_open=True)
+_SECONDS = Range(0, MAX_SECONDS, lo_open=True)
+_LENGTH = Range(1, MAX_TOKENS_ANY)
+_COUNT = Range(1, MAX_COUNT)
+_SEED = Range(0, MAX_SEED)
+_FRACTION = Range(0, 1)
+_RATE = Range(0, MAX_RATE, lo_open=True)
+_MS = Range(0, MAX_SECONDS * 1000, lo_open=True)
+
+RANGES: dict[type, dict[str, Range]] = {
+    TargetConfig: {"timeout_s": _SECONDS},
+    EngineConfig: {
+        "block_size": Range(1, 1024),
+        "kv_budget_mb": Range(0, _machine_memory_mib(), lo_open=True),
+        "gpu_memory_utilization": Range(0, 1, lo_open=True),
+        "max_num_seqs": Range(1, 65536),
+        "max_num_batched_tokens": Range(1, MAX_TOKENS_ANY),
+        "static_batch_size": Range(1, 65536),
+        "batch_wait_ms": Range(0, 3_600_000),
+        "max_model_len": _LENGTH,
+        "seed": _SEED,
+        "threads": Range(1, os.cpu_count() or 1),
+        "tensor_parallel_size": Range(1, 64),
+    },
+    DefensesConfig: {
+        "backlog_limit": _COUNT,
+        "truncate_when_backlog_over": Range(0, MAX_COUNT),
+        "truncate_prompt_to": _LENGTH,
+        "wait_timeout_s": _SECONDS,
+    },
+    LengthDist: {
+        "value": _LENGTH,
+        "low": _LENGTH,
+        "high": _LENGTH,
+        "median": Range(0, MAX_TOKENS_ANY, lo_open=True),
+        "sigma": Range(0, 10),  # exp(10 sigma) already spans every length there is
+        "min": _LENGTH,
+        "max": _LENGTH,
+        "weight": Range(0, 1e9, lo_open=True),
+    },
+    WorkloadConfig: {
+        "shared_prefix_tokens": Range(0, MAX_TOKENS_ANY),
+        "shared_prefix_fraction": _FRACTION,
+        "temperature": Range(0, 100),
+        "seed": _SEED,
+    },
+    LoadConfig: {
+        "burstiness": Range(0.01, 100),
+        "rate": _RATE,
+        "max_concurrency": Range(1, 1_000_000),
+        "num_requests": _COUNT,
+        "duration_s": _SECONDS,
+        "warmup_requests": Range(0, MAX_COUNT),
+        "seed": _SEED,
+    },
+    Stage: {"rate": _RATE, "num_requests": _COUNT, "duration_s": _SECONDS},
+    RecordConfig: {"drain_timeout_s": _SECONDS, "window_s": _SECONDS},
+    SloConfig: {"ttft_ms": _MS, "tpot_ms": _MS, "e2el_ms": _MS},
+}
+
+
+# ---------------------------------------------------------------------------------------------------
 # Parsing
 
 
@@ -340,6 +451,7 @@ def _build(cls: type, data: Any, source: str, path: str, skip: set[str] | None =
             hint = f"; did you mean '{close[0]}'?" if close else f"; known keys: {', '.join(fields)}"
             raise ProfileError(f"{source}: unknown key '{_join(path, key)}'{hint}")
         kwargs[key] = _convert(hints[key], value, source, _join(path, key))
+        _check_range(cls, key, kwargs[key], source, _join(path, key))
     missing = [
         n
         for n, f in fields.items()
@@ -391,7 +503,13 @@ def _convert(tp: Any, value: Any, source: str, path: str) -> Any:
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             _fail(source, path, value, "a number")
-        return float(value)
+        try:
+            number = float(value)
+        except OverflowError:  # an integer too large for a float (JSON allows any length)
+            _fail(source, path, value, "a finite number")
+        if not math.isfinite(number):
+            _fail(source, path, value, "a finite number")
+        return number
     if tp is str:
         if not isinstance(value, str):
             _fail(source, path, value, "a string")
@@ -410,13 +528,23 @@ def _convert(tp: Any, value: Any, source: str, path: str) -> Any:
         if not isinstance(value, list):
             _fail(source, path, value, f"a list of {_describe(item_tp)}")
         return tuple(_convert(item_tp, v, source, f"{path}[{i}]") for i, v in enumerate(value))
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return _build(tp, value, source, path)
     raise TypeError(f"profile field type {tp!r} has no converter")  # a bug, not bad input
 
 
+def _check_range(cls: type, key: str, value: Any, source: str, path: str) -> None:
+    """Check a converted numeric value against its declared :data:`RANGES` entry."""
+    rng = RANGES.get(cls, {}).get(key)
+    if rng is None or value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+        return
+    if not rng.contains(value):
+        _fail(source, path, value, rng.describe(isinstance(value, int)))
+
+
 def _length_dist(value: Any, source: str, path: str) -> LengthDist:
     if isinstance(value, int) and not isinstance(value, bool):
+        _check_range(LengthDist, "value", value, source, path)
         d = _fixed(value)
     elif isinstance(value, dict):
         d = _build(LengthDist, value, source, path)
@@ -431,51 +559,62 @@ def _check_dist(d: LengthDist, source: str, path: str) -> None:
     for key in need[d.dist]:
         if getattr(d, key) is None:
             raise ProfileError(f"{source}: {path} (dist = {d.dist!r}) is missing required key '{key}'")
-    if d.dist == "fixed" and d.value is not None and d.value < 1:
-        _fail(source, f"{path}.value", d.value, "a length of at least 1")
-    if d.dist == "uniform" and not (1 <= d.low <= d.high):  # type: ignore[operator]
+    if d.dist == "uniform" and not (d.low <= d.high):  # type: ignore[operator]
         _fail(source, f"{path}.low", d.low, f"1 <= low <= high (high = {d.high})")
-    if d.dist == "lognormal" and (d.median <= 0 or d.sigma < 0):  # type: ignore[operator]
-        _fail(source, f"{path}.median", d.median, "median > 0 and sigma >= 0")
-    if d.dist == "mixture":
-        if not d.components:
-            _fail(source, f"{path}.components", [], "at least one component")
-        if any(c.weight <= 0 for c in d.components):
-            _fail(source, f"{path}.components", [c.weight for c in d.components], "positive weights")
-    if d.weight <= 0:
-        _fail(source, f"{path}.weight", d.weight, "a positive weight")
-    if d.min < 1 or (d.max is not None and d.max < d.min):
-        _fail(source, f"{path}.min", d.min, "1 <= min <= max")
+    if d.dist == "mixture" and not d.components:
+        _fail(source, f"{path}.components", [], "at least one component")
+    if d.max is not None and d.max < d.min:
+        _fail(source, f"{path}.min", d.min, f"min <= max (max = {d.max})")
 
 
-def _positive(source: str, path: str, value: float | int | None, *, allow_zero: bool = False) -> None:
-    if value is None:
-        return
-    if value < 0 or (value == 0 and not allow_zero):
-        _fail(source, path, value, "a number >= 0" if allow_zero else "a positive number")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def check_env_name(name: str, where: str) -> str:
+    """``name`` if it is a valid environment-variable name, else a ProfileError that never shows it.
+
+    Whatever was given where a variable NAME belongs may be the secret itself, so it is not echoed.
+    """
+    if not _ENV_NAME.fullmatch(name):
+        raise ProfileError(
+            f"{where}: expected the NAME of an environment variable (letters, digits and _, not starting "
+            "with a digit), not the key itself; the value given is not shown"
+        )
+    return name
+
+
+def check_base_url(url: str, where: str) -> str:
+    """``url`` if it is an http(s) URL with a host and a valid port, else a one-line ProfileError."""
+    problem = None
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port  # raises ValueError for a port outside 0..65535 or not a number
+        if parts.scheme not in ("http", "https"):
+            problem = "an http:// or https:// URL"
+        elif not parts.hostname:
+            problem = "a URL with a host, such as http://127.0.0.1:8000/v1"
+        elif port == 0:
+            problem = "a port in 1..65535"
+    except ValueError as e:
+        problem = f"a well-formed http(s) URL ({e})"
+    if problem:
+        shown = url if len(url) <= 60 else url[:57] + "..."
+        raise ProfileError(f"{where} = {shown!r}: expected {problem}")
+    return url
 
 
 def _check_engine(e: EngineConfig, source: str) -> None:
-    for key in ("block_size", "kv_budget_mb", "max_num_seqs", "max_num_batched_tokens",
-                "static_batch_size", "max_model_len", "threads", "tensor_parallel_size"):
-        _positive(source, f"engine.{key}", getattr(e, key))
     if e.backend != "simulated":
         if e.tensor_parallel_size != 1:
             _fail(source, "engine.tensor_parallel_size", e.tensor_parallel_size, "1 (tensor parallelism is simulated only: "
                   "set engine.backend = 'simulated')")
         if e.hardware is not None:
             _fail(source, "engine.hardware", e.hardware, "no value unless engine.backend = 'simulated'")
-    _positive(source, "engine.batch_wait_ms", e.batch_wait_ms, allow_zero=True)
-    if e.gpu_memory_utilization is not None and not 0 < e.gpu_memory_utilization <= 1:
-        _fail(source, "engine.gpu_memory_utilization", e.gpu_memory_utilization, "a fraction in (0, 1]")
     if e.model_path is not None and not Path(e.model_path).expanduser().is_dir():
         _fail(source, "engine.model_path", e.model_path, "a local checkpoint directory (config.json, *.safetensors)")
 
 
 def _check_defenses(d: DefensesConfig, source: str) -> None:
-    for key in ("backlog_limit", "truncate_prompt_to", "wait_timeout_s"):
-        _positive(source, f"defenses.{key}", getattr(d, key))
-    _positive(source, "defenses.truncate_when_backlog_over", d.truncate_when_backlog_over, allow_zero=True)
     if (d.truncate_when_backlog_over is None) != (d.truncate_prompt_to is None):
         raise ProfileError(
             f"{source}: defenses.truncate_when_backlog_over and defenses.truncate_prompt_to go together; set both or neither"
@@ -487,32 +626,15 @@ def _check_profile(p: Profile, source: str) -> None:
     if t.kind == "openai":
         if not t.base_url:
             raise ProfileError(f"{source}: target.base_url is required when target.kind = 'openai'")
-        if not t.base_url.startswith(("http://", "https://")):
-            _fail(source, "target.base_url", t.base_url, "an http:// or https:// URL")
+        check_base_url(t.base_url, f"{source}: target.base_url")
         if not t.model:
             raise ProfileError(f"{source}: target.model is required when target.kind = 'openai'")
-    if t.api_key_env is not None and not t.api_key_env.replace("_", "").isalnum():
-        _fail(source, "target.api_key_env", t.api_key_env, "the NAME of an environment variable, not a key")
-    _positive(source, "target.timeout_s", t.timeout_s)
+    if t.api_key_env is not None:
+        check_env_name(t.api_key_env, f"{source}: target.api_key_env")
     _check_engine(p.engine, source)
     _check_defenses(p.defenses, source)
-    w = p.workload
-    _positive(source, "workload.shared_prefix_tokens", w.shared_prefix_tokens, allow_zero=True)
-    if not 0 <= w.shared_prefix_fraction <= 1:
-        _fail(source, "workload.shared_prefix_fraction", w.shared_prefix_fraction, "a fraction in [0, 1]")
-    _positive(source, "workload.temperature", w.temperature, allow_zero=True)
-    ld = p.load
-    _positive(source, "load.rate", ld.rate)
-    _positive(source, "load.burstiness", ld.burstiness)
-    _positive(source, "load.max_concurrency", ld.max_concurrency)
-    _positive(source, "load.num_requests", ld.num_requests)
-    _positive(source, "load.duration_s", ld.duration_s)
-    _positive(source, "load.warmup_requests", ld.warmup_requests, allow_zero=True)
     names: set[str] = set()
     for i, s in enumerate(p.stages):
-        _positive(source, f"stages[{i}].rate", s.rate)
-        _positive(source, f"stages[{i}].num_requests", s.num_requests)
-        _positive(source, f"stages[{i}].duration_s", s.duration_s)
         if s.num_requests is None and s.duration_s is None:
             raise ProfileError(f"{source}: stages[{i}] ({s.name!r}) needs num_requests or duration_s")
         if s.name in names:
@@ -520,10 +642,6 @@ def _check_profile(p: Profile, source: str) -> None:
         names.add(s.name)
     if not p.record.modes:
         _fail(source, "record.modes", [], "at least one mode")
-    _positive(source, "record.drain_timeout_s", p.record.drain_timeout_s)
-    _positive(source, "record.window_s", p.record.window_s)
-    for key in ("ttft_ms", "tpot_ms", "e2el_ms"):
-        _positive(source, f"slo.{key}", getattr(p.slo, key))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -540,12 +658,15 @@ def shipped_profiles() -> dict[str, Path]:
 def find_profile(ref: str | Path) -> Path:
     """The file a ``--profile`` argument names: an existing path wins, else a shipped profile's name.
 
-    ``compare`` and ``compare.toml`` both name the shipped ``compare`` profile. Raises
-    :class:`ProfileError` listing the shipped names when neither exists.
+    ``compare`` and ``compare.toml`` both name the shipped ``compare`` profile; a recorded run's
+    directory names its ``profile.toml``. Raises :class:`ProfileError` listing the shipped names when
+    neither exists.
     """
     path = Path(ref)
     if path.is_file():
         return path
+    if (path / "profile.toml").is_file():
+        return path / "profile.toml"
     shipped = shipped_profiles()
     name = path.name.removesuffix(".toml")
     if path.parent == Path(".") and name in shipped:
@@ -568,27 +689,28 @@ def apply_overrides(profile: Profile, overrides: Sequence[str]) -> Profile:
     ``{dist = "uniform", low = 8, high = 64}``); a bare word that is not TOML is a string
     (``engine.batching=static``). Paths are checked against the profile's schema ("did you mean");
     the merged document goes through :func:`profile_from_dict`, so every range and cross-key check a
-    file gets applies here too. Errors are :class:`ProfileError`, one line, naming the override.
+    file gets applies here too. Errors are :class:`ProfileError`, one line naming the key, in the
+    same words as a file's errors with ``--set`` in the file's place; a value is echoed only where a
+    file's error would echo it (so a key pasted by mistake is not repeated).
     """
     if not overrides:
         return profile
     doc = to_dict(profile)
     doc.pop("source", None)
-    for item in overrides:
-        keys, value = _parse_override(item)
-        _set_path(doc, keys, value, f"--set {item}")
-    label = f"--set {overrides[0]}" if len(overrides) == 1 else "--set"
-    merged = profile_from_dict(doc, source=label)
+    for n, item in enumerate(overrides, 1):
+        keys, value = _parse_override(item, n)
+        _set_path(doc, keys, value, "--set")
+    merged = profile_from_dict(doc, source="--set")
     applied = " ".join(f"--set {o}" for o in overrides).replace("\r", "\\r").replace("\n", "\\n")  # one comment line
     return dataclasses.replace(merged, source=f"{profile.source} {applied}")
 
 
-def _parse_override(item: str) -> tuple[list[str], Any]:
+def _parse_override(item: str, n: int) -> tuple[list[str], Any]:
     key, sep, text = item.partition("=")
     key = re.sub(r"\[(\d+)\]", r".\1", key.strip())
     keys = key.split(".")
     if not sep or not all(keys):
-        raise ProfileError(f"--set {item}: expected KEY=VALUE with a dotted KEY, e.g. --set load.rate=8")
+        raise ProfileError(f"--set #{n}: expected KEY=VALUE with a dotted KEY, e.g. --set load.rate=8 (the argument is not repeated here)")
     try:
         value = tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:
@@ -605,7 +727,7 @@ def _set_path(doc: dict[str, Any], keys: list[str], value: Any, label: str) -> N
         args = [a for a in get_args(tp) if a is not type(None)]
         if get_origin(tp) in (typing.Union, types.UnionType) and len(args) == 1:
             tp = args[0]
-        if dataclasses.is_dataclass(tp):
+        if isinstance(tp, type) and dataclasses.is_dataclass(tp):
             names = [f.name for f in dataclasses.fields(tp) if f.name != "source"]
             if key not in names:
                 close = difflib.get_close_matches(key, names, n=1)
@@ -637,3 +759,4 @@ def _key_path(keys: list[str]) -> str:
     for key in keys:
         out = out + f"[{key}]" if key.isdigit() else _join(out, key)
     return out
+

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import signal
 import time
@@ -35,16 +36,17 @@ from tui.metrics.prom import parse_server_gauges
 from tui.metrics.summary import client_delay_lines, reconciliation_lines, to_markdown, to_rich
 from tui.metrics.types import ServerGauges
 from tui.metrics.window import RollingWindow
-from tui.profile import EngineMode, Profile, Stage, dump_profile, to_dict
+from tui.profile import EngineMode, Profile, Stage, dump_profile
 from tui.records.clock import now
 from tui.records.parquet import PartWriter, read_records
 from tui.records.request import RequestRecord
 from tui.report import load_run, wide_console
+from tui.serve.control_client import ControlClient, ControlError
 
 if TYPE_CHECKING:
     from tui.serve.local import LocalServer
 
-GRACE_S = 2.0  # how long in-flight requests may finish after Ctrl-C
+GRACE_S = 0.5  # how long in-flight requests may finish after Ctrl-C (the whole stop stays under 2 s)
 FLUSH_EVERY_S = 1.0  # records reach disk at least this often
 POLL_EVERY_S = 1.0  # engine steps and GPU samples are fetched this often (local target)
 DEAD_AFTER_CONNECT_ERRORS = 5  # this many connection failures in a row, none ok between: the server is gone
@@ -94,8 +96,8 @@ class Recorder:
         signal.signal(signal.SIGTERM, _raise_interrupt)  # outside the event loop (server start-up)
         try:
             if self.profile.target.kind == "local":
-                base_url = self._start_local()
-                root = self._server.root_url
+                server = self._start_local()
+                base_url, root = server.base_url, server.root_url
             else:
                 base_url = self.profile.target.base_url or ""
                 root = root_url(base_url)
@@ -116,19 +118,19 @@ class Recorder:
             self._finish(code)
         return code
 
-    def _start_local(self) -> str:
+    def _start_local(self) -> LocalServer:
         # Imported here, not at the top: a run against a remote target never loads the server's stack.
         from tui.serve.local import LocalServer
 
-        self._server = LocalServer(self.profile)
+        self._server = server = LocalServer(self.profile)
         self.err.print("[dim]starting the local engine server...[/dim]")
         try:
-            self._server.start()
+            server.start()
         except KeyboardInterrupt:
             raise
         except Exception as e:
             raise FatalTargetError(f"the local engine server did not start: {one_line(e)}") from None
-        return self._server.base_url
+        return server
 
     # -- the run -----------------------------------------------------------------------------------
 
@@ -139,6 +141,8 @@ class Recorder:
             loop.add_signal_handler(sig, self._on_signal)
         local = self.profile.target.kind == "local"
         target = make_target(self.profile, base_url)
+        # The local engine's controls share the target's client (its pool and headers).
+        control = ControlClient(root, client=target.client, timeout_s=10.0) if local else None
         flusher = asyncio.create_task(self._flush_loop())
         try:
             if local:
@@ -152,7 +156,7 @@ class Recorder:
             for stage, mode in cells:
                 if self._stop.is_set():
                     break
-                await self._run_cell(target, root, stage, mode, local)
+                await self._run_cell(target, control, root, stage, mode)
         finally:
             flusher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -179,27 +183,29 @@ class Recorder:
         assert self._stop is not None
         self._stop.set()
 
-    async def _run_cell(self, target: OpenAITarget, root: str, stage: Stage, mode: str, local: bool) -> None:
+    async def _run_cell(self, target: OpenAITarget, control: ControlClient | None, root: str, stage: Stage,
+                        mode: str) -> None:
+        """One stage under one mode; ``control`` is the local engine's (None for a remote target)."""
         assert self._stop is not None
         rec_cfg = self.profile.record
         note: dict[str, Any] = {"stage": stage.name, "mode": mode, "rate": stage.rate, "partial": True,
                                 "started_t": now()}
         self.cells.append(note)
         step_base = 0
-        if local:
-            step_base = await self._reset_engine(target, root, mode)
+        if control is not None:
+            step_base = await self._reset_engine(control, mode)
         window = RollingWindow(rec_cfg.window_s)
         runner = LoadRunner(self.profile, target=target, rate=stage.rate, stage=stage.name, mode=mode,
                             run_id=self.run_id, on_record=self._on_record, window=window)
         self._runner, self._window = runner, window
         if self.profile.load.warmup_requests:
             await runner.warmup(self.profile.load.warmup_requests, timeout_s=rec_cfg.drain_timeout_s)
-            if local:
-                step_base = await self._engine_step(target, root, step_base)
+            if control is not None:
+                step_base = await self._engine_step(control, step_base)
         before = await self._gauges(target, root)
         kv_samples: list[float] = []  # a remote server's own KV gauge, when it has one
-        if local:
-            poller = asyncio.create_task(self._poll_engine(target, root, stage.name, mode, step_base))
+        if control is not None:
+            poller = asyncio.create_task(self._poll_engine(control, stage.name, mode, step_base))
         else:
             poller = asyncio.create_task(self._poll_server_kv(target, root, kv_samples))
         stop_wait = asyncio.create_task(self._stop.wait())
@@ -223,9 +229,9 @@ class Recorder:
                 poller.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await poller
-        if local:
-            with contextlib.suppress(httpx.HTTPError, ValueError):
-                await self._collect_steps(target, root, stage.name, mode, self._steps_seen)
+        if control is not None:
+            with contextlib.suppress(ControlError):
+                await self._collect_steps(control, stage.name, mode, self._steps_seen)
         after = await self._gauges(target, root)
         for key, field in (("server_prompt_tokens", "prompt_tokens"), ("server_completion_tokens", "generation_tokens"),
                            ("server_preemptions", "num_preemptions")):
@@ -273,51 +279,45 @@ class Recorder:
 
     # -- the local engine over its control API ----------------------------------------------------
 
-    async def _reset_engine(self, target: OpenAITarget, root: str, mode_label: str) -> int:
+    async def _reset_engine(self, control: ControlClient, mode_label: str) -> int:
         mode = EngineMode.parse(mode_label)
-        body = {"engine": to_dict(self.profile.engine.with_mode(mode)), "defenses": to_dict(self.profile.defenses)}
         try:
-            resp = await target.client.post(f"{root}/kvtui/v1/reset", json=body, timeout=120.0)
-        except httpx.HTTPError as e:
-            raise FatalTargetError(f"cannot reset the local engine into {mode_label}: {one_line(e)}") from None
-        if resp.status_code != 200:
-            raise FatalTargetError(f"the local engine refused a reset into {mode_label}: HTTP {resp.status_code} "
-                                   f"{resp.text[:200]}")
-        state = resp.json()
-        self._steps_seen = int(state.get("engine", {}).get("step", 0))
+            state = await control.reset(self.profile.engine.with_mode(mode), self.profile.defenses)
+        except ControlError as e:
+            if e.unreachable:
+                raise FatalTargetError(f"cannot reset the local engine into {mode_label}: {e}") from None
+            raise FatalTargetError(f"the local engine refused a reset into {mode_label}: {e}") from None
+        self._steps_seen = state.engine.step
         return self._steps_seen
 
-    async def _engine_step(self, target: OpenAITarget, root: str, default: int) -> int:
-        with contextlib.suppress(httpx.HTTPError, ValueError, KeyError):
-            resp = await target.client.get(f"{root}/kvtui/v1/state", timeout=10.0)
-            self._steps_seen = int(resp.json()["engine"]["step"])
+    async def _engine_step(self, control: ControlClient, default: int) -> int:
+        with contextlib.suppress(ControlError):
+            self._steps_seen = (await control.state()).engine.step
             return self._steps_seen
         return default
 
-    async def _collect_steps(self, target: OpenAITarget, root: str, stage: str, mode: str, since: int) -> None:
-        resp = await target.client.get(f"{root}/kvtui/v1/steps", params={"since": since}, timeout=30.0)
-        resp.raise_for_status()
-        steps = resp.json().get("steps", [])
-        rows = [{**s, "stage": stage, "mode": mode} for s in steps if int(s.get("step", 0)) > since]
-        if rows:
-            self._writers["steps"].add_many(rows)
-            self._steps_seen = max(int(r["step"]) for r in rows)
+    async def _collect_steps(self, control: ControlClient, stage: str, mode: str, since: int) -> None:
+        steps = await control.steps(since, timeout_s=30.0)
+        if steps:
+            self._writers["steps"].add_many([{**dataclasses.asdict(s), "stage": stage, "mode": mode} for s in steps])
+            self._steps_seen = max(s.step for s in steps)
 
-    async def _poll_engine(self, target: OpenAITarget, root: str, stage: str, mode: str, since: int) -> None:
+    async def _poll_engine(self, control: ControlClient, stage: str, mode: str, since: int) -> None:
         """Engine steps and GPU samples as the stage runs (so a crash keeps them too)."""
         self._steps_seen = since
         while True:
             await asyncio.sleep(POLL_EVERY_S)
-            with contextlib.suppress(httpx.HTTPError, ValueError):
-                await self._collect_steps(target, root, stage, mode, self._steps_seen)
-                resp = await target.client.get(f"{root}/kvtui/v1/state", timeout=10.0)
-                gpu = resp.json().get("gpu") or []
-                self._writers["gpu"].add_many([{**g, "stage": stage, "mode": mode} for g in gpu])
+            with contextlib.suppress(ControlError):
+                await self._collect_steps(control, stage, mode, self._steps_seen)
+                gpu = (await control.state()).gpu
+                self._writers["gpu"].add_many([{**dataclasses.asdict(g), "stage": stage, "mode": mode} for g in gpu])
 
     async def _gauges(self, target: OpenAITarget, root: str) -> ServerGauges:
         """The server's own ``/metrics`` gauges and counters (all None when it has no /metrics)."""
         try:
-            resp = await target.client.get(f"{root}/metrics", timeout=10.0)
+            # Stopping (Ctrl-C, a fault): a swamped or dead server must not hold the exit up.
+            stopping = self._stop is not None and self._stop.is_set()
+            resp = await target.client.get(f"{root}/metrics", timeout=0.5 if stopping else 10.0)
         except httpx.HTTPError:
             return ServerGauges()
         if resp.status_code != 200:

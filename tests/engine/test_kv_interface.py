@@ -76,7 +76,8 @@ def test_contiguous_layout_reserves_the_whole_length_at_admission_and_shares_not
     assert kv.grow(b, 30)  # already reserved
     c = request("c", [1] * 10, 10)  # needs 20; the arena has 18 left
     assert not kv.admit(c, 10, NO_PREFIX)
-    assert kv.can_ever_fit(c) and not kv.can_ever_fit(request("d", [1] * 60, 10))
+    assert kv.never_fits(c) is None
+    assert kv.never_fits(request("d", [1] * 60, 10)) == "prompt + max_tokens = 70 tokens can never fit the KV cache (64 slots)"
     assert [kv.slot("b", p) for p in (0, 9)] == [16, 25]
     assert kv.run_index(["b"], [9], 3).tolist() == [16, 20, 24]
     assert kv.run_index(["b"], [5], 3).tolist() == [16, 20, 0]  # the run past its context reads slot 0
@@ -107,8 +108,8 @@ class SlabKV:
         self.owner: list[str | None] = [None] * (spec.num_slots // self.slab)
         self.where: dict[str, int] = {}
 
-    def can_ever_fit(self, req: Request) -> bool:
-        return req.max_total_tokens <= self.slab and bool(self.owner)
+    def never_fits(self, req: Request) -> str | None:
+        return None if req.max_total_tokens <= self.slab and self.owner else "longer than a slab"
 
     def match_prefix(self, req: Request) -> PrefixMatch:
         return NO_PREFIX
@@ -199,9 +200,9 @@ class CountingRunner:
         return out
 
 
-@pytest.mark.parametrize("mode", ["continuous+paged", "static+contiguous"])
+@pytest.mark.parametrize("mode", ["continuous+paged", "continuous+contiguous", "static+paged", "static+contiguous"])
 def test_any_runner_plugs_in_and_its_modelled_time_is_the_step_time(mode, engine_factory, drive):
-    eng = engine_factory(mode, max_num_batched_tokens=8)
+    eng = engine_factory(mode, max_num_batched_tokens=8, reservation="exact")
     eng.runner = runner = CountingRunner()
     eng.add_request("a", [10, 11, 12], SamplingParams.exact(3))
     eng.add_request("b", [40] * 12, SamplingParams.exact(2))
@@ -213,3 +214,19 @@ def test_any_runner_plugs_in_and_its_modelled_time_is_the_step_time(mode, engine
         assert runner.seen[1] == [("a", 3, 1), ("b", 5, 7)]
     steps = eng.steps_since(0)
     assert steps and all(s.duration_s >= 0.25 for s in steps)  # the modelled time, not the ~0 s it took
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_seeded_fixtures_keep_the_engines_books(seed):
+    """The dashboard's fixtures balance the way the engine's layouts do (cached blocks count as free)."""
+    from tui.testing import synthetic
+
+    paged = synthetic.paged_engine(seed, shared_prefix_blocks=3 if seed % 2 else 0)
+    t = paged.totals
+    assert t.used_blocks + t.free_blocks == t.total_blocks and t.cached_blocks <= t.free_blocks
+    held = {b.block_id for r in paged.requests for b in r.blocks}
+    assert t.used_blocks == len(held) and t.reserved_slots == len(held) * t.block_size
+    contiguous = synthetic.contiguous_engine(seed)
+    t = contiguous.totals
+    assert t.reserved_slots + t.free_slots == t.total_slots
+    assert t.largest_hole == max(s.length for s in contiguous.segments if s.owner is None)

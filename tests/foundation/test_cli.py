@@ -72,3 +72,29 @@ def test_bad_target_arguments_exit_2(argv: list[str], message: str, capsys: pyte
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--target", "http://[::1", "--model", "m"], "--target = 'http://[::1': expected a well-formed"),
+        (["--target", "http://127.0.0.1:99999/v1", "--model", "m"], "Port out of range"),
+        (["--target", "http://127.0.0.1:-5/v1", "--model", "m"], "expected a well-formed http(s) URL"),
+        (["--target", "ftp://host/v1", "--model", "m"], "expected an http:// or https:// URL"),
+        (["serve", "--host", "not a host!"], "--host 'not a host!': expected an IP address or a resolvable host name"),
+    ],
+)
+def test_malformed_urls_and_hosts_are_one_line_and_exit_2(
+    capsys: pytest.CaptureFixture[str], argv: list[str], expected: str
+) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert expected in err and err.count("\n") == 1 and "WARNING" not in err
+
+
+@pytest.mark.parametrize("argv", [["--api-key-env"], ["serve", "--api-key-env"]])
+def test_a_key_given_as_a_variable_name_is_refused_unechoed(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    secret = "sk-proj-Zq81x0aa77bb"
+    assert main([*argv, secret]) == 2
+    out = capsys.readouterr()
+    assert "NAME of an environment variable" in out.err and "Zq81x0" not in out.err + out.out

@@ -72,16 +72,16 @@ def test_later_overrides_win_and_no_overrides_is_the_same_profile() -> None:
 @pytest.mark.parametrize(
     ("item", "message"),
     [
-        ("load.rtae=3", "--set load.rtae=3: unknown key 'load.rtae'; did you mean 'rate'?"),
-        ("lod.rate=3", "--set lod.rate=3: unknown key 'lod'; did you mean 'load'?"),
-        ("stages.0.rat=1", "--set stages.0.rat=1: unknown key 'stages[0].rat'; did you mean 'rate'?"),
-        ("stages.3.rate=1", "--set stages.3.rate=1: stages has no entry '3'; it has 3, indexed from 0"),
-        ("load.rate.x=1", "--set load.rate.x=1: load.rate is a single value, so 'load.rate.x' does not exist"),
-        ("load.rate", "--set load.rate: expected KEY=VALUE with a dotted KEY, e.g. --set load.rate=8"),
-        ("load.rate=fast", "--set load.rate=fast: load.rate = 'fast': expected a number"),
-        ("load.rate=-1", "--set load.rate=-1: load.rate = -1.0: expected a positive number"),
+        ("load.rtae=3", "--set: unknown key 'load.rtae'; did you mean 'rate'?"),
+        ("lod.rate=3", "--set: unknown key 'lod'; did you mean 'load'?"),
+        ("stages.0.rat=1", "--set: unknown key 'stages[0].rat'; did you mean 'rate'?"),
+        ("stages.3.rate=1", "--set: stages has no entry '3'; it has 3, indexed from 0"),
+        ("load.rate.x=1", "--set: load.rate is a single value, so 'load.rate.x' does not exist"),
+        ("load.rate", "--set #1: expected KEY=VALUE with a dotted KEY, e.g. --set load.rate=8"),
+        ("load.rate=fast", "--set: load.rate = 'fast': expected a number"),
+        ("load.rate=-1", "--set: load.rate = -1.0: expected a finite number in (0, 1000000]"),
         ("engine.batching=statik",
-         "--set engine.batching=statik: engine.batching = 'statik': expected one of 'static', 'continuous' (did you mean 'static'?)"),
+         "--set: engine.batching = 'statik': expected one of 'static', 'continuous' (did you mean 'static'?)"),
         ('record.modes=["continuous+pagd"]', "record.modes[0] = 'continuous+pagd': expected batching+kv"),
         ("stages.0.num_requests=1.5", "stages[0].num_requests = 1.5: expected an integer"),
         ("defenses.truncate_prompt_to=64", "go together; set both or neither"),
@@ -93,11 +93,29 @@ def test_bad_paths_and_values_are_one_line_profile_errors(item: str, message: st
     assert message in str(exc.value) and "\n" not in str(exc.value)
 
 
+def test_a_key_pasted_by_mistake_is_not_repeated() -> None:
+    with pytest.raises(ProfileError) as exc:
+        apply_overrides(COMPARE, ["load.rate=2", "sk-live-0123456789abcdef"])
+    assert str(exc.value).startswith("--set #2: expected KEY=VALUE") and "sk-live" not in str(exc.value)
+    with pytest.raises(ProfileError) as exc:  # a key where its variable's name belongs: the file's check
+        apply_overrides(COMPARE, ["target.api_key_env=sk-live-0123456789abcdef"])
+    assert str(exc.value).startswith("--set: target.api_key_env: expected the NAME") and "sk-live" not in str(exc.value)
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "+inf"])
+@pytest.mark.parametrize("key", ["load.rate", "stages.0.rate", "engine.kv_budget_mb", "slo.ttft_ms"])
+def test_non_finite_numbers_are_profile_errors(key: str, value: str) -> None:
+    with pytest.raises(ProfileError, match="finite"):
+        apply_overrides(COMPARE, [f"{key}={value}"])
+
+
 def test_a_bad_override_exits_2_with_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--record", "--profile", "compare", "--set", "stages.0.rat=1", "--out", "x"]) == 2
-    assert capsys.readouterr().err == "kvtui: --set stages.0.rat=1: unknown key 'stages[0].rat'; did you mean 'rate'?\n"
+    assert capsys.readouterr().err == "kvtui: --set: unknown key 'stages[0].rat'; did you mean 'rate'?\n"
     assert main(["serve", "--profile", "baseline", "--set", "engine.kv=pagd"]) == 2
     assert "engine.kv = 'pagd'" in capsys.readouterr().err
+    assert main(["profiles", "show", "compare", "--set", "load.rate=nan"]) == 2
+    assert "load.rate" in capsys.readouterr().err
 
 
 def test_short_aliases_are_the_same_overrides() -> None:
@@ -122,7 +140,7 @@ def test_aliases_on_a_profile_with_stages() -> None:
 
 def test_alias_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--profile", "baseline", "--rate", "-3", "--record", "--out", "x"]) == 2
-    assert capsys.readouterr().err == "kvtui: --set load.rate=-3: load.rate = -3.0: expected a positive number\n"
+    assert capsys.readouterr().err == "kvtui: --set: load.rate = -3.0: expected a finite number in (0, 1000000]\n"
     with pytest.raises(SystemExit) as exc:
         main(["--num-requests", "5"])  # the dashboard runs until stopped
     assert exc.value.code == 2

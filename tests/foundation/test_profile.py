@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import tomllib
+import typing
 from pathlib import Path
 
 import pytest
@@ -12,12 +14,21 @@ from hypothesis import strategies as st
 
 from tui.profile import (
     HEADLINE_MODES,
+    RANGES,
     SHIPPED_DIR,
     DefensesConfig,
+    EngineConfig,
     EngineMode,
     LengthDist,
+    LoadConfig,
     Profile,
     ProfileError,
+    Range,
+    RecordConfig,
+    SloConfig,
+    Stage,
+    TargetConfig,
+    WorkloadConfig,
     dump_profile,
     engine_config_from_dict,
     load_profile,
@@ -149,16 +160,35 @@ def test_round_trips_through_plain_data() -> None:
         ("[enigne]\nseed = 1", "unknown key 'enigne'; did you mean 'engine'?"),
         ("[engine]\nbatching = 'continous'", "engine.batching = 'continous': expected one of 'static', 'continuous' (did you mean 'continuous'?)"),
         ("[engine]\nblock_size = '16'", "engine.block_size = '16': expected an integer"),
-        ("[engine]\nblock_size = 0", "engine.block_size = 0: expected a positive number"),
+        ("[engine]\nblock_size = 0", "engine.block_size = 0: expected an integer in [1, 1024]"),
+        ("[engine]\nblock_size = 1000000000", "engine.block_size = 1000000000: expected an integer in [1, 1024]"),
+        ("[engine]\nkv_budget_mb = inf", "engine.kv_budget_mb = inf: expected a finite number"),
+        ("[engine]\nkv_budget_mb = 0.0", "engine.kv_budget_mb = 0.0: expected a finite number in (0, "),
+        ("[engine]\nthreads = 100000", "engine.threads = 100000: expected an integer in [1, "),
+        ("[load]\nrate = nan", "load.rate = nan: expected a finite number"),
+        ("[load]\nrate = inf", "load.rate = inf: expected a finite number"),
+        ("[load]\nrate = 1e308", "load.rate = 1e+308: expected a finite number in (0, 1000000]"),
+        ("[load]\nduration_s = nan", "load.duration_s = nan: expected a finite number"),
+        ("[load]\nburstiness = nan", "load.burstiness = nan: expected a finite number"),
+        ("[record]\nwindow_s = inf", "record.window_s = inf: expected a finite number"),
+        ("[target]\ntimeout_s = nan", "target.timeout_s = nan: expected a finite number"),
+        ("[workload]\nseed = -1", "workload.seed = -1: expected an integer in [0, 9223372036854775807]"),
+        ("[workload]\nprompt_len = 0", "workload.prompt_len = 0: expected an integer in [1, 1048576]"),
+        ("[workload]\noutput_len = { dist = 'lognormal', median = 20, sigma = inf }", "workload.output_len.sigma = inf: expected a finite number"),
+        ("[workload]\noutput_len = { dist = 'mixture', components = [{ value = 2, weight = nan }] }",
+         "workload.output_len.components[0].weight = nan: expected a finite number"),
+        ("[workload]\nshared_prefix_fraction = 1.5", "workload.shared_prefix_fraction = 1.5: expected a finite number in [0, 1]"),
         ("[engine]\nenable_chunked_prefill = 1", "engine.enable_chunked_prefill = 1: expected true or false"),
-        ("[load]\nrate = -1", "load.rate = -1.0: expected a positive number"),
+        ("[load]\nrate = -1", "load.rate = -1.0: expected a finite number in (0, 1000000]"),
         ("[workload]\nprompt_len = { dist = 'uniform', low = 9 }", "workload.prompt_len (dist = 'uniform') is missing required key 'high'"),
         ("[workload]\noutput_len = 'long'", "workload.output_len = 'long': expected an integer or a distribution table"),
         ("[record]\nmodes = ['static']", "record.modes[0] = 'static': expected batching+kv"),
         ("[[stages]]\nname = 'x'\nrate = 1", "stages[0] ('x') needs num_requests or duration_s"),
         ("[[stages]]\nrate = 1\nnum_requests = 2", "stages[0] is missing required key 'name'"),
         ("[target]\nkind = 'openai'\nmodel = 'm'", "target.base_url is required when target.kind = 'openai'"),
-        ("[target]\napi_key_env = 'sk-abc123!'", "target.api_key_env = 'sk-abc123!': expected the NAME of an environment variable"),
+        ("[target]\napi_key_env = 'sk-abc123!'", "target.api_key_env: expected the NAME of an environment variable"),
+        ("[target]\nkind = 'openai'\nmodel = 'm'\nbase_url = 'http://[::1'", "target.base_url = 'http://[::1': expected a well-formed"),
+        ("[target]\nkind = 'openai'\nmodel = 'm'\nbase_url = 'http://h:99999'", "Port out of range"),
         ("[defenses]\ntruncate_prompt_to = 10", "set both or neither"),
         ("engine = 3", "engine = 3: expected a table"),
         ("[engine\n", "not valid TOML"),
@@ -214,3 +244,92 @@ def test_arbitrary_bytes_raise_only_profile_errors(tmp_path_factory: pytest.Temp
         load_profile(path)
     except ProfileError as e:
         assert "\n" not in str(e)
+
+
+def test_a_key_given_as_its_variable_name_is_never_echoed(tmp_path: Path) -> None:
+    secret = "sk-live-0123456789abcdef"
+    with pytest.raises(ProfileError) as err:
+        load_profile(write(tmp_path, f"[target]\napi_key_env = '{secret}'"))
+    assert secret not in str(err.value) and "0123456789" not in str(err.value)
+
+
+# Every numeric key of every section, by its dotted path in a document, with its declared Range.
+def _numeric_keys() -> list[tuple[str, type, str, Range]]:
+    sections = {"target": TargetConfig, "engine": EngineConfig, "defenses": DefensesConfig,
+                "workload": WorkloadConfig, "load": LoadConfig, "record": RecordConfig, "slo": SloConfig}
+    out = []
+    for section, cls in sections.items():
+        for name, rng in RANGES[cls].items():
+            out.append((section, cls, name, rng))
+    for name, rng in RANGES[Stage].items():
+        out.append(("stages", Stage, name, rng))
+    for name, rng in RANGES[LengthDist].items():
+        out.append(("workload.output_len", LengthDist, name, rng))
+    return out
+
+
+NUMERIC_KEYS = _numeric_keys()
+
+
+def test_every_numeric_field_declares_a_range() -> None:
+    """A new number in a profile cannot slip past validation: it must say what range it accepts."""
+    for cls in (TargetConfig, EngineConfig, DefensesConfig, LengthDist, WorkloadConfig, LoadConfig, Stage,
+                RecordConfig, SloConfig):
+        hints = typing.get_type_hints(cls)
+        numeric = {f.name for f in dataclasses.fields(cls)
+                   if {int, float} & set(typing.get_args(hints[f.name]) or (hints[f.name],))}
+        assert numeric <= set(RANGES[cls]), f"{cls.__name__}: {sorted(numeric - set(RANGES[cls]))} have no range"
+
+
+hostile_numbers = st.one_of(
+    st.sampled_from([math.nan, math.inf, -math.inf, -1, -1.0, 0, 0.0, -0.0, 1e308, -1e308, 2**63, 2**64, 10**30,
+                     -(2**63), 5e-324]),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+)
+
+
+def _document(section: str, name: str, value: object) -> dict:
+    if section == "stages":
+        return {"stages": [{"name": "s", "rate": 1.0, "num_requests": 3, name: value}]}
+    if section == "workload.output_len":
+        base: dict = {"dist": "lognormal", "median": 20.0, "sigma": 0.5, name: value}
+        if name == "weight":
+            base = {"dist": "mixture", "components": [{"value": 2, "weight": value}]}
+        elif name in ("low", "high"):
+            base = {"dist": "uniform", "low": 1, "high": 10, name: value}
+        elif name == "value":
+            base = {"dist": "fixed", "value": value}
+        return {"workload": {"output_len": base}}
+    doc: dict = {section: {name: value}}
+    if section == "defenses" and name in ("truncate_when_backlog_over", "truncate_prompt_to"):
+        doc["defenses"] = {"truncate_when_backlog_over": 1, "truncate_prompt_to": 1, name: value}
+    return doc
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(NUMERIC_KEYS), hostile_numbers)
+def test_every_numeric_key_is_finite_and_in_range_or_one_clear_line(key: tuple, value: object) -> None:
+    """NaN, infinities, huge and negative numbers at every numeric key: accepted only within the
+    declared range, otherwise one line naming the key path and the value."""
+    section, _cls, name, rng = key
+    try:
+        prof = profile_from_dict(_document(section, name, value), source="fuzz.toml")
+    except ProfileError as e:
+        text = str(e)
+        assert text.startswith("fuzz.toml: ") and "\n" not in text
+        assert f".{name}" in text or f"{section}." in text, text
+        return
+    got = {"stages": lambda p: p.stages[0], "workload.output_len": lambda p: p.workload.output_len}.get(
+        section, lambda p: getattr(p, section))(prof)
+    if name == "weight":
+        got = got.components[0]
+    v = getattr(got, name)
+    assert math.isfinite(v) and rng.contains(v), (section, name, v)
+
+
+@pytest.mark.parametrize(("section", "cls", "name", "rng"), NUMERIC_KEYS, ids=lambda x: x if isinstance(x, str) else "")
+def test_non_finite_values_are_refused_at_every_key(section: str, cls: type, name: str, rng: Range) -> None:
+    for bad in (math.nan, math.inf, -math.inf):
+        with pytest.raises(ProfileError, match=r"fuzz\.toml: .*(nan|inf).*expected"):
+            profile_from_dict(_document(section, name, bad), source="fuzz.toml")

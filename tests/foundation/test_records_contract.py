@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import fields
 
 from tui.engine.snapshot import StepTiming
-from tui.metrics.types import GpuSample
+from tui.gpu import GpuSample
 from tui.records.gpu import GPU_SCHEMA
 from tui.records.step import STEP_SCHEMA
 

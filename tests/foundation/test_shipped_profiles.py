@@ -36,6 +36,9 @@ def test_an_existing_path_wins_over_a_shipped_name(tmp_path: Path, monkeypatch: 
     assert find_profile("compare.toml") == Path("compare.toml")
     assert load_profile(find_profile("compare.toml")).name == "mine"
     assert find_profile("compare") == SHIPPED_DIR / "compare.toml"  # no file called plain "compare" here
+    Path("run").mkdir()
+    Path("run", "profile.toml").write_text('name = "recorded"\n')  # a recorded run's directory
+    assert find_profile("run") == Path("run", "profile.toml")
 
 
 def test_neither_a_path_nor_a_name_lists_the_shipped_names(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -65,6 +68,7 @@ def test_name_lookup_from_a_directory_without_profiles(tmp_path: Path) -> None:
     assert "nope: no such profile file or shipped profile; shipped: baseline" in missing.stderr
 
 
+@pytest.mark.slow  # builds a wheel
 def test_a_wheel_built_from_the_repository_contains_the_profiles(tmp_path: Path) -> None:
     src = tmp_path / "src"
     shutil.copytree(REPO / "tui", src / "tui", ignore=shutil.ignore_patterns("__pycache__"))

@@ -32,6 +32,7 @@ class FakeConfig:
     faults: list[str] = field(default_factory=list)  # cycled, one per generation request
     slow_s: float = 3.0  # how long a "slow" request stalls
     error_echo_key: bool = False  # a careless server that echoes the key it got in its 401 body
+    metrics: bool = True  # False: no /metrics endpoint (404), as many hosted APIs
 
 
 class FakeServer:
@@ -99,6 +100,8 @@ class FakeServer:
         return JSONResponse({"object": "list", "data": [{"id": m, "object": "model"} for m in self.cfg.models]})
 
     async def _metrics(self, request: Request) -> Response:
+        if not self.cfg.metrics:
+            return PlainTextResponse("Not Found", status_code=404)
         text = (
             "# TYPE vllm:prompt_tokens_total counter\n"
             f'vllm:prompt_tokens_total{{model_name="fake"}} {float(self.prompt_tokens)}\n'

@@ -7,12 +7,15 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
+import pytest
 from loadfake_server import FakeConfig
 
 from tui.cli import main
 from tui.load.arrivals import ArrivalProcess, Schedule
 from tui.load.workload import Workload
 from tui.profile import load_profile
+
+pytestmark = pytest.mark.slow  # whole recorded runs
 
 BASE = '''
 name = "repeat-me"
@@ -60,7 +63,7 @@ def test_the_recorded_profile_repeats_the_run(fake_server, tmp_path: Path) -> No
     first, second = tmp_path / "first", tmp_path / "second"
     assert main(["--record", "--profile", str(base), *OVERRIDES, "--out", str(first)]) == 0
     bodies_first = list(srv.bodies)
-    assert main(["--record", "--profile", str(first / "profile.toml"), "--out", str(second)]) == 0
+    assert main(["--record", "--profile", str(first), "--out", str(second)]) == 0  # the run directory names its profile.toml
     bodies_second = srv.bodies[len(bodies_first):]
 
     # The overrides are in the recorded profile, and the repeat ran the same requests at the same times.

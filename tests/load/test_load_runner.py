@@ -7,6 +7,7 @@ import socket
 from collections import Counter
 
 import numpy as np
+import pytest
 from loadfake_server import FakeConfig
 from scipy import stats
 
@@ -81,6 +82,7 @@ async def test_connection_refused_is_connect_error_and_names_the_address():
     assert all(f"127.0.0.1:{port}" in r.reason for r in recs)
 
 
+@pytest.mark.slow  # seconds of paced load
 async def test_poisson_sends_pass_ks_and_reach_the_rate(fake_server):
     srv = fake_server(FakeConfig())
     rate = 150.0
@@ -97,6 +99,7 @@ async def test_poisson_sends_pass_ks_and_reach_the_rate(fake_server):
     assert (lags >= 0).all()
 
 
+@pytest.mark.slow  # seconds of paced load
 async def test_live_rate_change_takes_effect_without_a_burst(fake_server):
     srv = fake_server(FakeConfig())
     recs: list[RequestRecord] = []
@@ -191,3 +194,27 @@ async def test_restarting_continues_indices_and_ids(fake_server):
     await runner.aclose()
     assert sorted(r.index for r in recs) == list(range(10))
     assert len({r.request_id for r in recs}) == 10
+
+
+async def test_a_rate_beyond_the_target_holds_at_most_max_pending_and_records_late_sends(fake_server):
+    """Bounded by design: at a million requests per second no more than ``max_pending`` exist at once;
+    the rest are sent as room frees, each with its dispatch lag recorded (the truth: the client is late)."""
+    srv = fake_server(FakeConfig(ttft_s=0.1, token_delay_s=0.0))
+    recs: list[RequestRecord] = []
+    peak = 0
+
+    def on_send(rec: RequestRecord) -> None:
+        nonlocal peak
+        peak = max(peak, runner.in_flight + 1)  # this one is about to join the open ones
+
+    runner = LoadRunner(profile(srv.base_url, rate=1e6, out_len=2), on_record=recs.append, on_send=on_send,
+                        max_pending=8, text_unit="char")
+    try:
+        await runner.run(num_requests=40, drain_timeout_s=10.0)
+    finally:
+        await runner.aclose()
+    assert peak <= 8
+    assert sorted(r.index for r in recs) == list(range(40))
+    assert all(r.status == "ok" for r in recs)
+    # 40 requests due within 40 microseconds, eight at a time, 0.1 s each: the last ones go out ~0.4 s late
+    assert max(r.dispatch_lag_s for r in recs) > 0.3

@@ -11,7 +11,7 @@ import httpx
 import pytest
 import uvicorn
 
-from tui.metrics.gpu import GpuSampler
+from tui.gpu import GpuSampler
 from tui.profile import DefensesConfig, EngineConfig, to_dict
 from tui.serve.app import DrainingServer, bind_socket, create_app
 from tui.serve.engine_loop import EngineLoop

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import socket
@@ -12,9 +13,11 @@ import httpx
 import openai
 import pytest
 
-from tui.profile import EngineConfig, Profile
+from tui.profile import EngineConfig, Profile, ProfileError
 from tui.serve.app import serve_main
 from tui.serve.local import LocalServer, LocalServerError
+
+pytestmark = pytest.mark.slow  # each test starts `kvtui serve` as a child process
 
 ENGINE = EngineConfig(model="tiny", device="cpu", threads=1, kv_budget_mb=2.0, max_model_len=512)
 PROFILE = Profile(engine=ENGINE)
@@ -102,12 +105,13 @@ def test_cannot_start_is_a_clear_error():
         busy.close()
 
 
-def test_engine_that_cannot_build_is_a_clear_error():
-    bad = Profile(engine=EngineConfig(model="no-such-preset", device="cpu"))
-    with pytest.raises(LocalServerError) as ei:
+def test_engine_that_cannot_build_is_a_profile_error_naming_the_file():
+    """The engine refusing its config is the user's profile at fault: one line naming their file."""
+    bad = dataclasses.replace(Profile(engine=EngineConfig(model="no-such-preset", device="cpu")), source="mine.toml")
+    with pytest.raises(ProfileError) as ei:
         LocalServer(bad, startup_timeout_s=60).start()
     msg = str(ei.value)
-    assert "exited with code 1" in msg and "cannot start the engine" in msg and "no-such-preset" in msg
+    assert msg.startswith("mine.toml: [engine] cannot be built") and "no-such-preset" in msg and "\n" not in msg
 
 
 def test_server_exits_when_its_owner_dies(tmp_path):

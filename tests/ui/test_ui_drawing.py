@@ -8,11 +8,11 @@ from rich.console import Console
 from tui.engine.snapshot import ArenaSegment, BlockView, EngineSnapshot, KVTotals, RequestView
 from tui.metrics.types import ServerGauges
 from tui.profile import Profile, TargetConfig
-from tui.ui import synthetic as syn
+from tui.testing import synthetic as syn
 from tui.ui.app import KVTuiApp
 from tui.ui.backend import FixedBackend, target_info
+from tui.ui.band_chart import BandChart
 from tui.ui.gpu import gpu_text
-from tui.ui.latency import LatencyChart
 from tui.ui.model import DashboardSnapshot, HistoryPoint
 from tui.ui.paint import fmt_s, gauge
 from tui.ui.scheduler_view import RequestTable, arena_cells, arena_map, totals_text
@@ -114,7 +114,7 @@ async def test_latency_chart_scales_each_band_to_its_peak():
     app = KVTuiApp(FixedBackend(Profile(), DashboardSnapshot(history=hist)), live=False)
     async with app.run_test(size=(160, 48)) as pilot:
         await pilot.pause()
-        chart = app.query_one(LatencyChart)
+        chart = app.query_one("#latency-chart", BandChart)
         top = chart.render_line(0).text
         assert top.startswith("TTFT P50") and fmt_s(0.8) in top
         _, band_h = chart._bands()

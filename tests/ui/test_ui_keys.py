@@ -4,14 +4,24 @@ from __future__ import annotations
 
 import dataclasses
 
-from textual.widgets import Button, Input
+import pytest
+from textual.binding import Binding
+from textual.widgets import Button, Input, Tabs
 
-from tui.profile import Profile
-from tui.ui import synthetic as syn
+from tui.engine.snapshot import RequestEvent
+from tui.profile import Profile, TargetConfig
+from tui.testing import synthetic as syn
+from tui.ui.actions import ACTIONS
 from tui.ui.app import KVTuiApp
 from tui.ui.backend import RATE_LADDER, FixedBackend, nudge_rate
-from tui.ui.scheduler_view import RequestTable
+from tui.ui.commands import DashboardCommands
+from tui.ui.help_screen import HelpScreen, key_rows
+from tui.ui.lines import TextLines
+from tui.ui.scheduler_view import RequestTable, SchedulerView
 from tui.ui.status_line import StatusLine
+from tui.ui.timeline import TimelineScreen
+
+pytestmark = pytest.mark.slow  # each test drives the whole app
 
 SIZE = (160, 48)
 
@@ -179,3 +189,122 @@ async def test_scheduler_table_draws_only_what_is_on_screen():
         table.scroll_end(animate=False)
         await pilot.pause()
         assert len(table._cache) <= 2 * table.size.height
+
+
+# -- the action table, the layout, help, a request's timeline ------------------------------------------
+
+
+def test_one_table_makes_the_bindings_the_palette_and_the_help():
+    keyed = [a for a in ACTIONS if a.keys]
+    bound = {b.id: b for b in KVTuiApp.BINDINGS if isinstance(b, Binding) and b.id}
+    assert {a.id for a in keyed} == set(bound)
+    for a in keyed:
+        assert bound[a.id].action == a.action and bound[a.id].key == a.keys
+    help_keys = "\n".join(f"{k} {v}" for k, v in key_rows())
+    for a in keyed:
+        assert a.shown_keys in help_keys and a.help in help_keys
+    assert len({a.id for a in ACTIONS}) == len(ACTIONS)
+    assert all(a.op is None or callable(getattr(FixedBackend, a.op, None)) for a in ACTIONS)
+
+
+async def palette_titles(app: KVTuiApp, pilot) -> list[str]:
+    provider = DashboardCommands(app.screen)
+    return [hit.text for hit in [h async for h in provider.discover()]]
+
+
+async def test_remote_target_offers_no_engine_control():
+    profile = Profile(target=TargetConfig(kind="openai", base_url="http://10.0.0.7:8000/v1", model="m"))
+    app = KVTuiApp(FixedBackend(profile), live=False)
+    async with app.run_test(size=SIZE) as pilot:
+        before = app.backend.defenses
+        await pilot.press("c", "r", "p", "b", "k")
+        await pilot.pause()
+        assert app.backend.defenses == before and app.backend.latest.status == ""
+        titles = await palette_titles(app, pilot)
+        assert "Load: start / stop" in titles and not any(t.startswith(("Engine", "Defense")) for t in titles)
+        assert not app.query_one("#mode-group").display and app.query_one("#remote-note").display
+        await pilot.press("space")  # load still works
+        await pilot.pause()
+        assert app.backend.load.running
+
+
+async def test_small_terminal_shows_the_scheduler_first_and_z_switches_views():
+    app = KVTuiApp(FixedBackend(Profile(), syn.dashboard(syn.paged_engine(1, n_requests=12))), live=False)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+        scheduler, top = app.query_one(SchedulerView), app.query_one("#top")
+        assert scheduler.display and not top.display
+        assert scheduler.region.height >= 15 and app.query_one(RequestTable).region.height >= 6
+        await pilot.press("z")
+        await pilot.pause()
+        assert top.display and not scheduler.display
+        assert app.query_one("#views", Tabs).active == "view-overview"
+        await pilot.click("#view-main")  # the tabs switch too
+        await pilot.pause()
+        assert scheduler.display and not top.display
+
+
+async def test_big_terminal_shows_every_pane_and_z_zooms_the_scheduler():
+    app = KVTuiApp(FixedBackend(Profile(), syn.dashboard(syn.paged_engine(1, n_requests=12))), live=False)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.pause()
+        scheduler, top = app.query_one(SchedulerView), app.query_one("#top")
+        assert scheduler.display and top.display and not app.query_one("#views").display
+        height = scheduler.region.height
+        await pilot.press("z")
+        await pilot.pause()
+        assert not top.display and scheduler.region.height > height
+
+
+async def test_help_opens_with_question_mark_and_closes_with_q_without_quitting():
+    app = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("space")  # the dashboard's keys do not act under the help
+        assert not app.backend.load.running
+        await pilot.press("q")
+        await pilot.pause()
+        assert not isinstance(app.screen, HelpScreen) and app.is_running
+
+
+def timeline_app() -> KVTuiApp:
+    engine = syn.paged_engine(4, n_requests=10, n_waiting=0)
+    events = (RequestEvent(10.0, "queued", tokens=40), RequestEvent(10.02, "admitted", blocks=3),
+              RequestEvent(10.02, "prefill", tokens=40, blocks=3), RequestEvent(10.05, "first_token", tokens=1,
+                                                                                blocks=3))
+    requests = tuple(dataclasses.replace(r, events=events) for r in engine.requests)
+    return KVTuiApp(FixedBackend(Profile(), syn.dashboard(dataclasses.replace(engine, requests=requests))),
+                    live=False)
+
+
+async def test_keys_select_a_request_and_enter_opens_its_timeline():
+    app = timeline_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        table = app.query_one(RequestTable)
+        rate = app.backend.load.rate
+        table.focus()
+        await pilot.pause()
+        assert table.selected == table.snapshot.requests[0].request_id
+        await pilot.press("down", "down", "up", "down")
+        assert table.selected == table.snapshot.requests[2].request_id
+        assert app.backend.load.rate == rate  # the arrows went to the focused table, not to the rate
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, TimelineScreen) and app.screen.request_id == table.selected
+        text = app.screen.query_one(TextLines).plain
+        assert "queued" in text and "prefill chunk" in text and "first token" in text and "TTFT 50ms" in text
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not isinstance(app.screen, TimelineScreen)
+
+
+async def test_a_click_on_a_request_row_opens_its_timeline():
+    app = timeline_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        table = app.query_one(RequestTable)
+        await pilot.click(RequestTable, offset=(3, 4))
+        await pilot.pause()
+        row = table.snapshot.requests[4 + table.scroll_offset.y]
+        assert isinstance(app.screen, TimelineScreen) and app.screen.request_id == row.request_id

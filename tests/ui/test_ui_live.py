@@ -10,9 +10,11 @@ import asyncio
 import contextlib
 import dataclasses
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -25,8 +27,15 @@ from tui.profile import EngineConfig, LengthDist, LoadConfig, Profile, TargetCon
 from tui.serve.local import LocalServer
 from tui.ui.app import KVTuiApp
 from tui.ui.backend import nudge_rate
+from tui.ui.lines import TextLines
 from tui.ui.poller import LiveBackend
+from tui.ui.server_view import ServerView
 from tui.ui.status_line import StatusLine
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "load"))
+from loadfake_server import FakeConfig, FakeServer
+
+pytestmark = pytest.mark.slow  # the dashboard against real engine servers
 
 SIZE = (160, 48)
 PROFILE = Profile(
@@ -140,6 +149,37 @@ async def test_remote_target_shows_the_server_gauges_from_its_metrics(local_serv
         await until(pilot, lambda: not app.backend.load.running)
 
 
+@pytest.mark.parametrize("metrics", [True, False], ids=["with-metrics", "without-metrics"])
+async def test_remote_target_charts_the_server_gauges_or_says_what_is_missing(metrics: bool):
+    """A third-party OpenAI-compatible server (the fake, on loopback): no engine control is offered,
+    and the scheduler's place goes to its /metrics gauges over time, or to why there are none."""
+    with FakeServer(FakeConfig(metrics=metrics)) as fake:
+        profile = Profile(target=TargetConfig(kind="openai", base_url=fake.base_url, model="fake-model"))
+        app = KVTuiApp(LiveBackend(profile), live=True)
+        async with app.run_test(size=(100, 30)) as pilot:
+            view = app.query_one(ServerView)
+            if metrics:
+                await until(pilot, lambda: len(app.backend.latest.server_history) >= 2)
+                await pilot.pause()
+                text = view.query_one(TextLines).plain
+                assert "running 0" in text and "KV cache 0%" in text and "preemptions 7 total" in text
+                assert "not exported by this server: waiting (vllm:num_requests_waiting)" in text
+                assert view.query_one("#server-chart").display
+            else:
+                await until(pilot, lambda: app.backend.latest.server_note != "")
+                await pilot.pause()
+                text = view.query_one(TextLines).plain
+                assert "No server gauges" in text and "HTTP 404" in text
+                assert not view.query_one("#server-chart").display
+                assert app.backend.latest.status_level != "error"  # a missing /metrics is no error
+            assert view.display and not app.query_one("#scheduler").display
+            assert app.query_one("#mode-bar").has_class("-remote")
+            assert not app.query_one("#mode-group").display and not app.query_one("#defense-group").display
+            offered = {b.binding.action for b in app.screen.active_bindings.values()}
+            assert "act('toggle_load')" in offered
+            assert not any(name in a for a in offered for name in ("pause", "batching", "step", "defense"))
+
+
 async def test_the_dashboard_starts_and_stops_its_own_local_server():
     """`kvtui` with no target: the backend starts `kvtui serve` on loopback and stops it on quit."""
     backend = LiveBackend(PROFILE)
@@ -202,8 +242,10 @@ async def test_remote_401_shows_in_the_status_line_and_load_does_not_start():
             await until(pilot, lambda: "KVTUI_TEST_NO_KEY" in app.backend.latest.status)
             assert not app.backend.load.running
             assert app.backend.latest.status_level == "error"
-            await pilot.press("b")  # engine controls need the kvtui engine: said, not crashed
-            await until(pilot, lambda: "not a kvtui engine" in app.backend.latest.status)
+            before = app.backend.latest.status
+            await pilot.press("b", "p", "c")  # engine controls are not offered on a remote target
+            await pilot.pause()
+            assert app.backend.latest.status == before
 
 
 async def test_a_dead_local_server_shows_in_the_status_line():

@@ -21,12 +21,12 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 
+from tui.engine.checkpoint import load_checkpoint
 from tui.engine.kv import KVManager, KVSpec, new_kv_manager, slots_for_budget
-from tui.engine.model import PRESETS, build_dummy_model, load_hf_model, pick_device, pick_dtype
+from tui.engine.model import PRESETS, build_dummy_model, pick_device, pick_dtype
 from tui.engine.model_runner import TorchModelRunner
 from tui.engine.params import SamplingParams
 from tui.engine.runner import ModelRunner
@@ -36,7 +36,7 @@ from tui.engine.sim.backend import SimulatedBackend
 from tui.engine.sim.backend import build as build_simulated
 from tui.engine.sim.clock import RealClock, SimClock
 from tui.engine.snapshot import EngineSnapshot, KVTotals, StepTiming
-from tui.engine.tokenizer import ByteTokenizer, Tokenizer, load_hf_tokenizer
+from tui.engine.tokenizer import ByteTokenizer, Tokenizer
 from tui.engine.views import request_views
 from tui.profile import DefensesConfig, EngineConfig, EngineMode, to_dict
 
@@ -117,23 +117,21 @@ class Engine:
         """The torch backend: a real model (dummy weights or a checkpoint) and its KV tensors."""
         torch.set_num_threads(max(1, config.threads))
         self.device = pick_device(config.device)
-        self.dtype = pick_dtype(self.device)
         torch.manual_seed(config.seed)
         if config.model_path:
-            self.model, raw = load_hf_model(config.model_path, self.device, self.dtype)
-            self.tokenizer = load_hf_tokenizer(
-                Path(config.model_path).expanduser(), self.model.config.vocab_size,
-                raw.get("eos_token_id"),
-            )
-            self.model_name = self.model.config.name
+            ckpt = load_checkpoint(config.model_path, self.device, config.dtype, config.served_model_name)
+            self.model, self.tokenizer, self.model_name, self.dtype = ckpt.model, ckpt.tokenizer, ckpt.name, ckpt.dtype
             self.max_model_len = min(config.max_model_len, self.model.config.max_position)
         else:
+            self.dtype = pick_dtype(self.device, config.dtype)
             self.model = build_dummy_model(config.model, config.seed, self.device, self.dtype)
             self.tokenizer = ByteTokenizer(PRESETS[config.model].vocab_size)
-            self.model_name = self.model.config.name
+            self.model_name = config.served_model_name or self.model.config.name
             self.max_model_len = config.max_model_len
-        self.vocab_size = self.model.config.vocab_size
-        self.bytes_per_token = self.model.config.kv_bytes_per_token(self.dtype)
+        self.model_config = self.model.config  # all the engine reads of the model outside the runner
+        self.sliding_window = self.model_config.sliding_window
+        self.vocab_size = self.model_config.vocab_size
+        self.bytes_per_token = self.model_config.kv_bytes_per_token(self.dtype)
         self.num_slots = slots_for_budget(self._budget_bytes(), self.bytes_per_token, config.block_size)
         if self.num_slots < config.block_size:
             raise ValueError(
@@ -155,6 +153,7 @@ class Engine:
         self.tokenizer = sim.tokenizer
         self.model_name = sim.model.name
         self.max_model_len = sim.max_model_len
+        self.sliding_window: int | None = None  # the simulated presets attend over the whole context
         self.vocab_size = sim.tokenizer.vocab_size
         self.bytes_per_token = sim.bytes_per_token
         self.num_slots = slots_for_budget(sim.kv_bytes, self.bytes_per_token, config.block_size)
@@ -174,8 +173,11 @@ class Engine:
 
     def _new_kv(self, mode: EngineMode) -> KVManager:
         cfg = self.config
-        return new_kv_manager(mode.kv, KVSpec(self.num_slots, cfg.block_size, self.max_model_len, cfg.reservation,
-                                              self.defenses.prefix_caching))
+        return new_kv_manager(mode.kv, KVSpec(
+            num_slots=self.num_slots, block_size=cfg.block_size, max_model_len=self.max_model_len,
+            reservation=cfg.reservation, prefix_caching=self.defenses.prefix_caching,
+            sliding_window=self.sliding_window,
+        ))
 
     def _new_scheduler(self, mode: EngineMode) -> Scheduler:
         cls = StaticScheduler if mode.batching == "static" else ContinuousScheduler
@@ -216,7 +218,7 @@ class Engine:
         now = self.clock()
         req = Request(
             request_id, prompt, params, min(arrival_time, now) if arrival_time is not None else now,
-            eos_token_id=self.tokenizer.eos_token_id, original_prompt_len=original,
+            eos_token_ids=self.tokenizer.eos_token_ids, original_prompt_len=original,
         )
         why = self._never_fits(req, self.scheduler)
         if why:
@@ -229,13 +231,7 @@ class Engine:
         total = req.max_total_tokens
         if total > self.max_model_len:
             return f"prompt ({len(req.prompt)}) + max_tokens ({req.max_tokens}) = {total} exceeds max_model_len {self.max_model_len}"
-        if not sched.can_ever_fit(req):
-            return f"prompt + max_tokens = {total} tokens can never fit the KV cache ({self.num_slots} slots)"
-        if (isinstance(sched, ContinuousScheduler) and not self.config.enable_chunked_prefill
-                and total > self.config.max_num_batched_tokens):
-            return (f"prompt + max_tokens = {total} exceeds max_num_batched_tokens "
-                    f"{self.config.max_num_batched_tokens} and chunked prefill is off")
-        return None
+        return sched.kv.never_fits(req) or sched.never_fits(req)
 
     def abort(self, request_id: str) -> None:
         """Stop a request and free its KV now; it is reported finished ("aborted") by the next step."""

@@ -164,6 +164,7 @@ class KVSpec:
     max_model_len: int
     reservation: Reservation = "max"  # contiguous: how much a request reserves
     prefix_caching: bool = False  # paged: share full blocks by hash
+    sliding_window: int | None = None  # the model's attention window (Mistral): older blocks are drawn idle
 
 
 class KVManager(Protocol):
@@ -180,8 +181,8 @@ class KVManager(Protocol):
 
     # -- admission and growth (the scheduler) --------------------------------------------------------
 
-    def can_ever_fit(self, req: Request) -> bool:
-        """Whether ``req`` would fit if it held the whole cache alone (else it is refused up front)."""
+    def never_fits(self, req: Request) -> str | None:
+        """Why ``req`` could not fit even holding the whole cache alone (it is refused up front), or None."""
         ...
 
     def match_prefix(self, req: Request) -> PrefixMatch:
@@ -256,15 +257,17 @@ class PagedKV:
     layout = "paged"
     aligned_runs = True
 
-    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = False) -> None:
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = False,
+                 sliding_window: int | None = None) -> None:
         self.block_size = block_size
         self.pool = BlockPool(num_blocks, block_size, enable_prefix_caching)
         self.tables: dict[str, list[int]] = {}
         self.num_slots = num_blocks * block_size
+        self.sliding_window = sliding_window
 
     @classmethod
     def from_spec(cls, spec: KVSpec) -> PagedKV:
-        return cls(spec.num_slots // spec.block_size, spec.block_size, spec.prefix_caching)
+        return cls(spec.num_slots // spec.block_size, spec.block_size, spec.prefix_caching, spec.sliding_window)
 
     def table(self, rid: str) -> list[int]:
         return self.tables.get(rid, [])
@@ -306,8 +309,11 @@ class PagedKV:
 
     # -- KVManager -------------------------------------------------------------------------------------
 
-    def can_ever_fit(self, req: Request) -> bool:
-        return req.max_total_tokens <= self.num_slots
+    def never_fits(self, req: Request) -> str | None:
+        total = req.max_total_tokens
+        if total <= self.num_slots:
+            return None
+        return f"prompt + max_tokens = {total} tokens can never fit the KV cache ({self.num_slots} slots)"
 
     def match_prefix(self, req: Request) -> PrefixMatch:
         if not self.pool.enable_prefix_caching:
@@ -371,8 +377,11 @@ class PagedKV:
 
     def holding(self, req: Request) -> KVHolding:
         bs, refs, n = self.block_size, self.pool.ref_count, req.num_computed
+        # the next query (position num_tokens - 1) attends to positions >= num_tokens - window
+        window_start = req.num_tokens - (self.sliding_window or req.num_tokens)
         return KVHolding(blocks=tuple(
-            BlockView(b, min(max(n - i * bs, 0), bs), refs[b] > 1) for i, b in enumerate(self.table(req.request_id))
+            BlockView(b, min(max(n - i * bs, 0), bs), refs[b] > 1, (i + 1) * bs > window_start)
+            for i, b in enumerate(self.table(req.request_id))
         ))
 
     def segments(self, holders: Mapping[str, Request]) -> tuple[ArenaSegment, ...]:
@@ -458,8 +467,16 @@ class ContiguousKV:
 
     # -- KVManager -------------------------------------------------------------------------------------
 
-    def can_ever_fit(self, req: Request) -> bool:
-        return self.reservation_size(len(req.prompt), req.max_tokens) <= self.num_slots
+    def never_fits(self, req: Request) -> str | None:
+        total = req.max_total_tokens
+        reserved = self.reservation_size(len(req.prompt), req.max_tokens)
+        if reserved <= self.num_slots:
+            return None
+        if self.policy == "exact":
+            return f"prompt + max_tokens = {total} tokens can never fit the KV cache ({self.num_slots} slots)"
+        # the real cause is the reservation policy, not the request's own length
+        return (f"the contiguous layout with reservation = {self.policy!r} reserves {reserved} slots "
+                f"for this request ({total} tokens), more than the KV cache's {self.num_slots}")
 
     def match_prefix(self, req: Request) -> PrefixMatch:
         return NO_PREFIX  # a reservation is private: nothing to share

@@ -94,13 +94,13 @@ class Scheduler:
         """No request holds KV (a mode switch may rebuild the layout now)."""
         return not self.running and self.kv.num_holders() == 0
 
-    def can_ever_fit(self, req: Request) -> bool:
-        """Whether the request fits the KV cache if it held the whole cache alone."""
-        return self.kv.can_ever_fit(req)
-
     def holders(self) -> dict[str, Request]:
         """Requests that hold KV now, by id."""
         return {r.request_id: r for r in self.running}
+
+    def never_fits(self, req: Request) -> str | None:
+        """Why this policy could never schedule ``req`` (whatever the KV cache holds), or None."""
+        return None
 
     # -- mutations -----------------------------------------------------------------------------------
 
@@ -172,6 +172,12 @@ class Scheduler:
 class ContinuousScheduler(Scheduler):
     """Iteration-level scheduling with a token budget, chunked prefill and recompute preemption."""
 
+    def never_fits(self, req: Request) -> str | None:
+        total, budget = req.max_total_tokens, self.cfg.max_num_batched_tokens
+        if not self.cfg.enable_chunked_prefill and total > budget:  # a recompute needs it all in one step
+            return f"prompt + max_tokens = {total} exceeds max_num_batched_tokens {budget} and chunked prefill is off"
+        return None
+
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()
         budget = self.cfg.max_num_batched_tokens
@@ -192,13 +198,13 @@ class ContinuousScheduler(Scheduler):
             return out
         while self.waiting and len(self.running) < self.cfg.max_num_seqs and budget > 0:
             req = self.waiting[0]
-            num_new = self._admit_kv(req, budget)
-            if num_new is None:
+            granted = self._admit_kv(req, budget)
+            if granted is None:
                 break  # first come, first served: the head waits, and so does everyone behind it
             self._start(req)
             out.admitted.append(req)
-            out.chunks.append(ScheduledChunk(req, num_new))
-            budget -= num_new
+            out.chunks.append(ScheduledChunk(req, granted))
+            budget -= granted
         return out
 
 

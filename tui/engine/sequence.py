@@ -39,7 +39,7 @@ class Request:
     prompt: list[int]
     params: SamplingParams
     arrival_time: float
-    eos_token_id: int = -1
+    eos_token_ids: frozenset[int] = frozenset()  # all of them end the request (vLLM: unless ignore_eos)
     original_prompt_len: int = 0
     output: list[int] = field(default_factory=list)
     status: Status = Status.WAITING
@@ -101,7 +101,7 @@ class Request:
         """Add an output token; the finish reason if that ends the request."""
         self.output.append(token)
         params = self.params
-        if not params.ignore_eos and token == self.eos_token_id:
+        if not params.ignore_eos and token in self.eos_token_ids:
             return "stop"
         if len(self.output) >= params.max_tokens:
             return "length"

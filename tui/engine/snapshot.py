@@ -1,6 +1,6 @@
 """Plain data describing the engine at one step: what views draw and the control API serves.
 
-Nothing here imports torch or Textual. ``EngineSnapshot.to_dict()`` is what ``GET /kvtui/v1/state``
+Nothing here imports torch or Textual. ``EngineSnapshot.to_dict()`` is what the control API's state route
 returns as JSON and ``EngineSnapshot.from_dict()`` rebuilds it on the client side, so a view can be
 fed a live engine, a recorded run or a fixed test fixture through the same path.
 
@@ -24,6 +24,24 @@ class BlockView:
     block_id: int
     fill: int  # token slots holding a token, 0..block_size
     shared: bool = False  # reference count > 1 (a prefix-cache hit)
+    in_window: bool = True  # False: wholly behind the sliding window (Mistral), no query reads it any more
+
+
+@dataclass(frozen=True)
+class RequestEvent:
+    """One transition in a request's life, as the engine recorded it (``t`` on the engine's clock).
+
+    ``kind``: queued, admitted, prefill (one chunk), preempted, readmitted, first_token, finished,
+    rejected, timed_out, aborted. ``tokens``: the prompt length (queued), the chunk (prefill), the
+    output so far (first_token, finished, preempted). ``blocks``: KV blocks held after the event (the
+    contiguous layout counts its reservation in blocks of ``block_size``).
+    """
+
+    t: float
+    kind: str
+    tokens: int = 0
+    blocks: int = 0
+    detail: str = ""
 
 
 @dataclass(frozen=True)
@@ -41,6 +59,7 @@ class RequestView:
     arena_start: int | None = None  # contiguous: first reserved slot
     arena_reserved: int = 0  # contiguous: slots reserved
     waited_s: float = 0.0  # time since arrival while not yet admitted
+    events: tuple[RequestEvent, ...] = ()  # its life so far, oldest first
 
 
 @dataclass(frozen=True)
@@ -200,7 +219,8 @@ class EngineSnapshot:
     def from_dict(cls, d: dict[str, Any]) -> EngineSnapshot:
         d = dict(d)
         d["requests"] = tuple(
-            RequestView(**{**r, "blocks": tuple(BlockView(**b) for b in r.get("blocks", ()))})
+            RequestView(**{**r, "blocks": tuple(BlockView(**b) for b in r.get("blocks", ())),
+                           "events": tuple(RequestEvent(**e) for e in r.get("events", ()))})
             for r in d.get("requests", ())
         )
         d["totals"] = KVTotals(**d["totals"])

@@ -1,23 +1,35 @@
-"""Tokenizers: a byte-level one for the dummy model, and a wrapper over a local ``tokenizer.json``.
+"""Tokenizers: a byte-level one for the dummy model, and a checkpoint's own ``tokenizer.json``.
 
 The byte tokenizer maps each UTF-8 byte to one token, so an ASCII prompt of N characters is N tokens;
 that keeps workload lengths exact without shipping a vocabulary file.
+
+:class:`HFTokenizer` gives the ids ``AutoTokenizer`` gives with its defaults: ``tokenizer.json``'s
+post-processor adds BOS where the checkpoint's tokenizer does. As in transformers 5, ``add_bos_token`` /
+``add_eos_token`` in ``tokenizer_config.json`` do not override a ``tokenizer.json``. Its EOS ids are
+all of those in ``config.json``, ``generation_config.json`` and the tokenizer's ``eos_token``.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
+
+from tui.engine.chat import ChatTemplate, ChatTemplateError, Message, plain_prompt
+from tui.engine.hf_config import CheckpointError, read_json
 
 
 class Tokenizer(Protocol):
     """What the engine and server need from a tokenizer."""
 
-    eos_token_id: int
+    eos_token_id: int  # the first of eos_token_ids (-1: none)
+    eos_token_ids: frozenset[int]  # every id that ends a request unless it ignores EOS
     vocab_size: int
 
     def encode(self, text: str) -> list[int]: ...
+
+    def encode_chat(self, messages: list[Message]) -> list[int]:
+        """The prompt ids of a chat (``ValueError`` if the chat template refuses it)."""
+        ...
 
     def decode(self, ids: list[int]) -> str: ...
 
@@ -34,10 +46,14 @@ class ByteTokenizer:
             raise ValueError("a byte tokenizer needs at least 259 ids (256 bytes + BOS/EOS/PAD)")
         self.vocab_size = vocab_size
         self.eos_token_id = self.EOS
+        self.eos_token_ids = frozenset((self.EOS,))
         self.bos_token_id = self.BOS
 
     def encode(self, text: str) -> list[int]:
         return list(text.encode("utf-8"))
+
+    def encode_chat(self, messages: list[Message]) -> list[int]:
+        return self.encode(plain_prompt(messages))
 
     def decode(self, ids: list[int]) -> str:
         # Special and spare ids carry no text; broken UTF-8 from a random model decodes as U+FFFD.
@@ -45,38 +61,85 @@ class ByteTokenizer:
 
 
 class HFTokenizer:
-    """A Hugging Face ``tokenizer.json`` read with the ``tokenizers`` package (no hub access)."""
+    """A checkpoint's ``tokenizer.json`` (+ ``tokenizer_config.json``), read with ``tokenizers``; no hub."""
 
-    def __init__(self, path: str | Path, eos_token_id: int | None = None, vocab_size: int | None = None) -> None:
+    def __init__(self, model_dir: Path, vocab_size: int, config_eos: Any = None) -> None:
         from tokenizers import Tokenizer as _Tok
 
-        self._tok = _Tok.from_file(str(path))
-        self.vocab_size = vocab_size if vocab_size is not None else self._tok.get_vocab_size()
-        self.eos_token_id = eos_token_id if eos_token_id is not None else -1
+        path = model_dir / "tokenizer.json"
+        if not path.is_file():
+            raise CheckpointError(
+                f"{path}: missing; kvtui reads the checkpoint's fast tokenizer (written by tokenizer.save_pretrained)"
+            )
+        try:
+            self._tok = _Tok.from_file(str(path))
+        except Exception as e:  # tokenizers raises a bare Exception with serde's message
+            raise CheckpointError(f"{path}: not a valid tokenizer.json: {e}") from None
+        tc_path = model_dir / "tokenizer_config.json"
+        tc = read_json(tc_path, "tokenizer settings") if tc_path.is_file() else {}
+        self.special_tokens = {k: v for k in ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token",
+                                              "cls_token", "mask_token") if (v := _token_text(tc.get(k))) is not None}
+        n = self._tok.get_vocab_size(with_added_tokens=True)
+        if n > vocab_size:
+            raise CheckpointError(f"{path}: the tokenizer has {n} ids but config.json's vocab_size is {vocab_size}")
+        self.vocab_size = vocab_size
+        self.chat_template = _chat_template(model_dir, tc, self.special_tokens)
+        eos_ids: list[int] = []
+        gen_path = model_dir / "generation_config.json"
+        gen = read_json(gen_path, "generation settings") if gen_path.is_file() else {}
+        for source, value in (("config.json", config_eos), (str(gen_path), gen.get("eos_token_id"))):
+            for i in [value] if not isinstance(value, list) else value:
+                if i is None:
+                    continue
+                if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < vocab_size:
+                    raise CheckpointError(f"{model_dir / source}: eos_token_id {value!r}; expected ids in [0, {vocab_size})")
+                eos_ids.append(i)
+        eos_text = self.special_tokens.get("eos_token")
+        if eos_text is not None and (i := self._tok.token_to_id(eos_text)) is not None:
+            eos_ids.append(i)
+        self.eos_token_ids = frozenset(eos_ids)
+        self.eos_token_id = eos_ids[0] if eos_ids else -1
 
     def encode(self, text: str) -> list[int]:
-        return self._tok.encode(text, add_special_tokens=False).ids
+        """Ids of a completion prompt, with the special tokens the checkpoint's tokenizer adds (BOS)."""
+        return self._tok.encode(text, add_special_tokens=True).ids
+
+    def encode_chat(self, messages: list[Message]) -> list[int]:
+        """The chat template's text, tokenized without adding special tokens again (it wrote them)."""
+        if self.chat_template is None:
+            return self.encode(plain_prompt(messages))
+        return self._tok.encode(self.chat_template.render(messages), add_special_tokens=False).ids
 
     def decode(self, ids: list[int]) -> str:
         return self._tok.decode(list(ids), skip_special_tokens=True)
 
 
-def load_hf_tokenizer(model_dir: Path, vocab_size: int, config_eos: int | list[int] | None) -> HFTokenizer:
-    """The checkpoint's tokenizer; EOS from generation_config.json, config.json or tokenizer_config.json."""
-    eos = config_eos
-    gen = model_dir / "generation_config.json"
-    if eos is None and gen.is_file():
-        eos = json.loads(gen.read_text()).get("eos_token_id")
-    if isinstance(eos, list):
-        eos = eos[0] if eos else None
-    tok = HFTokenizer(model_dir / "tokenizer.json", eos_token_id=None, vocab_size=vocab_size)
-    if eos is None:
-        tc = model_dir / "tokenizer_config.json"
-        if tc.is_file():
-            name = json.loads(tc.read_text()).get("eos_token")
-            if isinstance(name, dict):
-                name = name.get("content")
-            if isinstance(name, str):
-                eos = tok._tok.token_to_id(name)
-    tok.eos_token_id = int(eos) if eos is not None else -1
-    return tok
+def _token_text(value: Any) -> str | None:
+    """A special token as tokenizer_config.json writes it: a string or an AddedToken dict."""
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) else None
+
+
+def _chat_template(model_dir: Path, tc: dict[str, Any], special: dict[str, str]) -> ChatTemplate | None:
+    """``chat_template.jinja`` if present (transformers prefers it), else ``chat_template`` in the config."""
+    jinja_path = model_dir / "chat_template.jinja"
+    where = jinja_path
+    if jinja_path.is_file():
+        source: Any = jinja_path.read_text(encoding="utf-8")
+    else:
+        where = model_dir / "tokenizer_config.json"
+        source = tc.get("chat_template")
+        if isinstance(source, list):  # named templates: the "default" one serves chat
+            named = {t.get("name"): t.get("template") for t in source if isinstance(t, dict)}
+            source = named.get("default")
+    if source is None:
+        return None
+    if not isinstance(source, str):
+        raise CheckpointError(f"{where}: chat_template must be a string, got {type(source).__name__}")
+    template = ChatTemplate(source, special)
+    try:
+        template.compile()
+    except ChatTemplateError as e:
+        raise CheckpointError(f"{where}: {e}") from None
+    return template

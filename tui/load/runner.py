@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from tui.load.arrivals import ArrivalProcess, Schedule
 from tui.load.target import OpenAITarget
@@ -22,9 +22,43 @@ from tui.records.request import RequestRecord
 
 RecordCallback = Callable[[RequestRecord], Any]
 
+
+class RecordWindow(Protocol):
+    """Where sends and finished records are counted as they happen (``tui.metrics.window.RollingWindow``;
+    a protocol here because load and metrics sit side by side and never import each other)."""
+
+    def note_sent(self, rec: RequestRecord | None = None) -> None: ...
+
+    def add(self, rec: RequestRecord) -> None: ...
+
 # The pacer wakes this much before a deadline and yields to the loop until it is due: an epoll
 # timeout is rounded to whole milliseconds, so sleeping to the deadline alone lands up to 1 ms late.
 SPIN_S = 0.0015
+
+# At most this many requests exist at once (in flight or waiting for a concurrency slot), whatever the
+# rate: when the target cannot keep up, the next due request waits for one to finish and is sent late,
+# its dispatch lag recorded, instead of piling up tasks (and memory) without limit. Also kept below
+# half the open-file limit, since every request in flight holds a connection.
+MAX_PENDING = 1024
+
+# A client this far behind when a timed stage ends stops there: the deadlines it never reached are
+# not sent after the stage (they would only measure the backlog of the client itself).
+END_SLACK_S = 0.5
+
+
+def default_max_pending(max_concurrency: int | None) -> int:
+    """The pending-request bound for a profile: ``MAX_PENDING``, never below ``max_concurrency``, and
+    never above half the process's open-file limit."""
+    bound = max(MAX_PENDING, max_concurrency or 0)
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != resource.RLIM_INFINITY:
+            bound = min(bound, max(16, soft // 2))
+    except (ImportError, OSError, ValueError):
+        pass
+    return bound
 
 
 def make_target(profile: Profile, base_url: str | None = None, model: str | None = None) -> OpenAITarget:
@@ -51,6 +85,10 @@ class LoadRunner:
     applies at once without a burst, ``await stop()`` stops sending, gives in-flight requests
     ``grace_s`` and cancels the rest. Finished records go to ``on_record`` (and ``window.add``);
     every send goes to ``on_send`` (and ``window.note_sent``).
+
+    Bounded by design: never more than ``max_pending`` requests exist at once; a deadline that
+    comes while that many are open is sent as soon as one finishes (late, with its lag recorded).
+    The pacer yields to the event loop after every send, so signals and ``stop()`` act at any rate.
     """
 
     def __init__(
@@ -66,8 +104,9 @@ class LoadRunner:
         run_id: str = "",
         on_record: RecordCallback | None = None,
         on_send: RecordCallback | None = None,
-        window: Any | None = None,
+        window: RecordWindow | None = None,
         text_unit: TextUnit | None = None,
+        max_pending: int | None = None,
     ):
         self.profile = profile
         self._own_target = target is None
@@ -83,6 +122,8 @@ class LoadRunner:
         self._process = ArrivalProcess(load.arrival, load.burstiness, load.seed)
         self._schedule: Schedule | None = None
         self._sem = asyncio.Semaphore(load.max_concurrency) if load.max_concurrency else None
+        self.max_pending = max_pending if max_pending is not None else default_max_pending(load.max_concurrency)
+        self._room: asyncio.Future | None = None  # resolved when a pending request finishes
         self._pacer: asyncio.Task | None = None
         self._wake: asyncio.Future | None = None
         self._stopping = False
@@ -187,6 +228,22 @@ class LoadRunner:
     def _wake_up(self) -> None:
         if self._wake is not None and not self._wake.done():
             self._wake.set_result(None)
+        self._room_freed()
+
+    def _room_freed(self) -> None:
+        if self._room is not None and not self._room.done():
+            self._room.set_result(None)
+
+    async def _wait_for_room(self) -> None:
+        """Wait while ``max_pending`` requests are open (returns early when poked)."""
+        loop = asyncio.get_running_loop()
+        gen = self._gen
+        while len(self._tasks) >= self.max_pending and self._gen == gen:
+            self._room = loop.create_future()
+            try:
+                await self._room
+            finally:
+                self._room = None
 
     async def _sleep_until(self, deadline: float) -> None:
         """Sleep to ``deadline`` (loop clock), returning early if poked."""
@@ -210,6 +267,11 @@ class LoadRunner:
         assert sched is not None
         i = 0  # sent by this start(); indices continue across start()/stop() (the dashboard restarts)
         while not self._stopping and (num_requests is None or i < num_requests):
+            if end is not None and loop.time() > end + END_SLACK_S:
+                break  # the stage's time is up: deadlines a slow client never reached are not sent after it
+            if len(self._tasks) >= self.max_pending:
+                await self._wait_for_room()
+                continue  # re-check: stopped, or the end passed while waiting
             due = sched.peek()
             if end is not None and due > end:
                 if due != math.inf:
@@ -224,6 +286,9 @@ class LoadRunner:
             index = self.scheduled
             self._launch(self.workload.spec(index), self._new_record(index, mono_to_wall(due)))
             i += 1
+            # Behind schedule the next deadline is already due: without this the loop would never
+            # yield, and nothing else (the requests themselves, a Ctrl-C handler) would run.
+            await asyncio.sleep(0)
 
     def _new_record(self, index: int, scheduled_t: float, warmup: bool = False) -> RequestRecord:
         stage = "warmup" if warmup else self.stage
@@ -257,6 +322,7 @@ class LoadRunner:
                 rec.end_t = now()
         finally:
             self._tasks.pop(asyncio.current_task(), None)  # type: ignore[arg-type]
+            self._room_freed()
             self._emit(rec)
 
     def _emit(self, rec: RequestRecord) -> None:

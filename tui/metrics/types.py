@@ -44,24 +44,6 @@ class WindowStats:
 
 
 @dataclass(frozen=True)
-class GpuSample:
-    """One NVML reading of one GPU."""
-
-    t: float
-    index: int
-    name: str
-    sm_util_pct: float  # nvmlDeviceGetUtilizationRates().gpu
-    mem_used_bytes: int
-    mem_total_bytes: int
-    sm_active_pct: float | None = None  # GPM SM activity where supported (Hopper and newer)
-
-    @property
-    def mem_used_frac(self) -> float | None:
-        """VRAM in use as a fraction of the total; None when the total is unknown."""
-        return self.mem_used_bytes / self.mem_total_bytes if self.mem_total_bytes else None
-
-
-@dataclass(frozen=True)
 class ServerGauges:
     """A server's own gauges read from its Prometheus ``/metrics`` (vLLM's names)."""
 

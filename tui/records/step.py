@@ -1,6 +1,6 @@
 """The per-step record: what one engine step did, as the recorder stores it.
 
-A row is the engine's ``StepTiming`` (``GET /kvtui/v1/steps``, see ``tui.engine.snapshot``) plus the
+A row is the engine's ``StepTiming`` (the control API's steps route, see ``tui.engine.snapshot``) plus the
 stage and mode it ran under; a test keeps the two in step.
 """
 

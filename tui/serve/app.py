@@ -1,6 +1,6 @@
 """``kvtui serve``: the local engine behind an OpenAI-compatible API, ``/metrics`` and a control API.
 
-Routes::
+Routes (paths in :mod:`tui.serve.routes`)::
 
     POST /v1/completions, /v1/chat/completions   OpenAI-shaped, streaming (SSE) or not
     GET  /v1/models, /health, /metrics
@@ -23,24 +23,35 @@ import dataclasses
 import hmac
 import ipaddress
 import logging
+import math
 import os
 import socket
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from types import FrameType
 from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse as StarletteJSONResponse
+from starlette.responses import Response
 from starlette.routing import Route
 
-from tui.metrics.gpu import GpuSampler
-from tui.profile import EngineMode, Profile, ProfileError, defenses_from_dict, engine_config_from_dict
+from tui.engine.snapshot import EngineSnapshot
+from tui.gpu import GpuSampler
+from tui.profile import (
+    EngineMode,
+    Profile,
+    ProfileError,
+    check_env_name,
+    defenses_from_dict,
+    engine_config_from_dict,
+)
+from tui.serve import routes
 from tui.serve.engine_loop import (
     EngineInfo,
     EngineLoop,
@@ -59,6 +70,30 @@ DRAIN_TIMEOUT_S = 30.0
 GPU_SAMPLE_MAX_AGE_S = 0.25  # the dashboard polls state often; NVML is read at most this often
 LISTENING_PREFIX = "kvtui serve: listening on "  # LocalServer reads the port from this line
 PARENT_PID_ENV = "KVTUI_SERVE_PARENT_PID"  # set by LocalServer: exit when that process is gone
+
+
+class JSONResponse(StarletteJSONResponse):
+    """Starlette's JSON response that cannot fail to encode: a non-finite float is written as null.
+
+    Every value the server sends is meant to be finite; this is the last line, so a NaN that slipped
+    into some gauge costs one field, not every later control-API answer.
+    """
+
+    def render(self, content: Any) -> bytes:
+        try:
+            return super().render(content)
+        except ValueError:  # "Out of range float values are not JSON compliant"
+            return super().render(_finite(content))
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 @dataclasses.dataclass
@@ -133,7 +168,7 @@ async def _json_object(request: Request) -> dict[str, Any]:
     return body
 
 
-def _state_body(snap: Any, gpu: list[dict[str, Any]]) -> dict[str, Any]:
+def _state_body(snap: EngineSnapshot, gpu: list[dict[str, Any]]) -> dict[str, Any]:
     return {"engine": snap.to_dict(), "gpu": gpu}
 
 
@@ -158,6 +193,7 @@ async def _generate(request: Request, *, chat: bool) -> Response:
     body = await _read_json(request)
     info = st.info
     params = parse_completion(body, chat=chat, served_model=info.model_name, encode=info.tokenizer.encode,
+                              encode_chat=info.tokenizer.encode_chat,
                               vocab_size=info.vocab_size, max_model_len=info.max_model_len)
     request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
     queue = st.engine.add_request(request_id, params.prompt_token_ids, params.sampling)
@@ -171,7 +207,7 @@ async def _generate(request: Request, *, chat: bool) -> Response:
 async def models(request: Request) -> Response:
     _check_auth(request)
     info = _state(request).info
-    return JSONResponse(models_body(info.model_name, info.max_model_len, _state(request).started))
+    return JSONResponse(models_body(info.model_name, info.max_model_len, _state(request).started, info.dtype))
 
 
 async def health(request: Request) -> Response:
@@ -179,7 +215,8 @@ async def health(request: Request) -> Response:
     if st.counters.draining:
         return JSONResponse({"status": "draining"}, status_code=503)
     if not st.engine.running:
-        return JSONResponse({"status": "engine stopped"}, status_code=503)
+        return JSONResponse({"status": "engine stopped", "detail": st.engine.death or "not running"},
+                            status_code=503)
     return JSONResponse({"status": "ok", "model": st.info.model_name})
 
 
@@ -284,6 +321,8 @@ async def post_reset(request: Request) -> Response:
         raise ApiError(400, str(e)) from None
     try:
         snap = await st.engine.reset(config, defenses)
+    except EngineUnavailable:
+        raise  # no engine to reset (it died): 503, not a refused config
     except Exception as e:  # the engine refused the config; the old engine keeps running
         first_line = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise ApiError(400, f"cannot build an engine with that config: {first_line}") from None
@@ -315,6 +354,18 @@ async def _engine_unavailable(request: Request, exc: Exception) -> Response:
     return error_response(ApiError(503, str(exc), type="server_error", code="no_engine"))
 
 
+async def _client_gone(request: Request, exc: Exception) -> Response:
+    # The client closed before sending its whole body: nothing to answer, nothing was started.
+    log.info("client %s went away before sending the whole body of %s %s", _peer(request), request.method,
+             request.url.path)
+    return Response(status_code=499)
+
+
+def _peer(request: Request) -> str:
+    client = request.client
+    return f"{client.host}:{client.port}" if client else "?"
+
+
 async def _internal_error(request: Request, exc: Exception) -> Response:
     log.exception("internal error on %s %s", request.method, request.url.path, exc_info=exc)
     return error_response(ApiError(500, "internal server error", type="server_error"))
@@ -344,33 +395,33 @@ def create_app(
             engine.detach()
             await asyncio.to_thread(engine.stop)
 
-    routes = [
-        Route("/v1/completions", completions, methods=["POST"]),
-        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
-        Route("/v1/models", models, methods=["GET"]),
-        Route("/health", health, methods=["GET"]),
-        Route("/metrics", get_metrics, methods=["GET"]),
-        Route("/kvtui/v1/state", get_state, methods=["GET"]),
-        Route("/kvtui/v1/steps", get_steps, methods=["GET"]),
-        Route("/kvtui/v1/pause", post_pause, methods=["POST"]),
-        Route("/kvtui/v1/resume", post_resume, methods=["POST"]),
-        Route("/kvtui/v1/step", post_step, methods=["POST"]),
-        Route("/kvtui/v1/mode", post_mode, methods=["POST"]),
-        Route("/kvtui/v1/defenses", post_defenses, methods=["POST"]),
-        Route("/kvtui/v1/reset", post_reset, methods=["POST"]),
+    table = [
+        Route(routes.COMPLETIONS, completions, methods=["POST"]),
+        Route(routes.CHAT_COMPLETIONS, chat_completions, methods=["POST"]),
+        Route(routes.MODELS, models, methods=["GET"]),
+        Route(routes.HEALTH, health, methods=["GET"]),
+        Route(routes.METRICS, get_metrics, methods=["GET"]),
+        Route(routes.STATE, get_state, methods=["GET"]),
+        Route(routes.STEPS, get_steps, methods=["GET"]),
+        Route(routes.PAUSE, post_pause, methods=["POST"]),
+        Route(routes.RESUME, post_resume, methods=["POST"]),
+        Route(routes.STEP, post_step, methods=["POST"]),
+        Route(routes.MODE, post_mode, methods=["POST"]),
+        Route(routes.DEFENSES, post_defenses, methods=["POST"]),
+        Route(routes.RESET, post_reset, methods=["POST"]),
     ]
     app = Starlette(
-        routes=routes,
+        routes=table,
         lifespan=lifespan,
         exception_handlers={ApiError: _api_error, HTTPException: _http_error, EngineUnavailable: _engine_unavailable,
-                            Exception: _internal_error},
+                            ClientDisconnect: _client_gone, Exception: _internal_error},
     )
     app.state.serve = state
     return app
 
 
 
-def _count_preemptions(metrics: ServerMetrics) -> Any:
+def _count_preemptions(metrics: ServerMetrics) -> Callable[[int, EngineInfo], None]:
     def on_step(preempted: int, info: EngineInfo) -> None:
         metrics.preemptions.labels(info.model_name).inc(preempted)
 
@@ -443,6 +494,17 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+def check_host(host: str) -> str:
+    """``host`` if it is an IP address or a name that resolves, else a one-line ProfileError."""
+    try:
+        socket.getaddrinfo(host, None, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (OSError, UnicodeError, ValueError) as e:
+        shown = host if len(host) <= 60 else host[:57] + "..."
+        raise ProfileError(f"--host {shown!r}: expected an IP address or a resolvable host name "
+                           f"({getattr(e, 'strerror', None) or e})") from None
+    return host
+
+
 def bind_socket(host: str, port: int) -> socket.socket:
     """A listening TCP socket (so ``--port 0`` can report the port it got)."""
     infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
@@ -460,7 +522,15 @@ def bind_socket(host: str, port: int) -> socket.socket:
 
 
 def serve_main(profile: Profile, host: str = "127.0.0.1", port: int = 8000, api_key_env: str | None = None) -> int:
-    """``kvtui serve``: run until SIGINT/SIGTERM; returns the exit code."""
+    """``kvtui serve``: run until SIGINT/SIGTERM; returns the exit code.
+
+    A malformed ``--api-key-env`` or ``--host`` raises :class:`ProfileError` (exit 2) before anything
+    is printed or bound: the name is never echoed (it may be the key itself), the host is checked
+    before the "reachable from other machines" warning.
+    """
+    if api_key_env is not None:
+        check_env_name(api_key_env, "serve --api-key-env")
+    check_host(host)
     api_key = os.environ.get(api_key_env) if api_key_env else None
     if not _is_loopback(host):
         print(f"kvtui serve: WARNING: binding {host}, not loopback: the engine and its control API "
@@ -481,6 +551,8 @@ def serve_main(profile: Profile, host: str = "127.0.0.1", port: int = 8000, api_
         engine.start()
     except EngineStartError as e:
         sock.close()
+        if e.config_refused:  # a profile error: the file and the section, exit 2
+            raise ProfileError(f"{profile.source}: [engine] cannot be built: {e}") from None
         print(f"kvtui serve: cannot start the engine: {e}", file=sys.stderr)
         return 1
     gpu = GpuSampler()

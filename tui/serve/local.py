@@ -22,7 +22,8 @@ from pathlib import Path
 
 import httpx
 
-from tui.profile import Profile, dump_profile
+from tui.profile import Profile, ProfileError, dump_profile
+from tui.serve import routes
 from tui.serve.app import LISTENING_PREFIX, PARENT_PID_ENV
 
 _PORT_RE = re.compile(re.escape(LISTENING_PREFIX) + r"http://\[?[^\s\]]*\]?:(\d+)")
@@ -126,13 +127,15 @@ class LocalServer:
                 if code is not None:
                     if self._reader is not None:
                         self._reader.join(2.0)  # collect its last words
+                    if code == 2:  # it refused the profile: the same one-line profile error, our file named
+                        raise ProfileError(self._refusal())
                     raise LocalServerError(
                         f"the local server exited with code {code} before it was ready"
                         + self._tail_text()
                     )
                 if self._port_seen.is_set():
                     try:
-                        r = client.get(self.root_url + "/health")
+                        r = client.get(self.root_url + routes.HEALTH)
                         if r.status_code == 200:
                             return
                         last_error = f"/health answered {r.status_code}"
@@ -144,6 +147,14 @@ class LocalServer:
             f"the local server at {where} was not healthy after {self.startup_timeout_s:.0f} s ({last_error})"
             + self._tail_text()
         )
+
+    def _refusal(self) -> str:
+        """The server's one-line profile error, naming the user's profile instead of our temporary copy."""
+        line = next((ln for ln in reversed(self._log) if ln.startswith("kvtui: ")), "kvtui: the profile was refused")
+        line = line.removeprefix("kvtui: ")
+        if self._tmp is not None:
+            line = line.replace(str(Path(self._tmp) / "engine.toml"), self.profile.source)
+        return line
 
     def _tail_text(self, n: int = 15) -> str:
         lines = list(self._log)[-n:]

@@ -6,9 +6,9 @@ Nothing here touches the engine or the network; :func:`parse_completion` turns a
 token ids into text deltas, holding back bytes that are not yet a whole character and text that might
 be the start of a stop string.
 
-Chat requests are rendered into one prompt, one ``"role: content"`` line per message followed by
-``"assistant:"`` — the local model has no chat template, and this keeps the token count of a chat
-request easy to predict.
+Chat requests are rendered by the tokenizer's ``encode_chat``: a checkpoint's own chat template, or
+for the dummy model (and checkpoints without a template) one ``"role: content"`` line per message
+followed by ``"assistant:"``, which keeps the token count of a chat request easy to predict.
 """
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tui.engine.chat import plain_prompt
 from tui.engine.params import SamplingParams
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions; used for chat too (documented)
@@ -99,9 +100,78 @@ def _get_number(body: dict[str, Any], key: str, default: float) -> float:
     value = body.get(key)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise _bad(f"'{key}' must be a number, got {_type_name(value)}", key)
-    return float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an integer too long for a float
+        number = math.inf
+    if not math.isfinite(number):
+        raise _bad(f"'{key}' must be a finite number, got {value if isinstance(value, float) else 'a huge integer'}", key)
+    return number
+
+
+@dataclass(frozen=True)
+class _Knob:
+    """A sampling parameter this engine does not implement: accepted only at its neutral value."""
+
+    kind: str  # "number" or "integer"
+    neutral: float
+    lo: float
+    hi: float
+    lo_open: bool = False
+    why: str = ""
+
+    def interval(self) -> str:
+        return f"{'(' if self.lo_open else '['}{self.lo:g}, {self.hi:g}]"
+
+
+# vLLM's names and ranges. Each is checked for type and range (so a typo such as top_p = 5 is a 400,
+# as vLLM answers it); a valid value other than the neutral one is refused rather than silently
+# ignored, because the engine samples from the whole temperature-scaled distribution.
+UNIMPLEMENTED_KNOBS: dict[str, _Knob] = {
+    "top_p": _Knob("number", 1.0, 0.0, 1.0, lo_open=True, why="nucleus sampling"),
+    "top_k": _Knob("integer", -1, -1, 2**31 - 1, why="top-k sampling (send -1 or 0 for all tokens)"),
+    "min_p": _Knob("number", 0.0, 0.0, 1.0, why="min-p sampling"),
+    "presence_penalty": _Knob("number", 0.0, -2.0, 2.0, why="penalties"),
+    "frequency_penalty": _Knob("number", 0.0, -2.0, 2.0, why="penalties"),
+    "repetition_penalty": _Knob("number", 1.0, 0.0, 2.0**31, lo_open=True, why="penalties"),
+    "min_tokens": _Knob("integer", 0, 0, 2**31 - 1, why="min_tokens"),
+    "top_logprobs": _Knob("integer", 0, 0, 20, why="logprobs"),
+}
+
+# Every other key a request may carry; anything else is refused as OpenAI refuses it.
+KNOWN_KEYS = frozenset({
+    "model", "prompt", "messages", "max_tokens", "max_completion_tokens", "temperature", "seed", "stop",
+    "stream", "stream_options", "ignore_eos", "n", "best_of", "echo", "logprobs", "suffix", "tools",
+    "tool_choice", "logit_bias", "user",
+}) | frozenset(UNIMPLEMENTED_KNOBS)
+
+
+def _check_knobs(body: dict[str, Any]) -> None:
+    unknown = sorted(k for k in body if k not in KNOWN_KEYS)
+    if unknown:
+        shown = unknown[0] if len(unknown[0]) <= 40 else unknown[0][:37] + "..."
+        raise _bad(f"Unrecognized request argument supplied: {shown}", shown)
+    for key, knob in UNIMPLEMENTED_KNOBS.items():
+        if body.get(key) is None:
+            continue
+        value = _get_int(body, key, None) if knob.kind == "integer" else _get_number(body, key, 0.0)
+        assert value is not None
+        inside = (knob.lo < value if knob.lo_open else knob.lo <= value) and value <= knob.hi
+        if not inside:
+            raise _bad(f"'{key}' must lie in {knob.interval()}, got {value}", key)
+        if value != knob.neutral and not (key == "top_k" and value == 0):
+            raise _bad(f"'{key}' = {value} is not supported: this engine implements no {knob.why}; "
+                       f"omit it or send {knob.neutral:g}", key)
+    if body.get("logit_bias") not in (None, {}):
+        if not isinstance(body["logit_bias"], dict):
+            raise _bad("'logit_bias' must be an object", "logit_bias")
+        raise _bad("'logit_bias' is not supported", "logit_bias")
+    if body.get("tool_choice") not in (None, "none", "auto"):
+        raise _bad("'tool_choice' is not supported (this server has no tools)", "tool_choice")
+    if body.get("user") is not None and not isinstance(body["user"], str):
+        raise _bad(f"'user' must be a string, got {_type_name(body['user'])}", "user")
 
 
 def _stop_strings(body: dict[str, Any]) -> tuple[str, ...]:
@@ -119,6 +189,7 @@ def _stop_strings(body: dict[str, Any]) -> tuple[str, ...]:
 
 
 def _unsupported(body: dict[str, Any]) -> None:
+    _check_knobs(body)
     n = _get_int(body, "n", 1)
     if n != 1:
         raise _bad("only n = 1 is supported", "n")
@@ -135,11 +206,11 @@ def _unsupported(body: dict[str, Any]) -> None:
         raise _bad("'tools' are not supported", "tools")
 
 
-def render_chat(messages: Any) -> str:
-    """One ``"role: content"`` line per message, then ``"assistant:"`` (the local model has no template)."""
+def chat_messages(messages: Any) -> list[dict[str, str]]:
+    """Validated ``messages``: ``{role, content}`` with text parts joined (what a chat template reads)."""
     if not isinstance(messages, list) or not messages:
         raise _bad("'messages' must be a non-empty list of {role, content} objects", "messages")
-    lines = []
+    out = []
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
             raise _bad(f"messages[{i}] must be an object with a string 'role'", "messages")
@@ -155,8 +226,13 @@ def render_chat(messages: Any) -> str:
             content = "".join(parts)
         elif not isinstance(content, str):
             raise _bad(f"messages[{i}].content must be a string or a list of text parts", "messages")
-        lines.append(f"{m['role']}: {content}\n")
-    return "".join(lines) + "assistant:"
+        out.append({"role": m["role"], "content": content})
+    return out
+
+
+def render_chat(messages: Any) -> str:
+    """The plain format: one ``"role: content"`` line per message, then ``"assistant:"``."""
+    return plain_prompt(chat_messages(messages))
 
 
 def _completion_prompt(body: dict[str, Any], encode: Callable[[str], list[int]], vocab_size: int) -> list[int]:
@@ -184,8 +260,13 @@ def parse_completion(
     encode: Callable[[str], list[int]],
     vocab_size: int,
     max_model_len: int,
+    encode_chat: Callable[[list[dict[str, str]]], list[int]] | None = None,
 ) -> GenerationParams:
-    """Validate a ``/v1/completions`` (``chat=False``) or ``/v1/chat/completions`` body."""
+    """Validate a ``/v1/completions`` (``chat=False``) or ``/v1/chat/completions`` body.
+
+    ``encode_chat`` turns chat messages into prompt ids (the tokenizer's: the checkpoint's chat template);
+    without it, the plain format is encoded with ``encode``.
+    """
     if not isinstance(body, dict):
         raise _bad("the request body must be a JSON object")
     model = body.get("model")
@@ -197,7 +278,13 @@ def parse_completion(
     _unsupported(body)
     try:
         if chat:
-            prompt_ids = list(encode(render_chat(body.get("messages"))))
+            messages = chat_messages(body.get("messages"))
+            try:
+                prompt_ids = list(encode_chat(messages) if encode_chat else encode(plain_prompt(messages)))
+            except UnicodeError:
+                raise
+            except ValueError as e:  # the chat template refused the conversation (its raise_exception)
+                raise _bad(str(e), "messages") from None
         else:
             prompt_ids = _completion_prompt(body, encode, vocab_size)
     except UnicodeError:
@@ -267,11 +354,12 @@ class TextAssembler:
     start of a stop string, so a stop string is never half-sent.
     """
 
-    def __init__(self, decode: Callable[[Sequence[int]], str], stop: Sequence[str] = (), eos_token_id: int | None = None):
+    def __init__(self, decode: Callable[[list[int]], str], stop: Sequence[str] = (),
+                 eos_token_ids: Collection[int] = ()):
         self._decode = decode
         self._stop = tuple(stop)
         self._hold = max((len(s) for s in self._stop), default=1) - 1
-        self._eos = eos_token_id
+        self._eos = frozenset(eos_token_ids)
         self._ids: list[int] = []
         self._prefix = 0  # token offsets of the decode window
         self._read = 0
@@ -287,7 +375,7 @@ class TextAssembler:
         end-of-sequence token, which counts as a token but has no text.
         """
         ids = list(token_ids)
-        eos = ended_by_eos and bool(ids) and ids[-1] == self._eos
+        eos = ended_by_eos and bool(ids) and ids[-1] in self._eos
         if eos:
             ids.pop()
         if self._stop:  # token by token: usage counts up to the token that completed a stop string
@@ -441,12 +529,12 @@ class ResponseHead:
         }
 
 
-def models_body(model: str, max_model_len: int, created: int) -> dict[str, Any]:
-    """``GET /v1/models``."""
+def models_body(model: str, max_model_len: int, created: int, dtype: str | None = None) -> dict[str, Any]:
+    """``GET /v1/models`` (``dtype``: what the local engine computes in, as vLLM names it)."""
     return {
         "object": "list",
         "data": [
             {"id": model, "object": "model", "created": created, "owned_by": "kvtui", "root": model,
-             "max_model_len": max_model_len}
+             "max_model_len": max_model_len, **({"dtype": dtype} if dtype else {})}
         ],
     }

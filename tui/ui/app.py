@@ -10,83 +10,55 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import inspect
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Literal
+from functools import partial
 
 from textual import on
 from textual.app import App, ComposeResult
-from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.widgets import Footer
+from textual.widgets import Footer, Tab, Tabs
 
 from tui.profile import Profile
-from tui.ui.backend import Backend, FixedBackend, nudge_rate
+from tui.ui.actions import BY_ID, DASHBOARD_ACTIONS, DashboardAction, bindings
+from tui.ui.backend import Backend, FixedBackend
 from tui.ui.commands import DashboardCommands
 from tui.ui.gpu import GpuPane
+from tui.ui.help_screen import HelpScreen
 from tui.ui.latency import LatencyPane
 from tui.ui.load_control import LoadControl
-from tui.ui.messages import (
-    CycleArrival,
-    CycleWorkload,
-    DefenseName,
-    SetMode,
-    SetRate,
-    SnapshotReady,
-    StepEngine,
-    ToggleDefense,
-    ToggleLoad,
-    TogglePause,
-)
+from tui.ui.messages import OpenRequest, RunAction, SetRate, SnapshotReady
 from tui.ui.mode_bar import ModeBar
 from tui.ui.model import DashboardSnapshot
 from tui.ui.scheduler_view import SchedulerView
+from tui.ui.server_view import ServerView
 from tui.ui.status_line import StatusLine
+from tui.ui.timeline import TimelineScreen
 
 log = logging.getLogger(__name__)
 
 ControlOp = Callable[[], Awaitable[None]]
 
-# Actions bound to dashboard keys (see KVTuiApp.check_action).
-DASHBOARD_ACTIONS = frozenset({
-    "toggle_load", "rate_up", "rate_down", "toggle_pause", "step", "toggle_batching", "toggle_kv",
-    "cycle_arrival", "cycle_workload", "toggle_defense", "unfocus", "quit",
-})
-
-
 GC_GEN0_THRESHOLD = 20_000  # allocations between young collections while the dashboard runs
 
 
 class KVTuiApp(App[int]):
-    """The dashboard. ``live=False`` (tests, screenshots, replays) starts no workers that poll."""
+    """The dashboard. ``live=False`` (tests, screenshots, replays) starts no workers that poll.
+
+    Layout (app.tcss): on a terminal at least 120×40 every pane is on one screen and ``z`` zooms the
+    scheduler (or, for a remote target, the server gauges) to the whole body; on a smaller one the
+    body shows one view at a time, the scheduler first, and the tabs (or ``z``) switch to the
+    load, latency and GPU panes.
+    """
 
     TITLE = "kvtui"
     CSS_PATH = "app.tcss"
     AUTO_FOCUS = None  # nothing takes the keys until the user clicks or tabs into it
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-mid"), (160, "-wide")]
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (40, "-tall")]
     COMMANDS = App.COMMANDS | {DashboardCommands}
-
-    # Printable keys are priority bindings, so a focused input or button never swallows them. Digits
-    # and '.' stay unbound: they belong to the rate input.
-    BINDINGS = [
-        Binding("space", "toggle_load", "start/stop", priority=True),
-        Binding("plus,equals_sign", "rate_up", "rate+", key_display="+", priority=True),
-        Binding("minus,underscore", "rate_down", "rate−", key_display="-", priority=True),
-        Binding("up", "rate_up", "rate+", show=False, priority=True),
-        Binding("down", "rate_down", "rate−", show=False, priority=True),
-        Binding("p", "toggle_pause", "pause", priority=True),
-        Binding("s,n", "step", "step", key_display="s", priority=True),
-        Binding("b", "toggle_batching", "batching", priority=True),
-        Binding("k", "toggle_kv", "KV layout", priority=True),
-        Binding("a", "cycle_arrival", "arrival", show=False, priority=True),
-        Binding("w", "cycle_workload", "workload", show=False, priority=True),
-        Binding("c", "toggle_defense('prefix_caching')", "prefix cache", show=False, priority=True),
-        Binding("r", "toggle_defense('backlog')", "breaker", show=False, priority=True),
-        Binding("t", "toggle_defense('truncate')", "truncate", show=False, priority=True),
-        Binding("o", "toggle_defense('timeout')", "timeout", show=False, priority=True),
-        Binding("escape", "unfocus", "unfocus", show=False),
-        Binding("q", "quit", "quit", priority=True),
-    ]
+    BINDINGS = bindings()  # generated from tui.ui.actions.ACTIONS, like the palette and the help
 
     def __init__(self, backend: Backend | None = None, *, profile: Profile | None = None, live: bool = True):
         super().__init__()
@@ -97,17 +69,22 @@ class KVTuiApp(App[int]):
         self._controls: asyncio.Queue[ControlOp] = asyncio.Queue()
         self.applied = 0  # snapshots drawn (the benchmark reads it)
         self._gc_threshold: tuple[int, ...] | None = None  # the collector's settings before mount
+        self.alt_view = False  # the other view: overview on a small screen, the zoomed pane on a big one
 
     # -- layout --------------------------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
+        remote = not self.backend.latest.target.controllable
         yield ModeBar(id="mode-bar")
+        yield Tabs(Tab("Server gauges" if remote else "Scheduler", id="view-main"),
+                   Tab("Load · Latency · GPU", id="view-overview"), id="views")
         with Vertical(id="body"):
             with Horizontal(id="top"):
                 yield LoadControl(id="load", live=self.live)
                 yield LatencyPane(id="latency")
                 yield GpuPane(id="gpu")
             yield SchedulerView(id="scheduler")
+            yield ServerView(id="server")
         yield StatusLine(id="status")
         yield Footer(compact=True)
 
@@ -118,6 +95,7 @@ class KVTuiApp(App[int]):
         # let most of them die by reference counting first. Restored when the app exits.
         self._gc_threshold = gc.get_threshold()
         gc.set_threshold(GC_GEN0_THRESHOLD, *self._gc_threshold[1:])
+        self.screen.set_class(not self.backend.latest.target.controllable, "-remote")
         # Held, not queried per frame: the command palette is a screen of its own, and while it is
         # open a query would search it instead of the dashboard.
         self.panes = (
@@ -126,6 +104,7 @@ class KVTuiApp(App[int]):
             self.query_one(LatencyPane),
             self.query_one(GpuPane),
             self.query_one(SchedulerView),
+            self.query_one(ServerView),
             self.query_one(StatusLine),
         )
         self.backend.on_update = self._backend_updated
@@ -140,16 +119,28 @@ class KVTuiApp(App[int]):
         self.backend.on_update = None
         await self.backend.close()
 
+    def offers(self, action: DashboardAction) -> bool:
+        """Whether ``action`` can act on this target (engine controls need the kvtui engine)."""
+        return not action.engine or self.backend.latest.target.controllable
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """The dashboard's keys belong to the dashboard: while another screen is up (the command
-        palette, a help screen) they go to it, so its arrows and letters keep working."""
-        return action not in DASHBOARD_ACTIONS or self.screen is self.screen_stack[0]
+        palette, help, a request's timeline) they go to it, so its arrows and letters keep working.
+        Engine controls are not offered where they cannot act (a remote target)."""
+        if action not in DASHBOARD_ACTIONS:
+            return True
+        if self.screen is not self.screen_stack[0]:
+            return False
+        if action == "act":
+            entry = BY_ID.get(str(parameters[0])) if parameters else None
+            return entry is not None and self.offers(entry)
+        return True
 
     # -- the one drawing path ------------------------------------------------------------------------
 
     def apply(self, snap: DashboardSnapshot) -> None:
         """Draw one snapshot on every pane (each pane skips what has not changed)."""
-        mode_bar, load, latency, gpu, scheduler, status = self.panes
+        mode_bar, load, latency, gpu, scheduler, server, status = self.panes
         if not mode_bar.is_attached:  # shutting down
             return
         self.snapshot = snap
@@ -157,10 +148,13 @@ class KVTuiApp(App[int]):
         load.apply(snap.load, snap.stats)
         latency.apply(snap.stats, snap.history)
         gpu.apply(snap)
-        note = "the scheduler view needs the kvtui engine (remote target: see the server gauges)" if (
-            snap.target.kind != "local") else "waiting for the engine…"
-        scheduler.apply(snap.engine, note)
+        if snap.target.controllable:
+            scheduler.apply(snap.engine, "waiting for the engine…")
+        else:
+            server.apply(snap)
         status.apply(snap)
+        if isinstance(self.screen, TimelineScreen):
+            self.screen.apply(snap)
         self.applied += 1
 
     def _backend_updated(self) -> None:
@@ -173,7 +167,7 @@ class KVTuiApp(App[int]):
         self._update_pending = False
         self.apply(self.backend.latest)
 
-    # -- controls: one queue, in order, off the UI's back ---------------------------------------------
+    # -- actions: the table's backend operations, one queue, in order, off the UI's back -------------
 
     async def _control_loop(self) -> None:
         while True:
@@ -184,85 +178,55 @@ class KVTuiApp(App[int]):
                 log.exception("control failed")
                 self.backend.set_status(f"{type(e).__name__}: {e}", "error")
 
-    def _queue(self, op: ControlOp) -> None:
-        self._controls.put_nowait(op)
-
-    def action_toggle_load(self) -> None:
-        self._queue(self.backend.toggle_load)
-
-    def action_rate_up(self) -> None:
-        self.backend.set_rate(nudge_rate(self.backend.load.rate, up=True))
-
-    def action_rate_down(self) -> None:
-        self.backend.set_rate(nudge_rate(self.backend.load.rate, up=False))
-
-    def action_cycle_arrival(self) -> None:
-        self.backend.cycle_arrival()
-
-    def action_cycle_workload(self) -> None:
-        self.backend.cycle_workload()
-
-    def action_toggle_pause(self) -> None:
-        self._queue(self.backend.toggle_pause)
-
-    def action_step(self) -> None:
-        self._queue(self.backend.step)
-
-    def action_set_batching(self, batching: Literal["static", "continuous"]) -> None:
-        self._queue(lambda: self.backend.set_mode(batching, None))
-
-    def action_set_kv(self, kv: Literal["contiguous", "paged"]) -> None:
-        self._queue(lambda: self.backend.set_mode(None, kv))
-
-    def action_toggle_batching(self) -> None:
-        engine = self.backend.latest.engine
-        current = engine.batching if engine is not None else self.backend.profile.engine.batching
-        self.action_set_batching("static" if current == "continuous" else "continuous")
-
-    def action_toggle_kv(self) -> None:
-        engine = self.backend.latest.engine
-        current = engine.kv if engine is not None else self.backend.profile.engine.kv
-        self.action_set_kv("contiguous" if current == "paged" else "paged")
-
-    def action_toggle_defense(self, name: DefenseName) -> None:
-        self._queue(lambda: self.backend.toggle_defense(name))
+    def action_act(self, action_id: str) -> None:
+        """Run a table action's backend operation: at once if it is synchronous (rate, arrival,
+        workload: two quick presses must never read the same old value), else queued."""
+        entry = BY_ID[action_id]
+        if not self.offers(entry) or entry.op is None:
+            return
+        method = getattr(self.backend, entry.op)
+        if inspect.iscoroutinefunction(method):
+            self._controls.put_nowait(partial(method, *entry.args))
+        else:
+            method(*entry.args)
 
     def action_unfocus(self) -> None:
         self.screen.set_focus(None)
 
+    def action_show_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    def action_toggle_zoom(self) -> None:
+        self._show_view(not self.alt_view)
+
+    def _show_view(self, alt: bool) -> None:
+        self.alt_view = alt
+        self.screen_stack[0].set_class(alt, "-alt")
+        tabs = self.query_one("#views", Tabs)
+        want = "view-overview" if alt else "view-main"
+        if tabs.active != want:
+            tabs.active = want
+
+    @on(Tabs.TabActivated, "#views")
+    def _tab_activated(self, event: Tabs.TabActivated) -> None:
+        alt = event.tab.id == "view-overview"
+        if alt != self.alt_view:
+            self._show_view(alt)
+
     # -- messages from the panes ---------------------------------------------------------------------
 
-    @on(ToggleLoad)
-    def _on_toggle_load(self) -> None:
-        self.action_toggle_load()
+    @on(RunAction)
+    def _on_run_action(self, msg: RunAction) -> None:
+        self.action_act(msg.action_id)
 
     @on(SetRate)
     def _on_set_rate(self, msg: SetRate) -> None:
         self.backend.set_rate(msg.rate)
 
-    @on(CycleArrival)
-    def _on_cycle_arrival(self) -> None:
-        self.action_cycle_arrival()
-
-    @on(CycleWorkload)
-    def _on_cycle_workload(self) -> None:
-        self.action_cycle_workload()
-
-    @on(SetMode)
-    def _on_set_mode(self, msg: SetMode) -> None:
-        self._queue(lambda: self.backend.set_mode(msg.batching, msg.kv))
-
-    @on(ToggleDefense)
-    def _on_toggle_defense(self, msg: ToggleDefense) -> None:
-        self.action_toggle_defense(msg.name)
-
-    @on(TogglePause)
-    def _on_toggle_pause(self) -> None:
-        self.action_toggle_pause()
-
-    @on(StepEngine)
-    def _on_step(self) -> None:
-        self.action_step()
+    @on(OpenRequest)
+    def _on_open_request(self, msg: OpenRequest) -> None:
+        if self.snapshot is not None:
+            self.push_screen(TimelineScreen(msg.request_id, self.snapshot, self.backend.profile.slo))
 
 
 def dashboard_main(profile: Profile) -> int:

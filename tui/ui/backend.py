@@ -127,6 +127,10 @@ class Backend:
     def set_rate(self, rate: float) -> None:
         self.publish(load=dataclasses.replace(self.load, rate=rate))
 
+    def nudge_rate(self, up: bool) -> None:
+        """One step up or down the rate ladder."""
+        self.set_rate(nudge_rate(self.load.rate, up=up))
+
     def cycle_arrival(self) -> None:
         cur = ARRIVALS.index(self.load.arrival) if self.load.arrival in ARRIVALS else -1
         self.publish(load=dataclasses.replace(self.load, arrival=ARRIVALS[(cur + 1) % len(ARRIVALS)]))
@@ -141,6 +145,18 @@ class Backend:
 
     async def set_mode(self, batching: str | None, kv: str | None) -> None:
         self.set_status("no engine connected: the mode cannot change", "warn")
+
+    async def toggle_batching(self) -> None:
+        """Static if the engine batches continuously, else continuous."""
+        engine = self.latest.engine
+        current = engine.batching if engine is not None else self.profile.engine.batching
+        await self.set_mode("static" if current == "continuous" else "continuous", None)
+
+    async def toggle_kv(self) -> None:
+        """Contiguous if the engine's KV is paged, else paged."""
+        engine = self.latest.engine
+        current = engine.kv if engine is not None else self.profile.engine.kv
+        await self.set_mode(None, "contiguous" if current == "paged" else "paged")
 
     async def toggle_pause(self) -> None:
         self.set_status("no engine connected: nothing to pause", "warn")

@@ -1,52 +1,36 @@
-"""Command-palette entries (ctrl+p): every dashboard action, findable by name."""
+"""Command-palette entries (ctrl+p): every dashboard action the target can take, findable by name.
+
+Generated from ``tui.ui.actions.ACTIONS``; the app is reached through the ``ActionHost`` Protocol, so
+this module never imports the app (which lists this provider).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import cast
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
-if TYPE_CHECKING:
-    from tui.ui.app import KVTuiApp
-
-# (title, help, action string as the bindings use it)
-COMMANDS: tuple[tuple[str, str, str], ...] = (
-    ("Load: start / stop", "start or stop sending requests to the target", "toggle_load"),
-    ("Load: rate up", "next rate on the 1-1.5-2-2.5-3-4-5-6-8 ladder", "rate_up"),
-    ("Load: rate down", "previous rate on the ladder", "rate_down"),
-    ("Load: next arrival process", "poisson → gamma → constant", "cycle_arrival"),
-    ("Load: next workload preset", "profile → chat → long-tail → shared-prefix", "cycle_workload"),
-    ("Engine: static batching", "run requests in fixed batches until the longest finishes", "set_batching('static')"),
-    ("Engine: continuous batching", "requests join and leave after every step", "set_batching('continuous')"),
-    ("Engine: contiguous KV", "one contiguous reservation per request", "set_kv('contiguous')"),
-    ("Engine: paged KV", "16-token blocks allocated on demand", "set_kv('paged')"),
-    ("Engine: pause / resume", "stop or restart the engine's stepping", "toggle_pause"),
-    ("Engine: step one iteration", "run exactly one engine step (while paused)", "step"),
-    ("Defense: prefix caching", "share full prompt blocks by hash", "toggle_defense('prefix_caching')"),
-    ("Defense: backlog circuit breaker", "reject when the waiting queue is too long", "toggle_defense('backlog')"),
-    ("Defense: prompt truncation", "truncate prompts while the backlog is long", "toggle_defense('truncate')"),
-    ("Defense: waiting timeout", "drop requests that waited too long", "toggle_defense('timeout')"),
-    ("Quit", "stop the load and leave kvtui", "quit"),
-)
+from tui.ui.actions import ACTIONS, ActionHost
 
 
 class DashboardCommands(Provider):
-    """Offers the dashboard's actions in the command palette."""
+    """Offers the dashboard's actions in the command palette (engine controls only where they act)."""
 
-    def _commands(self) -> Iterator[tuple[str, str, object]]:
-        app: KVTuiApp = self.app  # type: ignore[assignment]
-        for title, help_text, action in COMMANDS:
-            yield title, help_text, partial(app.run_action, action)
+    def _commands(self) -> Iterator[tuple[str, str, Callable[[], object]]]:
+        host = cast(ActionHost, self.app)
+        for a in ACTIONS:
+            if host.offers(a):
+                yield a.title, a.help, partial(host.run_action, a.action)
 
     async def discover(self) -> Hits:
         for title, help_text, callback in self._commands():
-            yield DiscoveryHit(title, callback, help=help_text)  # type: ignore[arg-type]
+            yield DiscoveryHit(title, callback, help=help_text)
 
     async def search(self, query: str) -> Hits:
         matcher = self.matcher(query)
         for title, help_text, callback in self._commands():
             score = matcher.match(title)
             if score > 0:
-                yield Hit(score, matcher.highlight(title), callback, help=help_text)  # type: ignore[arg-type]
+                yield Hit(score, matcher.highlight(title), callback, help=help_text)

@@ -12,7 +12,8 @@ from __future__ import annotations
 from rich.text import Text
 
 from tui.engine.snapshot import EngineSnapshot
-from tui.metrics.types import GpuSample, ServerGauges
+from tui.gpu import GpuSample
+from tui.metrics.types import ServerGauges
 from tui.ui.lines import TextLines
 from tui.ui.model import DashboardSnapshot
 from tui.ui.paint import fmt_bytes, gauge, gauge_colour
@@ -120,7 +121,7 @@ def gpu_text(snap: DashboardSnapshot, width: int) -> list[Text]:
     if snap.target.kind != "local":
         parts.append(Text(f"server gauges from {snap.target.label}/metrics", style="bold"))
         if snap.server is None:
-            parts.append(Text("no /metrics readings from the server (yet)", style="dim italic"))
+            parts.append(Text(snap.server_note or "no /metrics readings from the server (yet)", style="dim italic"))
         else:
             parts += server_lines(snap.server, bar_w)
         if snap.gpu:
@@ -148,10 +149,10 @@ def gpu_text(snap: DashboardSnapshot, width: int) -> list[Text]:
 
 
 class GpuPane(TextLines):
-    """GPU gauges (or the engine's own, or a remote server's)."""
+    """GPU gauges (or the engine's own, or a remote server's); a long reason wraps, never clips."""
 
     def __init__(self, *, id: str | None = None) -> None:
-        super().__init__(id=id)
+        super().__init__(id=id, wrap=True)
         self._key: tuple | None = None
         self._snap: DashboardSnapshot | None = None
 
@@ -169,5 +170,6 @@ class GpuPane(TextLines):
         self.set_lines(gpu_text(snap, self.content_region.width or 40))
 
     def on_resize(self) -> None:
+        super().on_resize()
         if self._snap is not None:
             self.apply(self._snap)

@@ -3,12 +3,15 @@
 The panes redraw up to ten times a second. A ``Static`` re-measures and re-wraps its whole content
 through Rich's layout on every update; these panes already know their lines (one ``Text`` each,
 never wrapped), so drawing them line by line, cropped to the width and cached until the next update,
-costs a fraction of that. The height follows the number of lines, and only a change in that number
+costs a fraction of that. A pane that shows prose (a reason, an error) asks for ``wrap=True``: its
+lines wider than the widget are wrapped at word boundaries, again when the width changes. The height follows the number of lines, and only a change in that number
 asks for a layout pass. Only the lines that differ from the previous update are repainted: Textual
 re-composes every screen line that holds a dirty region, so an unchanged line marked dirty still costs.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from rich.segment import Segment
 from rich.style import Style
@@ -19,7 +22,19 @@ from textual.widget import Widget
 
 from tui.ui.paint import line_strip
 
-Line = Text | list[Segment]  # a Text, or ready-made segments (cheaper for many-coloured cell maps)
+
+@dataclass(frozen=True)
+class Packed:
+    """Groups (``label value``) laid out on as few lines as fit the widget's width, broken only
+    between groups (see :func:`pack`); continuation lines start with ``indent``."""
+
+    pieces: tuple[Text, ...]
+    sep: str = "  "
+    indent: str = ""
+
+
+# A Text, ready-made segments (cheaper for many-coloured cell maps), or groups to pack (wrap=True only).
+Line = Text | list[Segment] | Packed
 
 
 def same_line(a: Line, b: Line) -> bool:
@@ -29,22 +44,47 @@ def same_line(a: Line, b: Line) -> bool:
     return a == b
 
 
+def pack(pieces: list[Text], width: int, sep: str = "  ", indent: str = "") -> list[Text]:
+    """Pieces (``label value`` groups) onto as few lines of ``width`` cells as they fit, breaking only
+    between pieces, so a number never lands on a line apart from its label. Continuation lines start
+    with ``indent``. A piece wider than a whole line is left for the caller's wrapping."""
+    lines: list[Text] = []
+    line = Text()
+    for piece in pieces:
+        if line.cell_len and line.cell_len + len(sep) + piece.cell_len > width:
+            lines.append(line)
+            line = Text(indent)
+        elif line.cell_len and line.plain != indent:
+            line.append(sep)
+        line.append_text(piece)
+    if line.cell_len:
+        lines.append(line)
+    return lines
+
+
 class TextLines(Widget):
-    """Shows ``lines`` (one ``Text`` or segment list per screen line, cropped, never wrapped)."""
+    """Shows ``lines`` (one ``Text`` or segment list per screen line, cropped; ``Text`` lines wrapped
+    to the width when ``wrap``)."""
 
     DEFAULT_CSS = """
     TextLines { height: auto; }
     """
 
-    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+    def __init__(self, *, id: str | None = None, classes: str | None = None, wrap: bool = False) -> None:
         super().__init__(id=id, classes=classes)
+        self.wrap = wrap
         self.lines: list[Line] = []
+        self._source: list[Line] = []  # as given, before wrapping
+        self._wrapped_at = 0
         self._strips: dict[int, Strip] = {}
         self._base: Style | None = None
 
     def set_lines(self, lines: list[Line]) -> None:
         """Replace the content, repainting only the lines that changed (a layout pass only when the
         number of lines changes)."""
+        if self.wrap:
+            self._source = lines
+            lines = self._wrapped(lines, self.size.width or self._wrapped_at)
         old, self.lines = self.lines, lines
         base = self.rich_style if self.is_mounted else None  # once per update, as drawn lines use it
         if len(lines) != len(old) or base is None or base != self._base:
@@ -73,11 +113,34 @@ class TextLines(Widget):
         )
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        if self.wrap and width != self._wrapped_at:  # the layout tells the width: wrap to it here
+            self.lines = self._wrapped(self._source, width)
+            self._strips.clear()
         return len(self.lines)
 
     def on_resize(self) -> None:
         self._strips.clear()
         self._base = None
+        if self.wrap and self.size.width != self._wrapped_at:  # a fixed-height pane: no layout asks
+            self.set_lines(self._source)
+
+    def _wrapped(self, lines: list[Line], width: int) -> list[Line]:
+        """``lines`` laid out for ``width`` cells: groups packed, long Text wrapped at word boundaries
+        (before the first layout, width 0: groups on one line each, nothing wrapped)."""
+        self._wrapped_at = width
+        out: list[Line] = []
+        for line in lines:
+            if isinstance(line, Packed):
+                parts = pack(list(line.pieces), width, line.sep, line.indent) if width > 0 else [
+                    Text(line.sep).join(line.pieces)]
+            else:
+                parts = [line]
+            for part in parts:
+                if width > 0 and self.is_mounted and isinstance(part, Text) and part.cell_len > width:
+                    out.extend(part.wrap(self.app.console, width))
+                else:
+                    out.append(part)
+        return out
 
     def _segments(self, line: Line) -> list[Segment]:
         if not isinstance(line, Text):
@@ -92,7 +155,7 @@ class TextLines(Widget):
     def render_line(self, y: int) -> Strip:
         width = self.size.width
         strip = self._strips.get(y)
-        if strip is None:
+        if strip is None or strip.cell_length != width:  # drawn before a resize reached on_resize
             if self._base is None:  # the widget's style walks the DOM: once per update, not per line
                 self._base = self.rich_style
             base = self._base

@@ -11,7 +11,7 @@ from textual.widgets import Button, Input, Label
 
 from tui.metrics.types import WindowStats
 from tui.ui.lines import TextLines
-from tui.ui.messages import CycleArrival, CycleWorkload, SetRate, ToggleLoad
+from tui.ui.messages import RunAction, SetRate
 from tui.ui.model import LoadState
 from tui.ui.paint import fmt_rate
 
@@ -87,7 +87,7 @@ class LoadControl(Vertical):
         with Horizontal():
             yield Label("workload w")
             yield Button("profile", id="workload", compact=True, tooltip="next workload preset (w)")
-        yield TextLines(id="load-actual")
+        yield TextLines(id="load-actual", wrap=True)
 
     def on_mount(self) -> None:
         self.border_title = "Load"
@@ -121,12 +121,12 @@ class LoadControl(Vertical):
 
     @on(Button.Pressed, "#load-toggle")
     def _toggle(self) -> None:
-        self.post_message(ToggleLoad())
+        self.post_message(RunAction("toggle_load"))
 
     @on(Button.Pressed, "#arrival")
     def _arrival(self) -> None:
-        self.post_message(CycleArrival())
+        self.post_message(RunAction("cycle_arrival"))
 
     @on(Button.Pressed, "#workload")
     def _workload(self) -> None:
-        self.post_message(CycleWorkload())
+        self.post_message(RunAction("cycle_workload"))

@@ -17,8 +17,12 @@ class SnapshotReady(Message):
     """The poller has a newer snapshot; the app takes the latest one (updates are coalesced)."""
 
 
-class ToggleLoad(Message):
-    """Start the load if it is stopped, stop it if it runs."""
+class RunAction(Message):
+    """Run one of the dashboard's actions (``tui.ui.actions.ACTIONS``) by its id."""
+
+    def __init__(self, action_id: str) -> None:
+        super().__init__()
+        self.action_id = action_id
 
 
 class SetRate(Message):
@@ -29,38 +33,9 @@ class SetRate(Message):
         self.rate = rate
 
 
-class CycleArrival(Message):
-    """Switch to the next arrival process (poisson, gamma, constant)."""
+class OpenRequest(Message):
+    """Open the timeline of one request (selected in the scheduler view)."""
 
-
-class CycleWorkload(Message):
-    """Switch to the next workload preset."""
-
-
-class SetMode(Message):
-    """Ask the engine for a batching policy and/or a KV layout (None keeps the current one)."""
-
-    def __init__(
-        self,
-        batching: Literal["static", "continuous"] | None = None,
-        kv: Literal["contiguous", "paged"] | None = None,
-    ) -> None:
+    def __init__(self, request_id: str) -> None:
         super().__init__()
-        self.batching = batching
-        self.kv = kv
-
-
-class ToggleDefense(Message):
-    """Switch one degradation defense on or off."""
-
-    def __init__(self, name: DefenseName) -> None:
-        super().__init__()
-        self.name = name
-
-
-class TogglePause(Message):
-    """Pause the engine (it stops stepping) or resume it."""
-
-
-class StepEngine(Message):
-    """Run exactly one engine iteration while paused."""
+        self.request_id = request_id

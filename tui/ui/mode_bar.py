@@ -1,5 +1,5 @@
 """The mode bar: batching policy and KV layout buttons, pause/step, the drain in progress, and the
-defense toggles."""
+defense toggles; against a remote target, which has none of these, a line saying so instead."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from textual.widgets import Button, Label
 
 from tui.engine.snapshot import EngineSnapshot
 from tui.profile import DefensesConfig
-from tui.ui.messages import DefenseName, SetMode, StepEngine, ToggleDefense, TogglePause
+from tui.ui.messages import DefenseName, RunAction
 from tui.ui.model import DashboardSnapshot
 
 # Defense toggles: (message name, button label, key shown on the button).
@@ -20,6 +20,18 @@ DEFENSES: tuple[tuple[DefenseName, str, str], ...] = (
     ("truncate", "truncate", "t"),
     ("timeout", "timeout", "o"),
 )
+# The dashboard action (tui.ui.actions) each button runs.
+BUTTON_ACTIONS = {
+    "mode-static": "batching_static",
+    "mode-continuous": "batching_continuous",
+    "mode-contiguous": "kv_contiguous",
+    "mode-paged": "kv_paged",
+    "engine-pause": "toggle_pause",
+    "engine-step": "step",
+    **{f"def-{name}": f"defense_{name}" for name, _, _ in DEFENSES},
+}
+REMOTE_NOTE = ("remote target: batching, KV layout, pause/step and defenses are the server's own settings; "
+               "kvtui sends load and reads /metrics")
 
 
 def defense_states(engine: EngineSnapshot | None, asked: DefensesConfig) -> dict[DefenseName, bool]:
@@ -50,6 +62,9 @@ class ModeBar(Horizontal):
     ModeBar Label { padding: 0 1 0 0; }
     ModeBar #drain { color: $text; background: $accent-darken-1; text-style: bold; }
     ModeBar #drain.-idle { display: none; }
+    ModeBar #remote-note { display: none; color: $text-muted; width: 1fr; height: auto; }
+    ModeBar.-remote #remote-note { display: block; }
+    ModeBar.-remote > #mode-group, ModeBar.-remote > #defense-group { display: none; }
     """
 
     def __init__(self, *, id: str | None = None) -> None:
@@ -71,6 +86,7 @@ class ModeBar(Horizontal):
             yield Label("defenses", classes="group")
             for name, label, key in DEFENSES:
                 yield Button(f"{label} {key}", id=f"def-{name}", compact=True)
+        yield Label(REMOTE_NOTE, id="remote-note")
 
     def apply(self, snap: DashboardSnapshot) -> None:
         """Highlight the current mode and the defenses that are on; show a drain in progress."""
@@ -81,6 +97,7 @@ class ModeBar(Horizontal):
         if key == self._key:
             return
         self._key = key
+        self.set_class(not snap.target.controllable, "-remote")
         current = {engine.batching, engine.kv} if engine is not None else set()
         for mode in ("static", "continuous", "contiguous", "paged"):
             button = self.query_one(f"#mode-{mode}", Button)
@@ -108,15 +125,7 @@ class ModeBar(Horizontal):
 
     @on(Button.Pressed)
     def _pressed(self, event: Button.Pressed) -> None:
-        bid = event.button.id or ""
         event.stop()
-        if bid in ("mode-static", "mode-continuous"):
-            self.post_message(SetMode(batching=bid.removeprefix("mode-")))  # type: ignore[arg-type]
-        elif bid in ("mode-contiguous", "mode-paged"):
-            self.post_message(SetMode(kv=bid.removeprefix("mode-")))  # type: ignore[arg-type]
-        elif bid == "engine-pause":
-            self.post_message(TogglePause())
-        elif bid == "engine-step":
-            self.post_message(StepEngine())
-        elif bid.startswith("def-"):
-            self.post_message(ToggleDefense(bid.removeprefix("def-")))  # type: ignore[arg-type]
+        action = BUTTON_ACTIONS.get(event.button.id or "")
+        if action is not None:
+            self.post_message(RunAction(action))

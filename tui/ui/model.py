@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from tui.engine.snapshot import EngineSnapshot
-from tui.metrics.types import GpuSample, ServerGauges, WindowStats
+from tui.gpu import GpuSample
+from tui.metrics.types import ServerGauges, WindowStats
 from tui.profile import DefensesConfig
 
 StatusLevel = Literal["info", "warn", "error"]
@@ -41,6 +42,30 @@ class HistoryPoint:
 
 
 @dataclass(frozen=True)
+class ServerPoint:
+    """One reading of a remote server's own gauges (``/metrics``), for the charts over time.
+
+    ``preemptions`` is the number since the previous reading (the server exports a running total).
+    """
+
+    t: float
+    kv_cache_usage: float | None = None
+    num_running: float | None = None
+    num_waiting: float | None = None
+    preemptions: float | None = None
+
+
+def server_point(t: float, gauges: ServerGauges, previous: ServerGauges | None) -> ServerPoint:
+    """A chart point from a ``/metrics`` reading and the one before it (for the preemption count)."""
+    pre = None
+    if gauges.num_preemptions is not None:
+        before = previous.num_preemptions if previous is not None else None
+        pre = max(0.0, gauges.num_preemptions - before) if before is not None else 0.0
+    return ServerPoint(t=t, kv_cache_usage=gauges.kv_cache_usage, num_running=gauges.num_running,
+                       num_waiting=gauges.num_waiting, preemptions=pre)
+
+
+@dataclass(frozen=True)
 class TargetInfo:
     """What the dashboard is pointed at; ``controllable`` when the kvtui control API is there."""
 
@@ -59,6 +84,8 @@ class DashboardSnapshot:
     gpu: tuple[GpuSample, ...] = ()
     gpu_note: str = ""  # why there is no GPU reading ("no NVIDIA driver"), shown in the no-GPU state
     server: ServerGauges | None = None  # a remote server's own gauges from its /metrics
+    server_history: tuple[ServerPoint, ...] = ()  # oldest first, bounded by the poller
+    server_note: str = ""  # why there are no server gauges (no /metrics, none of the known names)
     load: LoadState = field(default_factory=LoadState)
     history: tuple[HistoryPoint, ...] = ()  # oldest first, bounded by the poller
     target: TargetInfo = field(default_factory=TargetInfo)

@@ -2,10 +2,10 @@
 
 ``LiveBackend.run()`` runs as one Textual worker on the app's event loop. It starts the local server
 (``LocalServer``, in a thread: it blocks while the model loads) or checks the remote target, then
-polls at a bounded rate (``POLL_HZ``, at most 10 Hz): the engine state and GPU samples from
-``GET /kvtui/v1/state``, a remote server's ``/metrics``, and the rolling window's statistics. Each
-poll publishes one snapshot; the app coalesces them. Network calls are async (httpx) and JSON is
-decoded off the loop, so the UI never waits on the network or on torch (which lives in the server
+polls at a bounded rate (``POLL_HZ``, at most 10 Hz): the engine state and GPU samples through the
+control API's client (:mod:`tui.serve.control_client`), a remote server's ``/metrics``, and the
+rolling window's statistics. Each poll publishes one snapshot; the app coalesces them. Network calls
+are async (httpx) and JSON is decoded off the loop, so the UI never waits on the network or on torch (which lives in the server
 process). Every failure becomes a status line; nothing here raises into the app.
 """
 
@@ -14,20 +14,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import json
 import logging
 from collections import deque
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
 
 from tui.engine.snapshot import EngineSnapshot
-from tui.errors import one_line, root_url, unauthorized_message
-from tui.metrics.types import GpuSample, ServerGauges
-from tui.profile import DefensesConfig, Profile, to_dict
+from tui.errors import describe_http_error, one_line, root_url
+from tui.metrics.types import ServerGauges
+from tui.profile import DefensesConfig, Profile
+from tui.serve.control_client import ControlClient, ControlError, EngineState
 from tui.ui.backend import Backend
 from tui.ui.messages import DefenseName
-from tui.ui.model import HistoryPoint
+from tui.ui.model import HistoryPoint, ServerPoint, server_point
 
 log = logging.getLogger(__name__)
 
@@ -37,17 +38,9 @@ HISTORY_EVERY_S = 0.5  # one chart column per half second
 HISTORY_LEN = 600  # five minutes of chart
 
 
-def parse_state(body: bytes) -> tuple[EngineSnapshot, tuple[GpuSample, ...]]:
-    """Decode a ``GET /kvtui/v1/state`` body."""
-    data = json.loads(body)
-    engine = EngineSnapshot.from_dict(data["engine"])
-    gpu = tuple(GpuSample(**g) for g in data.get("gpu", ()))
-    return engine, gpu
-
-
 def local_gpu_note() -> str:
     """Why this host has no GPU readings ('' when NVML sees a GPU)."""
-    from tui.metrics.gpu import GpuSampler
+    from tui.gpu import GpuSampler
 
     sampler = GpuSampler()
     try:
@@ -55,23 +48,6 @@ def local_gpu_note() -> str:
     finally:
         with contextlib.suppress(Exception):
             sampler.close()
-
-
-def describe_http_error(e: Exception, url: str, api_key_env: str | None = None) -> str:
-    """One line for the status bar; never includes a header (the API key lives there)."""
-    if isinstance(e, httpx.ConnectError):
-        return f"target unreachable: cannot connect to {url}"
-    if isinstance(e, httpx.TimeoutException):
-        return f"target did not answer in time: {url}"
-    if isinstance(e, httpx.HTTPStatusError):
-        code = e.response.status_code
-        if code in (401, 403):
-            return unauthorized_message(code, url, api_key_env)
-        detail = ""
-        with contextlib.suppress(ValueError, KeyError, TypeError, AttributeError):
-            detail = ": " + str(e.response.json()["error"]["message"])[:120]
-        return f"HTTP {code} from {url}{detail}"
-    return f"{type(e).__name__} talking to {url}: {str(e)[:120]}"
 
 
 def defenses_of(engine: EngineSnapshot | None, fallback: DefensesConfig) -> DefensesConfig:
@@ -105,14 +81,14 @@ class LiveBackend(Backend):
         self.window = RollingWindow(window_s or profile.record.window_s)
         self.runner: Any | None = None
         self.client: httpx.AsyncClient | None = None
+        self.control: ControlClient | None = None  # the local engine's control API
         self._history: deque[HistoryPoint] = deque(maxlen=HISTORY_LEN)
+        self._server_history: deque[ServerPoint] = deque(maxlen=HISTORY_LEN)
         self._t0 = 0.0
         self._next_history = 0.0
         self._next_metrics = 0.0
         self._poll_error: str | None = None
         self._tasks: set[asyncio.Task] = set()
-        self._last_body = b""
-        self._last_state: tuple[EngineSnapshot, tuple[GpuSample, ...]] | None = None
         self.polls = 0
 
     # -- addresses ---------------------------------------------------------------------------------
@@ -169,6 +145,8 @@ class LiveBackend(Backend):
             self.set_status(f"local engine ready at {self.root_url}")
         else:
             self.set_status(f"connected to {self.root_url}" if self.local else f"target {self.root_url}")
+        if self.local:
+            self.control = ControlClient(self.root_url, client=self.client)
         return True
 
     async def close(self) -> None:
@@ -179,6 +157,7 @@ class LiveBackend(Backend):
             with contextlib.suppress(Exception):
                 await self.runner.aclose()
             self.runner = None
+        self.control = None  # it borrows the client closed below
         if self.client is not None:
             with contextlib.suppress(Exception):
                 await self.client.aclose()
@@ -196,14 +175,19 @@ class LiveBackend(Backend):
         changes: dict[str, Any] = {}
         asked = self.local or now_loop >= self._next_metrics
         try:
-            if self.local:
-                engine, gpu = await self._get_state()
+            if self.control is not None:
+                state = await self.control.state()
+                engine, gpu = state.engine, state.gpu
                 old = self.latest.engine
                 changes["engine"] = old if engine == old else engine
                 changes["gpu"] = gpu
             elif asked:
                 self._next_metrics = now_loop + 1.0 / METRICS_HZ
-                changes["server"] = await self._get_metrics()
+                gauges, note = await self._get_metrics()
+                if gauges is not None:
+                    self._server_history.append(server_point(now_loop - self._t0, gauges, self.latest.server))
+                    changes["server_history"] = tuple(self._server_history)
+                changes.update(server=gauges, server_note=note)
             if asked and self._poll_error is not None:
                 self._poll_error = None
                 changes.update(status=f"reconnected to {self.root_url}", status_level="info")
@@ -233,29 +217,24 @@ class LiveBackend(Backend):
             changes["load"] = dataclasses.replace(self.load, running=running)
         self.publish(**changes)
 
-    async def _get_state(self) -> tuple[EngineSnapshot, tuple[GpuSample, ...]]:
-        assert self.client is not None
-        resp = await self.client.get(f"{self.root_url}/kvtui/v1/state")
-        resp.raise_for_status()
-        body = resp.content
-        if body == self._last_body and self._last_state is not None:
-            return self._last_state  # an idle or paused engine: nothing to decode, nothing to redraw
-        # Decoding a few hundred requests' block tables takes milliseconds: off the UI's loop.
-        state = await asyncio.to_thread(parse_state, body)
-        self._last_body, self._last_state = body, state
-        return state
-
-    async def _get_metrics(self) -> ServerGauges:
+    async def _get_metrics(self) -> tuple[ServerGauges | None, str]:
+        """The server's gauges, or None and why not: a server without ``/metrics`` is no error."""
         from tui.metrics.prom import parse_server_gauges
 
         assert self.client is not None
-        resp = await self.client.get(f"{self.root_url}/metrics")
+        url = f"{self.root_url}/metrics"
+        resp = await self.client.get(url)
+        if resp.status_code in (404, 405):
+            return None, f"{url} answers HTTP {resp.status_code}: this server exports no Prometheus metrics"
         resp.raise_for_status()
-        return parse_server_gauges(resp.text)
+        if "text/html" in resp.headers.get("content-type", ""):
+            return None, f"{url} answers with a web page, not Prometheus metrics"
+        return parse_server_gauges(resp.text), ""
 
     def _explain(self, e: Exception) -> str:
-        msg = describe_http_error(e, self.root_url, self._api_key_env)
-        if self.local and self.server is not None and isinstance(e, httpx.TransportError):
+        msg = str(e) if isinstance(e, ControlError) else describe_http_error(e, self.root_url, self._api_key_env)
+        gone = isinstance(e, httpx.TransportError) or (isinstance(e, ControlError) and e.unreachable)
+        if self.local and self.server is not None and gone:
             died = _server_exit(self.server)
             if died:
                 return died
@@ -340,34 +319,29 @@ class LiveBackend(Backend):
 
     # -- engine controls ---------------------------------------------------------------------------
 
-    async def _control(self, path: str, body: dict[str, Any] | None = None) -> EngineSnapshot | None:
-        """POST a control call; publishes the state it returns. None (and a status line) on failure."""
+    async def _control(
+        self, what: str, call: Callable[[ControlClient], Awaitable[EngineState]]
+    ) -> EngineSnapshot | None:
+        """Run one control call; publishes the state it returns. None (and a status line) on failure."""
         if not self.local:
-            self.set_status(f"{self.root_url} is not a kvtui engine: {path} needs the local engine", "warn")
+            self.set_status(f"{self.root_url} is not a kvtui engine: {what} needs the local engine", "warn")
             return None
-        if self.client is None or self.base_url is None:
+        if self.control is None:
             self.set_status("not connected to the engine yet", "warn")
             return None
-        url = f"{self.root_url}/kvtui/v1/{path}"
         try:
-            resp = await self.client.post(url, json=body or {})
-            resp.raise_for_status()
-            engine, gpu = await asyncio.to_thread(parse_state, resp.content)
-        except httpx.HTTPStatusError as e:
-            if e.response.status_code == 409 and path == "step":
+            state = await call(self.control)
+        except ControlError as e:
+            if e.code == "not_paused":
                 self.set_status("step runs one iteration of a paused engine: press p to pause first", "warn")
             else:
-                self.set_status(describe_http_error(e, url, self._api_key_env), "error")
+                self.set_status(self._explain(e), "error")
             return None
-        except Exception as e:
-            self.set_status(self._explain(e), "error")
-            return None
-        self.publish(engine=engine, gpu=gpu)
-        return engine
+        self.publish(engine=state.engine, gpu=state.gpu)
+        return state.engine
 
     async def set_mode(self, batching: str | None, kv: str | None) -> None:
-        body = {k: v for k, v in (("batching", batching), ("kv", kv)) if v is not None}
-        engine = await self._control("mode", body)
+        engine = await self._control("mode", lambda c: c.set_mode(batching=batching, kv=kv))
         if engine is not None:
             if engine.draining_to:
                 self.set_status(f"switching to {engine.draining_to}: draining the running requests first")
@@ -377,11 +351,12 @@ class LiveBackend(Backend):
     async def toggle_pause(self) -> None:
         engine = self.latest.engine
         paused = engine is not None and engine.paused
-        if await self._control("resume" if paused else "pause") is not None:
+        call = (lambda c: c.resume()) if paused else (lambda c: c.pause())
+        if await self._control("resume" if paused else "pause", call) is not None:
             self.set_status("engine resumed" if paused else "engine paused: s steps one iteration, p resumes")
 
     async def step(self) -> None:
-        engine = await self._control("step")
+        engine = await self._control("step", lambda c: c.step())
         if engine is not None:
             self.set_status(f"stepped: engine at step {engine.step}")
 
@@ -393,7 +368,7 @@ class LiveBackend(Backend):
         if not self.local:
             self.set_status("defenses are the local engine's: a remote target has its own", "warn")
             return
-        engine = await self._control("defenses", to_dict(wanted))
+        engine = await self._control("defenses", lambda c: c.set_defenses(wanted))
         if engine is not None:
             self.publish(defenses=wanted)
             self.set_status(f"defenses: {_defenses_label(wanted)}")

@@ -3,7 +3,8 @@
 Two parts. A fixed summary (step, mode, totals, and a map of the whole KV pool: for the contiguous
 layout the arena as reserved ranges, the part of each that holds tokens, and the holes between them,
 so external fragmentation is visible at a glance). Below it a scrolling table with one row per request
-and its block table as coloured cells. The table is a line-API ``ScrollView``: only the rows on screen
+and its block table as coloured cells; selecting a row (arrows and enter while the table has focus, or a
+click) asks the app to open that request's timeline. The table is a line-API ``ScrollView``: only the rows on screen
 are drawn, and each drawn row is cached until the next snapshot, so hundreds of requests and thousands
 of blocks stay cheap.
 """
@@ -17,7 +18,9 @@ import numpy as np
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
+from textual import events
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.cache import LRUCache
 from textual.containers import Vertical
 from textual.geometry import Region, Size
@@ -25,7 +28,8 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from tui.engine.snapshot import ArenaSegment, EngineSnapshot, KVTotals, RequestView
-from tui.ui.lines import TextLines
+from tui.ui.lines import Packed, TextLines
+from tui.ui.messages import OpenRequest
 from tui.ui.paint import eighth, line_strip, owner_colour, style
 
 ID_W, STATE_W, NUM_W = 12, 10, 6
@@ -38,6 +42,7 @@ STATE_COLOURS = {
     "preempted": "#e06c75",
     "finished": "#5c6370",
 }
+SELECTED = Style(color="#282c34", bgcolor="#e5c07b", bold=True)  # the request under the cursor
 GLYPH_FULL, GLYPH_SHARED, GLYPH_PART_USED, GLYPH_RESERVED, GLYPH_HOLE = "█", "▓", "▒", "░", "·"
 
 
@@ -53,46 +58,50 @@ def _pct(x: float) -> str:
 # The summary: header, totals, pool map, legend
 
 
-def header_text(snap: EngineSnapshot) -> Text:
-    """Step, mode, run state and the queue counters on one line."""
-    t = Text()
-    t.append(f"step {_fmt_int(snap.step)}", style="bold")
-    t.append("  ")
-    t.append(snap.mode, style="bold #61afef")
-    t.append("  ")
-    if snap.paused:
-        t.append(" PAUSED ", style="bold #282c34 on #e5c07b")
-    else:
-        t.append("stepping", style="#98c379")
+def header_pieces(snap: EngineSnapshot) -> list[Text]:
+    """Step, mode, run state and the queue counters, as groups that wrap between them."""
+    state = Text(" PAUSED ", style="bold #282c34 on #e5c07b") if snap.paused else Text("stepping", style="#98c379")
+    pieces = [Text(f"step {_fmt_int(snap.step)}", style="bold"), Text(snap.mode, style="bold #61afef"), state]
     if snap.draining_to:
-        t.append("  ")
-        t.append(f" draining → {snap.draining_to} ", style="bold #282c34 on #c678dd")
-    t.append(f"   running {snap.num_running}  waiting {snap.num_waiting}")
-    t.append(f"  preemptions {snap.num_preemptions}  rejected {snap.num_rejected}")
-    t.append(f"  timed out {snap.num_timed_out}")
-    t.append(f"  on {snap.device}", style="dim")
-    return t
+        pieces.append(Text(f" draining → {snap.draining_to} ", style="bold #282c34 on #c678dd"))
+    pieces += [Text(f"running {snap.num_running}"), Text(f"waiting {snap.num_waiting}"),
+               Text(f"preemptions {snap.num_preemptions}"), Text(f"rejected {snap.num_rejected}"),
+               Text(f"timed out {snap.num_timed_out}"), Text(f"on {snap.device}", style="dim")]
+    return pieces
+
+
+def header_text(snap: EngineSnapshot) -> Text:
+    """The header on one line."""
+    return Text("  ").join(header_pieces(snap))
+
+
+def totals_pieces(tot: KVTotals) -> list[Text]:
+    """The pool accounting (all computed by the engine), as groups that wrap between them."""
+    if tot.layout == "paged":
+        return [
+            Text.assemble(("KV", "bold"), f"  blocks {_fmt_int(tot.used_blocks)}/{_fmt_int(tot.total_blocks)} "
+                                          f"held ({_pct(tot.usage)})"),
+            Text(f"free {_fmt_int(tot.free_blocks)}"),
+            Text(f"cached {_fmt_int(tot.cached_blocks)}"),
+            Text(f"tokens {_fmt_int(tot.used_slots)} in {_fmt_int(tot.reserved_slots)} slots"),
+            Text(f"waste {_fmt_int(tot.waste_slots)} ({_pct(tot.waste_fraction)}, last blocks only)"),
+        ]
+    waste_style = "bold #e5c07b" if tot.utilization < 0.5 else ""
+    frag_style = "bold #e06c75" if tot.fragmentation > 0.5 else ""
+    return [
+        Text.assemble(("KV", "bold"), f"  reserved {_fmt_int(tot.reserved_slots)}/{_fmt_int(tot.total_slots)} "
+                                      f"slots ({_pct(tot.usage)})"),
+        Text(f"used {_fmt_int(tot.used_slots)}"),
+        Text(f"free {_fmt_int(tot.free_slots)}"),
+        Text.assemble("waste ", (f"{_fmt_int(tot.waste_slots)} ({_pct(tot.waste_fraction)})", waste_style)),
+        Text.assemble("largest hole ", (f"{_fmt_int(tot.largest_hole)} (fragmentation {tot.fragmentation:.2f})",
+                                        frag_style)),
+    ]
 
 
 def totals_text(tot: KVTotals) -> Text:
-    """The pool accounting: used, free, cached, waste, largest hole (all computed by the engine)."""
-    t = Text()
-    t.append("KV  ", style="bold")
-    if tot.layout == "paged":
-        t.append(f"blocks {_fmt_int(tot.used_blocks)}/{_fmt_int(tot.total_blocks)} held ({_pct(tot.usage)})")
-        t.append(f" · free {_fmt_int(tot.free_blocks)} · cached {_fmt_int(tot.cached_blocks)}")
-        t.append(f" · tokens {_fmt_int(tot.used_slots)} in {_fmt_int(tot.reserved_slots)} slots")
-        t.append(f" · waste {_fmt_int(tot.waste_slots)} ({_pct(tot.waste_fraction)}, last blocks only)")
-    else:
-        t.append(f"reserved {_fmt_int(tot.reserved_slots)}/{_fmt_int(tot.total_slots)} slots ({_pct(tot.usage)})")
-        t.append(f" · used {_fmt_int(tot.used_slots)} · free {_fmt_int(tot.free_slots)}")
-        waste_style = "bold #e5c07b" if tot.utilization < 0.5 else ""
-        t.append(" · waste ")
-        t.append(f"{_fmt_int(tot.waste_slots)} ({_pct(tot.waste_fraction)})", style=waste_style)
-        t.append(" · largest hole ")
-        frag_style = "bold #e06c75" if tot.fragmentation > 0.5 else ""
-        t.append(f"{_fmt_int(tot.largest_hole)} (fragmentation {tot.fragmentation:.2f})", style=frag_style)
-    return t
+    """The pool accounting on one line."""
+    return Text(" · ").join(totals_pieces(tot))
 
 
 def arena_cells(
@@ -206,16 +215,15 @@ def _cells_to_lines(cells: list[tuple[str, str]], width: int) -> list[list[Segme
     return lines
 
 
-def legend_text(layout: str, unit: int) -> Text:
+def legend_pieces(layout: str, unit: int) -> list[Text]:
     """What the glyphs mean in the current layout."""
-    t = Text(style="dim")
     if layout == "paged":
-        t.append(f"{GLYPH_FULL} full block  ▄ last block, height = fill  {GLYPH_SHARED} shared prefix (ref>1)  ")
-        t.append(f"{GLYPH_HOLE} free   one cell = one block in the table")
+        parts = [f"{GLYPH_FULL} full block", "▄ last block, height = fill", f"{GLYPH_SHARED} shared prefix (ref>1)",
+                 f"{GLYPH_HOLE} free", "one cell = one block in the table"]
     else:
-        t.append(f"{GLYPH_FULL} used  {GLYPH_PART_USED} partly used  {GLYPH_RESERVED} reserved, unused  ")
-        t.append(f"{GLYPH_HOLE} hole   one cell = {unit} slots in the table")
-    return t
+        parts = [f"{GLYPH_FULL} used", f"{GLYPH_PART_USED} partly used", f"{GLYPH_RESERVED} reserved, unused",
+                 f"{GLYPH_HOLE} hole", f"one cell = {unit} slots in the table"]
+    return [Text(p, style="dim") for p in parts]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -249,6 +257,11 @@ class RequestTable(ScrollView, can_focus=True):
         height: 1fr;
     }
     """
+    BINDINGS = [
+        Binding("up", "cursor(-1)", "previous request", show=False),
+        Binding("down", "cursor(1)", "next request", show=False),
+        Binding("enter", "open", "timeline"),
+    ]
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
@@ -260,6 +273,7 @@ class RequestTable(ScrollView, can_focus=True):
         self._cache: LRUCache[int, Strip] = LRUCache(1024)
         self._seg_used: dict[str, int] = {}
         self._base: Style | None = None
+        self.selected: str | None = None  # the request under the cursor, by id (rows move between steps)
 
     def set_snapshot(self, snap: EngineSnapshot | None) -> None:
         """Show a new engine snapshot; only the lines on screen whose row changed are repainted."""
@@ -345,6 +359,50 @@ class RequestTable(ScrollView, can_focus=True):
         self._rows = rows
         self.virtual_size = Size(width, len(rows))
 
+    # -- selection ---------------------------------------------------------------------------------
+
+    def select(self, request_id: str | None) -> None:
+        """Put the cursor on a request (None: no cursor) and scroll its row into view."""
+        if request_id == self.selected:
+            return
+        self.selected = request_id
+        self._cache.clear()
+        self.refresh()
+        snap = self.snapshot
+        if request_id is None or snap is None:
+            return
+        line = next((y for y, row in enumerate(self._rows)
+                     if row.chunk == 0 and snap.requests[row.request].request_id == request_id), None)
+        if line is not None:
+            self.scroll_to_region(Region(0, line, 1, 1), animate=False, immediate=True)
+
+    def action_cursor(self, delta: int) -> None:
+        """Move the cursor ``delta`` requests down (up when negative)."""
+        ids = [r.request_id for r in self.snapshot.requests] if self.snapshot is not None else []
+        if not ids:
+            return
+        i = ids.index(self.selected) if self.selected in ids else (-1 if delta > 0 else len(ids))
+        self.select(ids[max(0, min(len(ids) - 1, i + delta))])
+
+    def action_open(self) -> None:
+        """Open the selected request's timeline."""
+        if self.selected is not None:
+            self.post_message(OpenRequest(self.selected))
+
+    def on_focus(self) -> None:
+        if self.selected is None:
+            self.action_cursor(1)
+
+    def on_click(self, event: events.Click) -> None:
+        offset = event.get_content_offset(self)
+        if offset is None or self.snapshot is None:
+            return
+        line = offset.y + self.scroll_offset.y
+        if 0 <= line < len(self._rows):
+            request_id = self.snapshot.requests[self._rows[line].request].request_id
+            self.select(request_id)
+            self.post_message(OpenRequest(request_id))
+
     def render_line(self, y: int) -> Strip:
         index = y + self.scroll_offset.y
         width = self.scrollable_content_region.width
@@ -367,7 +425,8 @@ class RequestTable(ScrollView, can_focus=True):
         segs: list[Segment] = []
         if chunk == 0:
             rid = r.request_id if len(r.request_id) <= ID_W else "…" + r.request_id[-(ID_W - 1) :]
-            segs.append(Segment(rid.ljust(ID_W) + " ", style(colour, bold=True)))
+            id_style = SELECTED if r.request_id == self.selected else style(colour, bold=True)
+            segs.append(Segment(rid.ljust(ID_W) + " ", id_style))
             segs.append(Segment(r.state.ljust(STATE_W) + " ", style(STATE_COLOURS.get(r.state, "white"))))
             pre_style = style("#e06c75", bold=True) if r.preemptions else style("#7f848e")
             segs.append(Segment(f"{r.prompt_tokens:>{NUM_W}}{r.output_tokens:>{NUM_W}}", style("#abb2bf")))
@@ -389,7 +448,9 @@ class RequestTable(ScrollView, can_focus=True):
         runs: list[Segment] = []
         run_glyphs, run_style = "", None
         for j, b in enumerate(blocks, start=lo):
-            if b.shared:
+            if not b.in_window:  # behind a sliding window (Mistral): held, but no query reads it
+                glyph, st = GLYPH_FULL, style("#5c6370")
+            elif b.shared:
                 glyph, st = GLYPH_SHARED, style(colour, bold=True)
             elif j == last and b.fill < block_size:
                 glyph, st = eighth(max(b.fill, 1) / block_size), style(colour)
@@ -446,7 +507,7 @@ class SchedulerView(Vertical):
         self.note = "waiting for the engine…"
 
     def compose(self) -> ComposeResult:
-        yield TextLines(id="sched-summary")
+        yield TextLines(id="sched-summary", wrap=True)
         yield TextLines(id="sched-columns")
         yield RequestTable(id="sched-table")
 
@@ -482,7 +543,8 @@ class SchedulerView(Vertical):
         map_lines = [[Segment((label if i == 0 else "     ") + "  ", head_style), *line] for i, line in enumerate(rows)]
         table = self.query_one(RequestTable)
         table.relayout()
-        summary.set_lines([header_text(snap), totals_text(snap.totals), *map_lines, legend_text(snap.kv, table.unit)])
+        summary.set_lines([Packed(tuple(header_pieces(snap))), Packed(tuple(totals_pieces(snap.totals)), " · ", "    "),
+                           *map_lines, Packed(tuple(legend_pieces(snap.kv, table.unit)))])
         cols = f"{'request':<{ID_W}} {'state':<{STATE_W}} {'prompt':>{NUM_W}}{'out':>{NUM_W}}{'pre':>{NUM_W}}  "
         cols += "block table" if snap.kv == "paged" else "reservation (used/reserved slots)"
         columns.set_lines([Text(cols)])

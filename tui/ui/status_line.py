@@ -28,14 +28,14 @@ def status_text(snap: DashboardSnapshot) -> Text:
 
 
 class StatusLine(TextLines):
-    """One line at the bottom, above the footer."""
+    """One line at the bottom, above the footer (a long message wraps onto a second and third)."""
 
     DEFAULT_CSS = """
-    StatusLine { height: 1; }
+    StatusLine { height: auto; max-height: 3; }
     """
 
     def __init__(self, *, id: str | None = None) -> None:
-        super().__init__(id=id)
+        super().__init__(id=id, wrap=True)
         self._key: tuple | None = None
 
     def apply(self, snap: DashboardSnapshot) -> None:

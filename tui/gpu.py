@@ -8,6 +8,9 @@ It needs two samples; the first :meth:`GpuSampler.sample` call on a device prime
 
 Without a driver, or without a GPU, :attr:`GpuSampler.available` is False and :attr:`GpuSampler.reason`
 says why, in words for the dashboard.
+
+It sits at the bottom of the layers beside ``tui.profile``: the server samples, the recorder stores
+the samples (``tui.records.gpu``), the dashboard draws them.
 """
 
 from __future__ import annotations
@@ -15,10 +18,27 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from tui.metrics.types import GpuSample
+
+@dataclass(frozen=True)
+class GpuSample:
+    """One NVML reading of one GPU."""
+
+    t: float
+    index: int
+    name: str
+    sm_util_pct: float  # nvmlDeviceGetUtilizationRates().gpu
+    mem_used_bytes: int
+    mem_total_bytes: int
+    sm_active_pct: float | None = None  # GPM SM activity where supported (Hopper and newer)
+
+    @property
+    def mem_used_frac(self) -> float | None:
+        """VRAM in use as a fraction of the total; None when the total is unknown."""
+        return self.mem_used_bytes / self.mem_total_bytes if self.mem_total_bytes else None
 
 
 def _load_nvml() -> ModuleType | None:
@@ -44,7 +64,8 @@ class GpuSampler:
     """Reads every visible NVIDIA GPU. ``nvml`` may be passed to use a fake module in tests."""
 
     def __init__(self, nvml: ModuleType | Any | None = None) -> None:
-        self._nvml = nvml if nvml is not None else _load_nvml()
+        # The pynvml module (untyped) or a stand-in with the same calls; None when it is not installed.
+        self._nvml: Any = nvml if nvml is not None else _load_nvml()
         self._lock = threading.Lock()
         self._devices: list[_Device] = []
         self.available = False
