@@ -38,11 +38,11 @@ import numpy as np
 
 from tui.calibrate import calibrate
 from tui.engine.engine import Engine
+from tui.engine.measure import ShapeRecorder
 from tui.engine.params import SamplingParams
 from tui.engine.sim.clock import VirtualClock
 from tui.engine.sim.cost import CostModel
 from tui.engine.sim.hardware import dump_hardware, load_hardware
-from tui.engine.sim.measure import ShapeRecorder
 from tui.engine.sim.models import resolve_model
 from tui.metrics import stats
 from tui.profile import EngineMode, Profile, Stage, find_profile, load_profile

@@ -1,7 +1,7 @@
 """``kvtui calibrate``: measure the torch engine here, fit the cost model, write a hardware profile.
 
 The torch engine of the profile's ``[engine]`` (its model, device, dtype, threads) runs a grid of
-steps (:mod:`tui.engine.sim.measure`); the step-time model is fitted to them
+steps (:mod:`tui.engine.measure`); the step-time model is fitted to them
 (:mod:`tui.engine.sim.calibrate`) and written as a TOML hardware profile. A simulated profile takes
 it with ``hardware = "that.toml"`` (and the same ``model``): its steps then cost what they cost on this
 machine. On a CUDA machine this calibrates the GPU.
@@ -14,10 +14,10 @@ import os
 import sys
 from pathlib import Path
 
+from tui.engine.measure import StepSample, measure
 from tui.engine.sim.calibrate import Fit, fit
 from tui.engine.sim.cost import CostModel
 from tui.engine.sim.hardware import PRESETS, CostParams, GpuSpec, Hardware, dump_hardware
-from tui.engine.sim.measure import StepSample, measure
 from tui.engine.sim.models import ModelSpec, resolve_model
 from tui.profile import EngineConfig, Profile
 

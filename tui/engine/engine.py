@@ -93,6 +93,7 @@ class Engine:
         self.wall: Callable[[], float] = time.time
         self.sim: SimulatedBackend | None = None  # the simulated backend's parts (backend = "simulated")
         self.tokenizer: Tokenizer
+        self.sliding_window: int | None
         if config.backend == "simulated":
             self._init_simulated(config, sim_clock or RealClock())
         else:
@@ -153,7 +154,7 @@ class Engine:
         self.tokenizer = sim.tokenizer
         self.model_name = sim.model.name
         self.max_model_len = sim.max_model_len
-        self.sliding_window: int | None = None  # the simulated presets attend over the whole context
+        self.sliding_window = None  # the simulated presets attend over the whole context
         self.vocab_size = sim.tokenizer.vocab_size
         self.bytes_per_token = sim.bytes_per_token
         self.num_slots = slots_for_budget(sim.kv_bytes, self.bytes_per_token, config.block_size)
