@@ -111,3 +111,39 @@ def test_rolling_window_takes_more_gaps_at_once_than_its_capacity() -> None:
     c.extend(0.0, "gap", [0.01] * 500)
     c.extend(1.0, "gap", [0.02] * 2000)
     assert c.n == 2500 and c.data["gap"][2499] == 0.02
+
+
+def test_calibrated_profile_drives_the_simulated_engine(tmp_path: Path) -> None:
+    """Steps measured on a (here: synthetic) float32 CPU engine -> fit -> TOML -> the simulated backend
+    runs the same tiny model with the same KV bytes per token and the fitted step times."""
+    from tui.calibrate import _machine_gpu, fit_samples
+    from tui.engine.engine import Engine
+    from tui.engine.measure import StepSample
+    from tui.engine.params import SamplingParams
+    from tui.engine.sim.clock import VirtualClock
+    from tui.profile import EngineConfig
+
+    tiny = resolve_model("tiny", None, dtype_bytes=4)
+    gpu = _machine_gpu("cpu", 4)
+    true = CostParams(8e-4, 3e-5, 4e10, 8e9, 6e9, 3e9, 1e-3)
+    cm = CostModel(tiny, gpu, true)
+    samples = []
+    for n in (16, 64, 256, 512, 1024):
+        samples.append(StepSample(((n, 0),), 1, cm.step([(n, 0)], 1).time_s))
+    for b in (1, 4, 16, 64):
+        for c in (32, 256, 768):
+            shape = tuple([(1, c)] * b)
+            samples.append(StepSample(shape, b, cm.step(shape, b).time_s))
+    samples.append(StepSample(((1, 40),) * 8 + ((300, 200),), 8, cm.step([(1, 40)] * 8 + [(300, 200)], 8).time_s))
+    hw, f = fit_samples(samples, tiny, gpu)
+    assert f.mape < 1.0
+    path = tmp_path / "cpu.toml"
+    path.write_text(dump_hardware(hw, "test"))
+    cfg = EngineConfig(backend="simulated", model="tiny", hardware=str(path), kv_budget_mb=8.0, max_model_len=1536)
+    clock = VirtualClock()
+    e = Engine(cfg, sim_clock=clock)
+    torch_like = Engine(EngineConfig(model="tiny", kv_budget_mb=8.0, max_model_len=1536, device="cpu"))
+    assert e.num_slots == torch_like.num_slots  # float32 KV: the same slots from the same budget
+    e.add_request("a", [97] * 100, SamplingParams.exact(3))
+    first = e.step().timing
+    assert first is not None and first.duration_s == pytest.approx(cm.step([(100, 0)], 1).time_s, rel=0.02)
