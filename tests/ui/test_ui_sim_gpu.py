@@ -8,7 +8,7 @@ from rich.text import Text
 
 from tui.engine.snapshot import EngineSnapshot
 from tui.profile import Profile
-from tui.ui import synthetic as syn
+from tui.testing import synthetic as syn
 from tui.ui.app import KVTuiApp
 from tui.ui.backend import FixedBackend
 from tui.ui.gpu import gpu_text
