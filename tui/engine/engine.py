@@ -152,7 +152,9 @@ class Engine:
         offset = time.time() - clock.now()
         self.wall = lambda: offset + clock.now()
         self.tokenizer = sim.tokenizer
-        self.model_name = sim.model.name
+        self.model_name = config.served_model_name or sim.model.name
+        # what the modelled engine holds weights and KV in (reported; nothing is allocated)
+        self.dtype = torch.bfloat16 if sim.model.dtype_bytes == 2 else torch.float32
         self.max_model_len = sim.max_model_len
         self.sliding_window = None  # the simulated presets attend over the whole context
         self.vocab_size = sim.tokenizer.vocab_size

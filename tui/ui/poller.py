@@ -82,6 +82,7 @@ class LiveBackend(Backend):
         self.runner: Any | None = None
         self.client: httpx.AsyncClient | None = None
         self.control: ControlClient | None = None  # the local engine's control API
+        self.served_model: str | None = None  # the local server's model name, asked once
         self._history: deque[HistoryPoint] = deque(maxlen=HISTORY_LEN)
         self._server_history: deque[ServerPoint] = deque(maxlen=HISTORY_LEN)
         self._t0 = 0.0
@@ -250,11 +251,21 @@ class LiveBackend(Backend):
         return LoadRunner(
             profile,
             self.base_url,
+            model=self.served_model,
             rate=self.load.rate,
             stage="live",
             window=self.window,
             on_record=self._on_record,
         )
+
+    async def _local_model(self) -> str | None:
+        """The name the local server serves (a preset's, a checkpoint's, a simulated model's): what
+        requests must ask for."""
+        assert self.client is not None
+        with contextlib.suppress(httpx.HTTPError, ValueError, KeyError, TypeError):
+            resp = await self.client.get(f"{self.root_url}/health")
+            return str(resp.json()["model"])
+        return None
 
     def _on_record(self, rec: Any) -> None:
         if not rec.ok and rec.status != "cancelled":
@@ -282,6 +293,8 @@ class LiveBackend(Backend):
                 return
             finally:
                 await probe.aclose()
+        if self.local and self.served_model is None:
+            self.served_model = await self._local_model()
         if self.runner is not None:
             await self.runner.aclose()
         self.window.reset()
