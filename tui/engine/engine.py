@@ -17,6 +17,7 @@ the future, e.g. from another clock, is taken as "now"). ``StepTiming.t`` is wal
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import deque
 from collections.abc import Callable
@@ -35,7 +36,7 @@ from tui.engine.sequence import Request, Status
 from tui.engine.snapshot import EngineSnapshot, KVTotals, StepTiming
 from tui.engine.tokenizer import ByteTokenizer, Tokenizer
 from tui.engine.views import request_views
-from tui.profile import DefensesConfig, EngineConfig, EngineMode, to_dict
+from tui.profile import DefensesConfig, EngineConfig, EngineMode, PreemptionMode, to_dict
 
 FINISH_REASONS = ("length", "stop", "aborted", "timeout", "rejected_backlog", "rejected_too_long")
 _GPU_HEADROOM_BYTES = 1 << 30  # activations and allocator slack left outside the KV budget
@@ -244,6 +245,14 @@ class Engine:
                 self.waiting.remove(req)
                 self.num_rejected += 1
                 self._finish_outside_step(req, "rejected_too_long")
+
+    def set_preemption_mode(self, mode: PreemptionMode) -> None:
+        """Switch recompute <-> swap at once: later preemptions follow it; requests already swapped out
+        are still copied back when they fit."""
+        if mode not in ("recompute", "swap"):
+            raise ValueError(f"preemption_mode must be 'recompute' or 'swap', got {mode!r}")
+        self.config = dataclasses.replace(self.config, preemption_mode=mode)
+        self.scheduler.cfg = self.config
 
     def set_defenses(self, defenses: DefensesConfig) -> None:
         """Apply new defenses at once (prefix caching switches on the live pool)."""
