@@ -38,7 +38,7 @@ DISPLAY: tuple[tuple[str, str, str], ...] = (
     ("failures", "failures", "s"),
     ("preemptions", "preempt", "d"),
     ("swaps", "swaps", "d"),
-    ("swapped_gib", "swap GiB", "r"),
+    ("swapped_gib", "swap GiB", "g"),
     ("swap_stall_s", "swap stall s", "r"),
     ("kv_use_mean_pct", "KV mean%", "p"),
     ("kv_use_peak_pct", "KV peak%", "p"),
@@ -52,7 +52,8 @@ DISPLAY: tuple[tuple[str, str, str], ...] = (
 
 def format_cell(value: Any, kind: str) -> str:
     """One table cell as the summary table prints it; ``kind``: "s" text, "d" integer, "ms"
-    milliseconds, "p" percent, "r" any other number ("-" for a missing or non-finite value)."""
+    milliseconds, "p" percent, "g" three significant digits (small quantities), "r" any other number
+    ("-" for a missing or non-finite value)."""
     if value is None or (isinstance(value, float) and not np.isfinite(value)):
         return "-"
     if kind == "s":
@@ -63,6 +64,8 @@ def format_cell(value: Any, kind: str) -> str:
         return f"{value:.1f}" if abs(value) < 100 else f"{value:.0f}"
     if kind == "p":
         return f"{value:.1f}"
+    if kind == "g":
+        return f"{value:.3g}"
     return f"{value:.2f}" if abs(value) < 100 else f"{value:.0f}"
 
 
