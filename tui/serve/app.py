@@ -5,6 +5,7 @@ Routes (paths in :mod:`tui.serve.routes`)::
     POST /v1/completions, /v1/chat/completions   OpenAI-shaped, streaming (SSE) or not
     GET  /v1/models, /health, /metrics
     GET  /kvtui/v1/state                          {"engine": EngineSnapshot, "gpu": [GpuSample]}
+         ?encoding=compact[&since=ID][&view=A:B]   block tables as runs, deltas, views (state_wire)
     GET  /kvtui/v1/steps?since=N                  {"steps": [StepTiming]}
     POST /kvtui/v1/{pause,resume,step,mode,defenses,reset}
 
@@ -61,6 +62,7 @@ from tui.serve.engine_loop import (
 from tui.serve.generate import ClientGone, Counters, Generation, error_response
 from tui.serve.openai_api import ApiError, models_body, parse_completion, parse_json
 from tui.serve.prom import CONTENT_TYPE, ServerMetrics
+from tui.serve.state_wire import ENCODING, StateCache, View
 
 log = logging.getLogger("kvtui.serve")
 
@@ -106,6 +108,7 @@ class ServeState:
     gpu: GpuSampler | None = None
     started: int = dataclasses.field(default_factory=lambda: int(time.time()))
     _gpu_cache: tuple[float, list[dict[str, Any]]] = (0.0, [])
+    states: StateCache = dataclasses.field(default_factory=StateCache)  # compact answers, delta bases
 
     @property
     def info(self) -> EngineInfo:
@@ -237,7 +240,21 @@ async def get_metrics(request: Request) -> Response:
 async def get_state(request: Request) -> Response:
     _check_auth(request)
     st = _state(request)
-    return JSONResponse(_state_body(await st.engine.snapshot(), await st.gpu_samples()))
+    q = request.query_params
+    encoding = q.get("encoding")
+    if encoding is None:  # the original form, for clients that ask nothing
+        return JSONResponse(_state_body(await st.engine.snapshot(), await st.gpu_samples()))
+    if encoding != ENCODING:
+        raise ApiError(400, f"'encoding' must be {ENCODING!r}, got {encoding[:40]!r}", param="encoding")
+    view = None
+    if "view" in q:
+        try:
+            view = View.parse(q["view"], q.get("detail", ""))
+        except ValueError:
+            raise ApiError(400, f"'view' must be START:STOP request indices, got {q['view'][:40]!r}",
+                           param="view") from None
+    snap, gpu = await st.engine.snapshot(), await st.gpu_samples()
+    return JSONResponse(st.states.body(snap, gpu, since=q.get("since"), view=view))
 
 
 async def get_steps(request: Request) -> Response:

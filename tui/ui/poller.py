@@ -176,7 +176,9 @@ class LiveBackend(Backend):
         asked = self.local or now_loop >= self._next_metrics
         try:
             if self.control is not None:
-                state = await self.control.state()
+                # Only the requests the table shows in detail: the rest cost the engine's state body
+                # a few bytes each, and an update only the requests that changed since the last one.
+                state = await self.control.state(view=self.request_view)
                 engine, gpu = state.engine, state.gpu
                 old = self.latest.engine
                 changes["engine"] = old if engine == old else engine

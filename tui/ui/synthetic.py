@@ -7,11 +7,13 @@ exactly as an engine would report them, so a drawing bug cannot hide behind inco
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 
 from tui.engine.snapshot import (
     ArenaSegment,
+    BlockTable,
     BlockView,
     EngineSnapshot,
     KVTotals,
@@ -318,3 +320,55 @@ def dashboard(
         target=target or TargetInfo(kind="local", label="local engine", model="kvtui-tiny"),
         status=status,
     )
+
+
+def advance(snap: EngineSnapshot, seed: int = 0) -> EngineSnapshot:
+    """The paged engine one decode step later: every running request has one more token (a new block
+    when its last one is full), requests at ``max_tokens`` leave and as many fresh ones arrive in their
+    blocks' place, so consecutive states differ the way an engine's do (what a delta carries)."""
+    rng = random.Random(seed * 1_000_003 + snap.step)
+    bs = snap.totals.block_size
+    held = {b for r in snap.requests for b in r.blocks.block_ids()}
+    free = sorted(set(range(snap.totals.total_blocks)) - held)
+    rng.shuffle(free)
+    requests: list[RequestView] = []
+    for r in snap.requests:
+        if r.state == "waiting":
+            requests.append(r)
+            continue
+        table = r.blocks
+        if r.output_tokens + 1 >= r.max_tokens:  # finished: its blocks go back, a new request takes its place
+            free += table.block_ids()
+            prompt, _, max_tokens = _request_lengths(rng, (r.prompt_tokens, r.prompt_tokens), 0.2)
+            need = math.ceil(prompt / bs)
+            if len(free) < need:
+                continue
+            ids = [free.pop() for _ in range(need)]
+            fills = [bs] * (need - 1) + [prompt - (need - 1) * bs]
+            requests.append(RequestView(
+                request_id=f"{r.request_id.rsplit('-', 1)[0]}-{snap.step:x}", state="prefilling",
+                prompt_tokens=prompt, output_tokens=0, max_tokens=max_tokens, computed_tokens=prompt,
+                blocks=tuple(BlockView(b, f) for b, f in zip(ids, fills))))
+            continue
+        fills = [b.fill for b in table]
+        ids = table.block_ids()
+        if fills and fills[-1] < bs:
+            fills[-1] += 1
+        elif free:
+            ids.append(free.pop())
+            fills.append(1)
+        else:
+            requests.append(r)  # no room: it waits a step (a real engine would preempt)
+            continue
+        shared = [int(b.shared) for b in table] + [0] * (len(ids) - len(table))
+        requests.append(dataclasses.replace(
+            r, state="running", output_tokens=r.output_tokens + 1, computed_tokens=r.computed_tokens + 1,
+            blocks=BlockTable.from_blocks(BlockView(b, f, bool(s)) for b, f, s in zip(ids, fills, shared))))
+    used_blocks = len({b for r in requests for b in r.blocks.block_ids()})
+    used_slots = sum(r.prompt_tokens + r.output_tokens for r in requests if len(r.blocks))
+    totals = dataclasses.replace(
+        snap.totals, used_blocks=used_blocks, used_slots=min(used_slots, used_blocks * bs),
+        reserved_slots=used_blocks * bs, free_blocks=snap.totals.total_blocks - used_blocks,
+        free_slots=(snap.totals.total_blocks - used_blocks) * bs)
+    return dataclasses.replace(snap, step=snap.step + 1, requests=tuple(requests), totals=totals,
+                               num_running=sum(r.state != "waiting" for r in requests))
