@@ -53,7 +53,7 @@ class BlockTable(Sequence[BlockView]):
     first element access); the pool map reads ``id_runs`` directly.
     """
 
-    __slots__ = ("id_runs", "fill_runs", "shared_runs", "window_runs", "_len", "_blocks")
+    __slots__ = ("_blocks", "_len", "fill_runs", "id_runs", "shared_runs", "window_runs")
 
     def __init__(self, id_runs: Sequence[int] = (), fill_runs: Sequence[int] = (), shared_runs: Sequence[int] = (),
                  window_runs: Sequence[int] = ()) -> None:
@@ -97,13 +97,25 @@ class BlockTable(Sequence[BlockView]):
             out += range(first, first + self.id_runs[i + 1])
         return out
 
+    def shared_block_ids(self) -> list[int]:
+        """The ids of the blocks marked shared, from the runs."""
+        if not self.shared_runs:
+            return []
+        ids, out, pos = self.block_ids(), [], 0
+        for i in range(0, len(self.shared_runs), 2):
+            count = self.shared_runs[i + 1]
+            if self.shared_runs[i]:
+                out += ids[pos : pos + count]
+            pos += count
+        return out
+
     def _views(self) -> tuple[BlockView, ...]:
         if self._blocks is None:
             n = self._len
             shared = _unrle(self.shared_runs) if self.shared_runs else [0] * n
             window = _unrle(self.window_runs) if self.window_runs else [1] * n
             self._blocks = tuple(BlockView(b, f, bool(s), bool(w))
-                                 for b, f, s, w in zip(self.block_ids(), _unrle(self.fill_runs), shared, window))
+                                 for b, f, s, w in zip(self.block_ids(), _unrle(self.fill_runs), shared, window, strict=True))
         return self._blocks
 
     def __len__(self) -> int:

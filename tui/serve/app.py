@@ -30,7 +30,7 @@ import socket
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from types import FrameType
 from typing import Any
 
@@ -240,21 +240,26 @@ async def get_metrics(request: Request) -> Response:
 async def get_state(request: Request) -> Response:
     _check_auth(request)
     st = _state(request)
-    q = request.query_params
-    encoding = q.get("encoding")
+    snap, gpu = await st.engine.snapshot(), await st.gpu_samples()
+    return JSONResponse(state_answer(st.states, snap, gpu, request.query_params))
+
+
+def state_answer(states: StateCache, snap: Any, gpu: list[dict[str, Any]], query: Mapping[str, str]) -> dict[str, Any]:
+    """The state route's body for these query parameters: the original form when none asks otherwise,
+    else the compact one (a delta with ``since``, brief outside ``view``); ApiError for a bad parameter."""
+    encoding = query.get("encoding")
     if encoding is None:  # the original form, for clients that ask nothing
-        return JSONResponse(_state_body(await st.engine.snapshot(), await st.gpu_samples()))
+        return _state_body(snap, gpu)
     if encoding != ENCODING:
         raise ApiError(400, f"'encoding' must be {ENCODING!r}, got {encoding[:40]!r}", param="encoding")
     view = None
-    if "view" in q:
+    if "view" in query:
         try:
-            view = View.parse(q["view"], q.get("detail", ""))
+            view = View.parse(query["view"], query.get("detail", ""))
         except ValueError:
-            raise ApiError(400, f"'view' must be START:STOP request indices, got {q['view'][:40]!r}",
+            raise ApiError(400, f"'view' must be START:STOP request indices, got {query['view'][:40]!r}",
                            param="view") from None
-    snap, gpu = await st.engine.snapshot(), await st.gpu_samples()
-    return JSONResponse(st.states.body(snap, gpu, since=q.get("since"), view=view))
+    return states.body(snap, gpu, since=query.get("since"), view=view)
 
 
 async def get_steps(request: Request) -> Response:

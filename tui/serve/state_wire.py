@@ -48,13 +48,13 @@ _SCALARS = ("state", "prompt_tokens", "output_tokens", "max_tokens", "preemption
             "arena_start", "arena_reserved", "waited_s")
 _DEFAULTS: dict[str, Any] = {"preemptions": 0, "computed_tokens": 0, "arena_start": None, "arena_reserved": 0,
                              "waited_s": 0.0}
-BRIEF_KEYS = frozenset({"request_id", "state", "block_ids", "shared", "arena_start", "arena_reserved"})
+BRIEF_KEYS = frozenset({"request_id", "state", "block_ids", "shared", "arena_start", "arena_reserved", "brief"})
 
 
 class View:
     """Which requests a client draws: indices ``start..stop-1`` of the snapshot's order, plus ``detail`` ids."""
 
-    __slots__ = ("start", "stop", "detail")
+    __slots__ = ("detail", "start", "stop")
 
     def __init__(self, start: int, stop: int, detail: frozenset[str] = frozenset()) -> None:
         self.start, self.stop, self.detail = max(0, start), max(0, stop), detail
@@ -84,13 +84,24 @@ class View:
 
 def encode_request(r: RequestView, *, brief: bool = False) -> dict[str, Any]:
     """A request as a compact JSON object (defaults left out); ``brief``: only :data:`BRIEF_KEYS`."""
-    d: dict[str, Any] = {"request_id": r.request_id}
+    table = r.blocks if isinstance(r.blocks, BlockTable) else BlockTable.from_blocks(r.blocks)
+    if brief or not r.detail:  # most requests of a large engine: built directly, it runs per poll
+        d: dict[str, Any] = {"request_id": r.request_id, "state": r.state, "brief": True}
+        if len(table):
+            d["block_ids"] = list(table.id_runs)
+            if table.shared_runs:
+                d["shared"] = list(table.shared_runs)
+        if r.arena_start is not None:
+            d["arena_start"] = r.arena_start
+        if r.arena_reserved:
+            d["arena_reserved"] = r.arena_reserved
+        return d
+    d = {"request_id": r.request_id}
     for name in _SCALARS:
         value = getattr(r, name)
         if name in _DEFAULTS and value == _DEFAULTS[name]:
             continue
         d[name] = value
-    table = r.blocks if isinstance(r.blocks, BlockTable) else BlockTable.from_blocks(r.blocks)
     if len(table):
         d["block_ids"] = list(table.id_runs)
         d["fill"] = list(table.fill_runs)
@@ -100,9 +111,6 @@ def encode_request(r: RequestView, *, brief: bool = False) -> dict[str, Any]:
             d["window"] = list(table.window_runs)
     if r.events:
         d["events"] = [[e.t, e.kind, e.tokens, e.blocks, e.detail] for e in r.events]
-    if brief or not r.detail:
-        d = {k: v for k, v in d.items() if k in BRIEF_KEYS}
-        d["brief"] = True
     return d
 
 

@@ -114,7 +114,7 @@ class LiveBackend(Backend):
         period = 1.0 / POLL_HZ
         while True:
             started = loop.time()
-            await self._poll_once()
+            await self.poll_once()
             self.polls += 1
             await asyncio.sleep(max(0.0, period - (loop.time() - started)))
 
@@ -169,7 +169,9 @@ class LiveBackend(Backend):
 
     # -- polling -----------------------------------------------------------------------------------
 
-    async def _poll_once(self) -> None:
+    async def poll_once(self) -> None:
+        """One poll: the engine state (or a remote server's gauges), the window's statistics, a chart point
+        when due; published as one snapshot. ``run()`` calls it at ``POLL_HZ``; the UI benchmark at its own rate."""
         loop = asyncio.get_running_loop()
         now_loop = loop.time()
         changes: dict[str, Any] = {}

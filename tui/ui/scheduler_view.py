@@ -191,7 +191,8 @@ def pool_cells(snap: EngineSnapshot, max_cells: int) -> PoolCells:
     starts: list[int] = []
     counts: list[int] = []
     holders: list[int] = []
-    shared_ids: list[int] = []
+    shared_at: list[int] = []  # shared blocks as (position, count) in the flattened tables
+    position = 0
     for i, r in enumerate(snap.requests):
         table = r.blocks
         runs = table.id_runs  # type: ignore[attr-defined]  # RequestView.blocks is always a BlockTable
@@ -199,29 +200,34 @@ def pool_cells(snap: EngineSnapshot, max_cells: int) -> PoolCells:
             starts += runs[0::2]
             counts += runs[1::2]
             holders += [i] * (len(runs) // 2)
-            if table.shared_runs:  # type: ignore[attr-defined]
-                shared_ids += [b.block_id for b in table if b.shared]
+            shared_runs = table.shared_runs  # type: ignore[attr-defined]
+            at = position
+            for k in range(0, len(shared_runs), 2):
+                if shared_runs[k]:
+                    shared_at += [at, shared_runs[k + 1]]
+                at += shared_runs[k + 1]
+            position += len(table)
     count = np.array(counts, dtype=np.int64)
-    run_of = np.repeat(np.arange(len(count)), count)
     # Each block's id: its run's first id plus its offset in the run.
-    ids = np.array(starts, dtype=np.int64)[run_of] + np.arange(int(count.sum())) - np.repeat(
-        np.cumsum(count) - count, count)
-    holder = np.array(holders, dtype=np.int64)[run_of]
+    ids = np.arange(position) + np.repeat(np.array(starts, dtype=np.int64) - (np.cumsum(count) - count), count)
+    holder = np.repeat(np.array(holders, dtype=np.int64), count)
+    marks = np.zeros(position + 1, dtype=np.int64)  # +1 at a shared run's start, -1 after its end
+    np.add.at(marks, shared_at[0::2], 1)
+    np.add.at(marks, [p + c for p, c in zip(shared_at[0::2], shared_at[1::2], strict=True)], -1)
+    is_shared = np.cumsum(marks[:-1]) > 0
     keep = (ids >= 0) & (ids < total)
-    ids, holder = ids[keep], holder[keep]
-    # The first holder of a block (in snapshot order) owns it: stable sort by id keeps that order.
-    order = np.argsort(ids, kind="stable")
-    ids, holder = ids[order], holder[order]
-    first = np.ones(len(ids), dtype=bool)
-    first[1:] = ids[1:] != ids[:-1]
-    ids, holder = ids[first], holder[first]
-    cell_of = ids // per
-    held = np.bincount(cell_of, minlength=ncells)[:ncells]
-    owner = np.full(ncells, -1, dtype=np.int64)
-    cells_with, first_in_cell = np.unique(cell_of, return_index=True)
-    owner[cells_with] = holder[first_in_cell]
-    shared_arr = np.array([b for b in shared_ids if 0 <= b < total], dtype=np.int64)
-    shared = np.bincount(shared_arr // per, minlength=ncells)[:ncells] > 0
+    ids, holder, is_shared = ids[keep], holder[keep], is_shared[keep]
+    # Blocks laid out as an (ncells, per) grid; the first holder (in snapshot order) of a block owns
+    # it: reversed, the first write of a block id is the last and wins.
+    owner_of = np.full(ncells * per, -1, dtype=np.int64)
+    owner_of[ids[::-1]] = holder[::-1]
+    grid = owner_of.reshape(ncells, per)
+    held_grid = grid >= 0
+    held = held_grid.sum(axis=1)
+    owner = grid[np.arange(ncells), held_grid.argmax(axis=1)]  # -1 where the cell holds nothing
+    shared_mask = np.zeros(ncells * per, dtype=bool)
+    shared_mask[ids[is_shared]] = True
+    shared = shared_mask.reshape(ncells, per).any(axis=1)
     return PoolCells(per, total, held, shared, owner)
 
 
@@ -533,28 +539,38 @@ class RequestTable(ScrollView, can_focus=True):
         return segs
 
     def _paged_cells(self, r: RequestView, chunk: int, colour: str, block_size: int) -> list[Segment]:
-        if not r.blocks:
+        """The row's slice of the block table, from its runs: full blocks █, shared ▓ (bold), the last
+        block's fill as an eighth-height bar. O(runs), never one object per block."""
+        table = r.blocks
+        n = len(table)
+        if not n:
             return [self._no_kv(r)]
         lo = chunk * self._cells_w
-        blocks = r.blocks[lo : lo + self._cells_w]
-        last = len(r.blocks) - 1
+        hi = min(n, lo + self._cells_w)
+        last_fill = table.fill_runs[-2]  # type: ignore[attr-defined]  # always a BlockTable
+        plain, bold = style(colour), style(colour, bold=True)
         runs: list[Segment] = []
-        run_glyphs, run_style = "", None
-        for j, b in enumerate(blocks, start=lo):
-            if b.shared:
-                glyph, st = GLYPH_SHARED, style(colour, bold=True)
-            elif j == last and b.fill < block_size:
-                glyph, st = eighth(max(b.fill, 1) / block_size), style(colour)
+
+        def add(glyphs: str, st: Style) -> None:
+            if runs and runs[-1].style is st:
+                runs[-1] = Segment(runs[-1].text + glyphs, st)
             else:
-                glyph, st = GLYPH_FULL, style(colour)
-            if st is run_style:
-                run_glyphs += glyph
-            else:
-                if run_glyphs:
-                    runs.append(Segment(run_glyphs, run_style))
-                run_glyphs, run_style = glyph, st
-        if run_glyphs:
-            runs.append(Segment(run_glyphs, run_style))
+                runs.append(Segment(glyphs, st))
+
+        shared_runs = table.shared_runs or (0, n)  # type: ignore[attr-defined]
+        pos = 0
+        for i in range(0, len(shared_runs), 2):
+            a, b = max(pos, lo), min(pos + shared_runs[i + 1], hi)
+            if a < b:
+                if shared_runs[i]:
+                    add(GLYPH_SHARED * (b - a), bold)
+                else:
+                    full_end = b - 1 if b == n and last_fill < block_size else b
+                    if full_end > a:
+                        add(GLYPH_FULL * (full_end - a), plain)
+                    if full_end < b:
+                        add(eighth(max(last_fill, 1) / block_size), plain)
+            pos += shared_runs[i + 1]
         return runs
 
     def _contiguous_cells(self, r: RequestView, colour: str) -> list[Segment]:
