@@ -2,7 +2,7 @@
 
 For each scale a state server runs in its own process (as the engine server does): the real state route's
 body builder (``tui.serve.app.state_answer``) over a sequence of seeded continuous+paged engine states,
-each one decode step after the last (``tui.ui.synthetic.advance``: every running request gains a token,
+each one decode step after the last (``tui.testing.synthetic.advance``: every running request gains a token,
 finished ones leave, new ones take their blocks). The app runs headless (the same rendering, no terminal
 writes) at 200x60 with the real poller (``LiveBackend.poll_once``): the control client fetches the
 state over loopback HTTP, compact, as a delta since its last answer, with the requests outside the
@@ -38,7 +38,7 @@ from tui.engine.snapshot import EngineSnapshot
 from tui.profile import Profile
 from tui.serve.control_client import EngineState
 from tui.serve.state_wire import StateCache, StateDecoder, View
-from tui.ui import synthetic as syn
+from tui.testing import synthetic as syn
 
 SIZE = (200, 60)
 N_STATES = 40  # the server cycles through these (one decode step apart)

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from tui.engine.snapshot import BlockTable, BlockView, EngineSnapshot, RequestEvent, RequestView
 from tui.serve.control_client import ControlClient
 from tui.serve.state_wire import StateCache, StateDecoder, View, decode_request, encode_request
-from tui.ui import synthetic as syn
+from tui.testing import synthetic as syn
 
 block_views = st.builds(BlockView, block_id=st.integers(0, 40), fill=st.integers(0, 16), shared=st.booleans(),
                         in_window=st.booleans())

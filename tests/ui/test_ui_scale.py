@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from tui.engine.snapshot import BlockView, EngineSnapshot, KVTotals, RequestView
 from tui.profile import Profile
-from tui.ui import synthetic as syn
+from tui.testing import synthetic as syn
 from tui.ui.app import KVTuiApp
 from tui.ui.backend import FixedBackend
 from tui.ui.model import DashboardSnapshot
@@ -86,3 +86,19 @@ async def test_a_request_outside_the_view_is_a_placeholder_row():
         await pilot.pause()
         row = app.query_one(RequestTable).render_line(0).text
         assert row.startswith("far") and "2 blocks · fetching" in row and "█" not in row
+
+
+async def test_row_glyphs_from_runs_match_each_block():
+    """The row is drawn from the table's runs; block by block it says what each block is."""
+    blocks = (BlockView(1, 16, shared=True, in_window=False), BlockView(2, 16, shared=True), BlockView(3, 16),
+              BlockView(8, 16, in_window=False), BlockView(9, 16), BlockView(10, 16, shared=True), BlockView(11, 5))
+    snap = paged((RequestView("mix", "running", 96, 5, 20, blocks=blocks),), total_blocks=16)
+    app = KVTuiApp(FixedBackend(Profile(), DashboardSnapshot(engine=snap)), live=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        strip = app.query_one(RequestTable).render_line(0)
+        cells = [(seg.text, seg.style) for seg in strip if seg.text.strip() and seg.text[0] in "█▓▂▃"]
+        glyphs = "".join(t for t, _ in cells)
+        assert glyphs == "█▓███▓▂"  # behind, shared, full, behind, full, shared, the last 5/16 full
+        grey = [t for t, st in cells if st.color and st.color.name.lower() == "#5c6370"]
+        assert grey == ["█", "█"]  # the two blocks behind the window, apart

@@ -292,6 +292,26 @@ def legend_pieces(layout: str, unit: int, blocks_per_cell: int = 1) -> list[Text
 # The request table
 
 
+def _flag_pieces(n: int, shared_runs: tuple[int, ...], window_runs: tuple[int, ...]) -> list[tuple[int, int, int, int]]:
+    """``(start, end, shared, in_window)`` pieces of a block table of ``n`` blocks, from its two flag runs."""
+    shared_runs = shared_runs or (0, n)
+    window_runs = window_runs or (1, n)
+    pieces: list[tuple[int, int, int, int]] = []
+    i = j = pos = 0
+    s_end, w_end = shared_runs[1], window_runs[1]
+    while pos < n:
+        end = min(s_end, w_end)
+        pieces.append((pos, end, shared_runs[i], window_runs[j]))
+        pos = end
+        if pos == s_end and i + 2 < len(shared_runs):
+            i += 2
+            s_end += shared_runs[i + 1]
+        if pos == w_end and j + 2 < len(window_runs):
+            j += 2
+            w_end += window_runs[j + 1]
+    return pieces
+
+
 class _Row(NamedTuple):
     """One screen line of the request table: a request, and which slice of its cells it shows."""
 
@@ -540,7 +560,8 @@ class RequestTable(ScrollView, can_focus=True):
 
     def _paged_cells(self, r: RequestView, chunk: int, colour: str, block_size: int) -> list[Segment]:
         """The row's slice of the block table, from its runs: full blocks █, shared ▓ (bold), the last
-        block's fill as an eighth-height bar. O(runs), never one object per block."""
+        block's fill as an eighth-height bar, blocks behind a sliding window grey. O(runs), never one
+        object per block."""
         table = r.blocks
         n = len(table)
         if not n:
@@ -548,7 +569,7 @@ class RequestTable(ScrollView, can_focus=True):
         lo = chunk * self._cells_w
         hi = min(n, lo + self._cells_w)
         last_fill = table.fill_runs[-2]  # type: ignore[attr-defined]  # always a BlockTable
-        plain, bold = style(colour), style(colour, bold=True)
+        plain, bold, behind = style(colour), style(colour, bold=True), style(HOLE)
         runs: list[Segment] = []
 
         def add(glyphs: str, st: Style) -> None:
@@ -557,20 +578,20 @@ class RequestTable(ScrollView, can_focus=True):
             else:
                 runs.append(Segment(glyphs, st))
 
-        shared_runs = table.shared_runs or (0, n)  # type: ignore[attr-defined]
-        pos = 0
-        for i in range(0, len(shared_runs), 2):
-            a, b = max(pos, lo), min(pos + shared_runs[i + 1], hi)
-            if a < b:
-                if shared_runs[i]:
-                    add(GLYPH_SHARED * (b - a), bold)
-                else:
-                    full_end = b - 1 if b == n and last_fill < block_size else b
-                    if full_end > a:
-                        add(GLYPH_FULL * (full_end - a), plain)
-                    if full_end < b:
-                        add(eighth(max(last_fill, 1) / block_size), plain)
-            pos += shared_runs[i + 1]
+        for a, b, shared, in_window in _flag_pieces(n, table.shared_runs, table.window_runs):  # type: ignore[attr-defined]
+            a, b = max(a, lo), min(b, hi)
+            if a >= b:
+                continue
+            if not in_window:  # behind a sliding window (Mistral): held, but no query reads it
+                add(GLYPH_FULL * (b - a), behind)
+            elif shared:
+                add(GLYPH_SHARED * (b - a), bold)
+            else:
+                full_end = b - 1 if b == n and last_fill < block_size else b
+                if full_end > a:
+                    add(GLYPH_FULL * (full_end - a), plain)
+                if full_end < b:
+                    add(eighth(max(last_fill, 1) / block_size), plain)
         return runs
 
     def _contiguous_cells(self, r: RequestView, colour: str) -> list[Segment]:
