@@ -280,8 +280,7 @@ def legend_pieces(layout: str, unit: int, blocks_per_cell: int = 1) -> list[Text
         parts = [f"{GLYPH_FULL} full block", "▄ last block, height = fill", f"{GLYPH_SHARED} shared prefix (ref>1)",
                  f"{GLYPH_HOLE} free", "one cell = one block in the table"]
         if blocks_per_cell > 1:  # the pool is larger than the map: say what a cell of the map means
-            parts += [f"pool: one cell = {blocks_per_cell:,} blocks, {GLYPH_FULL} ≥ 3/4 held, "
-                      f"{GLYPH_PART_USED} some held"]
+            parts.append(f"pool: one cell = {blocks_per_cell:,} blocks ({GLYPH_PART_USED} part held)")
     else:
         parts = [f"{GLYPH_FULL} used", f"{GLYPH_PART_USED} partly used", f"{GLYPH_RESERVED} reserved, unused",
                  f"{GLYPH_HOLE} hole", f"one cell = {unit} slots in the table"]
