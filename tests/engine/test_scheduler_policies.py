@@ -133,8 +133,9 @@ def test_requests_that_can_never_fit_are_rejected_at_once(engine_factory):
         eng.add_request("too-big", [1] * 60, 10)  # 70 tokens > 64 slots in the whole pool
     assert "KV" in e.value.message
     eng2 = engine_factory("static+contiguous", slots=1024, reservation="max", max_model_len=2048)
-    with pytest.raises(RequestRejected):
+    with pytest.raises(RequestRejected) as e:
         eng2.add_request("x", [1], 1)  # the max policy reserves 2048 > 1024 slots
+    assert "reservation = 'max' reserves 2048 slots for this request (2 tokens)" in e.value.message
     assert eng.num_rejected == 2 and not eng.has_unfinished()
 
 

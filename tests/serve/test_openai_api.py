@@ -87,7 +87,8 @@ def test_defaults_and_types():
     assert (p.max_tokens, p.temperature, p.seed, p.stop, p.ignore_eos, p.stream, p.include_usage) == (
         16, 1.0, None, (), False, False, False)
     p = _parse({"prompt": "hi", "max_tokens": 3, "temperature": 0, "seed": 7, "stop": "x", "ignore_eos": True,
-                "stream": True, "stream_options": {"include_usage": True}, "top_p": 0.9, "user": "u"})
+                "stream": True, "stream_options": {"include_usage": True}, "top_p": 1.0, "top_k": -1,
+                "presence_penalty": 0, "user": "u"})
     assert (p.max_tokens, p.temperature, p.seed, p.stop, p.ignore_eos, p.stream, p.include_usage) == (
         3, 0.0, 7, ("x",), True, True, True)
 
@@ -133,3 +134,28 @@ def test_the_api_server_side_never_imports_torch_or_textual():
             "print(sorted(m for m in ('torch', 'textual') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "[]"  # torch lives in the engine process only
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"top_p": 5}, "'top_p' must lie in (0, 1], got 5.0"),
+        ({"top_p": 0}, "'top_p' must lie in (0, 1]"),
+        ({"top_p": 0.9}, "'top_p' = 0.9 is not supported: this engine implements no nucleus sampling; omit it or send 1"),
+        ({"top_p": float("nan")}, "'top_p' must be a finite number, got nan"),
+        ({"presence_penalty": "x"}, "'presence_penalty' must be a number, got str"),
+        ({"frequency_penalty": 3}, "'frequency_penalty' must lie in [-2, 2], got 3.0"),
+        ({"top_k": 1.5}, "'top_k' must be an integer, got float"),
+        ({"logit_bias": {"1": 5}}, "'logit_bias' is not supported"),
+        ({"temperature": float("nan")}, "'temperature' must be a finite number, got nan"),
+        ({"temperature": float("inf")}, "'temperature' must be a finite number, got inf"),
+        ({"temperature": 10**400}, "'temperature' must be a finite number, got a huge integer"),
+        ({"response_format": {"type": "json_object"}}, "Unrecognized request argument supplied: response_format"),
+        ({"user": 3}, "'user' must be a string, got int"),
+    ],
+)
+def test_unsupported_and_malformed_sampling_parameters_are_400(extra, message):
+    with pytest.raises(ApiError) as ei:
+        _parse({"prompt": "hi", **extra})
+    assert ei.value.status == 400 and message in ei.value.message
+    assert ei.value.param == next(iter(extra))

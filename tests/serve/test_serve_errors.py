@@ -105,6 +105,49 @@ def test_control_api_errors(server, client):
     assert client.get(server.base_url + "/models").json()["data"][0]["max_model_len"] == 256
 
 
+@pytest.mark.parametrize(
+    ("route", "raw", "key"),
+    [
+        ("defenses", b'{"wait_timeout_s": NaN}', "defenses.wait_timeout_s = nan"),
+        ("defenses", b'{"wait_timeout_s": 1e999}', "defenses.wait_timeout_s = inf"),
+        ("defenses", b'{"backlog_limit": 100000000000000000000000}', "defenses.backlog_limit"),
+        ("reset", b'{"engine": {"max_model_len": 1000000000000}}', "engine.max_model_len = 1000000000000"),
+        ("reset", b'{"engine": {"threads": 1000}}', "engine.threads = 1000"),
+        ("reset", b'{"engine": {"max_num_seqs": 100000000}}', "engine.max_num_seqs = 100000000"),
+        ("reset", b'{"engine": {"kv_budget_mb": Infinity}}', "engine.kv_budget_mb = inf"),
+        ("reset", b'{"engine": {"block_size": 1000000000}}', "engine.block_size = 1000000000"),
+    ],
+)
+def test_control_bodies_get_the_profile_validation(server, client, route, raw, key):
+    """The control API validates exactly as a profile file does; afterwards every answer still encodes."""
+    msg = _error(client.post(server.root + "/kvtui/v1/" + route, content=raw,
+                             headers={"content-type": "application/json"}), 400)["message"]
+    assert key in msg and "expected" in msg and "\n" not in msg
+    for path in ("state", "pause", "resume"):
+        r = client.request("GET" if path == "state" else "POST", server.root + "/kvtui/v1/" + path)
+        assert r.status_code == 200, r.text
+
+
+def test_a_body_cut_short_is_one_log_line(server, caplog):
+    """A client that sends less body than its Content-Length and leaves: one line, no traceback."""
+    import logging
+    import socket
+    import time
+
+    caplog.set_level(logging.INFO)
+    with socket.create_connection(("127.0.0.1", server.port)) as s:
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: 100\r\n\r\n{\"prompt\": ")
+        time.sleep(0.2)
+    deadline = time.monotonic() + 10
+    while not any("went away" in r.getMessage() for r in caplog.records) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    lines = [r for r in caplog.records if "went away" in r.getMessage()]
+    assert len(lines) == 1 and "/v1/completions" in lines[0].getMessage()
+    assert not any(r.exc_info for r in caplog.records)
+    assert not any(r.levelno >= logging.ERROR for r in caplog.records)
+
+
 def test_extreme_but_valid_sampling_is_served(server, client):
     for extra in ({"temperature": 1e-30}, {"temperature": 100}, {"seed": -(2**63)}, {"seed": 2**63 - 1}):
         r = client.post(server.base_url + "/completions", json={"prompt": "hi", "max_tokens": 3, **extra})
@@ -198,8 +241,11 @@ def test_engine_process_death_is_an_error_not_a_hang(make_server, client, poll):
     # the stream ends with an OpenAI-style error event, then [DONE]
     assert json.loads(rest[-2][6:])["error"]["code"] == "engine_error" and rest[-1] == "data: [DONE]"
     poll(lambda: client.get(srv.root + "/health").status_code == 503)
+    assert client.get(srv.root + "/health").json()["detail"] == "the engine process was killed by SIGKILL"
     err = _error(client.post(srv.base_url + "/completions", json={"prompt": "x", "max_tokens": 1}), 503)
-    assert err["code"] == "no_engine"
+    assert err["code"] == "no_engine" and "killed by SIGKILL" in err["message"]
+    # a reset finds no engine: 503 with the cause, not a "refused config" 400
+    assert "SIGKILL" in _error(client.post(srv.root + "/kvtui/v1/reset", json={}), 503)["message"]
     assert _error(client.get(srv.root + "/kvtui/v1/state"), 503)["code"] == "no_engine"
     assert client.get(srv.root + "/metrics").status_code == 200  # the last values, still parseable
     cl = openai.OpenAI(base_url=srv.base_url, api_key="x", max_retries=0)

@@ -90,10 +90,6 @@ class Engine:
             ckpt = load_checkpoint(config.model_path, self.device, config.dtype, config.served_model_name)
             self.model, self.tokenizer, self.model_name, self.dtype = ckpt.model, ckpt.tokenizer, ckpt.name, ckpt.dtype
             self.max_model_len = min(config.max_model_len, self.model.config.max_position)
-            if self.model.config.sliding_window is not None:
-                # the attention here is full causal: past the window it would differ from the model's, so
-                # no sequence may pass it (refused as too long, never answered wrongly)
-                self.max_model_len = min(self.max_model_len, self.model.config.sliding_window)
         else:
             self.dtype = pick_dtype(self.device, config.dtype)
             self.model = build_dummy_model(config.model, config.seed, self.device, self.dtype)
@@ -201,7 +197,13 @@ class Engine:
         if total > self.max_model_len:
             return f"prompt ({len(req.prompt)}) + max_tokens ({req.max_tokens}) = {total} exceeds max_model_len {self.max_model_len}"
         if not sched.can_ever_fit(req):
-            return f"prompt + max_tokens = {total} tokens can never fit the KV cache ({self.num_slots} slots)"
+            why = f"prompt + max_tokens = {total} tokens can never fit the KV cache ({self.num_slots} slots)"
+            if self.mode.kv == "contiguous" and self.config.reservation != "exact":
+                # the real cause is the reservation policy, not the request's own length
+                reserved = self.kv.reservation_size(len(req.prompt), req.max_tokens)  # type: ignore[union-attr]
+                why = (f"the contiguous layout with reservation = {self.config.reservation!r} reserves {reserved} slots "
+                       f"for this request ({total} tokens), more than the KV cache's {self.num_slots}")
+            return why
         if (isinstance(sched, ContinuousScheduler) and not self.config.enable_chunked_prefill
                 and total > self.config.max_num_batched_tokens):
             return (f"prompt + max_tokens = {total} exceeds max_num_batched_tokens "
@@ -459,8 +461,11 @@ class Engine:
         start, reserved = None, 0
         if holds and isinstance(self.kv, PagedKV):
             bs, pool = self.kv.block_size, self.kv.pool
+            # the next query (position num_tokens - 1) attends to positions >= num_tokens - window
+            window_start = req.num_tokens - (self.model.config.sliding_window or req.num_tokens)
             blocks = tuple(
-                BlockView(b, min(max(req.num_computed - i * bs, 0), bs), pool.ref_count[b] > 1)
+                BlockView(b, min(max(req.num_computed - i * bs, 0), bs), pool.ref_count[b] > 1,
+                          (i + 1) * bs > window_start)
                 for i, b in enumerate(self.kv.table(req.request_id))
             )
         elif holds and isinstance(self.kv, ContiguousKV) and req.request_id in self.kv.reservations:

@@ -92,6 +92,9 @@ class ModelRunner:
         self.block_size = block_size
         self.num_slots = num_slots
         self.kv_heads, self.head_dim = cfg.num_kv_heads, cfg.dim_per_head
+        # Mistral: a query at position i attends to keys i - W < j <= i; a mask on positions, the same
+        # in both layouts (out-of-window slots are still read, then masked off)
+        self.window = cfg.sliding_window
         # one extra slot past the pool: padding rows of a static batch write their K/V there
         # and a contiguous window read may run up to block_size - 1 slots past a reservation's end
         self.scratch_slot = num_slots
@@ -212,9 +215,15 @@ class ModelRunner:
             # runs past a row's own context (shorter rows of the group) read slot 0 and are masked off
             index = torch.where(held, starts[:, None] + offsets, 0).view(-1)
         mask = None
-        if ctx[-1] != length:
+        windowed = self.window is not None and ctx[0] > self.window
+        if ctx[-1] != length or windowed:
             lens = torch.tensor(ctx, dtype=torch.long)
-            mask = (torch.arange(length)[None, :] < lens[:, None]).view(len(decodes), 1, 1, length).to(dev)
+            keys = torch.arange(length)[None, :]
+            held = keys < lens[:, None]
+            if windowed:  # the row's query sits at ctx - 1: keys before ctx - W are out of its window
+                assert self.window is not None
+                held &= keys >= lens[:, None] - self.window
+            mask = held.view(len(decodes), 1, 1, length).to(dev)
         return _DecodeGroup(start, start + len(decodes), index.to(dev), length, mask)
 
     # -- attention -----------------------------------------------------------------------------------
@@ -259,12 +268,23 @@ class ModelRunner:
             if p.context_index is None:
                 kp = k[p.offset : p.offset + p.num_new].transpose(0, 1)
                 vp = v[p.offset : p.offset + p.num_new].transpose(0, 1)
-                o = F.scaled_dot_product_attention(qp, kp, vp, is_causal=True, enable_gqa=True)
+                if self.window is None or p.num_new <= self.window:
+                    o = F.scaled_dot_product_attention(qp, kp, vp, is_causal=True, enable_gqa=True)
+                else:
+                    qpos = torch.arange(p.num_new, device=q.device)
+                    o = F.scaled_dot_product_attention(qp, kp, vp, attn_mask=self._causal(qpos, qpos), enable_gqa=True)
             else:
                 kp = kc.index_select(0, p.context_index).transpose(0, 1)
                 vp = vc.index_select(0, p.context_index).transpose(0, 1)
                 qpos = torch.arange(p.start, p.start + p.num_new, device=q.device)
-                mask = qpos[:, None] >= torch.arange(p.start + p.num_new, device=q.device)[None, :]
+                mask = self._causal(qpos, torch.arange(p.start + p.num_new, device=q.device))
                 o = F.scaled_dot_product_attention(qp, kp, vp, attn_mask=mask, enable_gqa=True)
             out[p.offset : p.offset + p.num_new] = o.transpose(0, 1)
         return out
+
+    def _causal(self, qpos: torch.Tensor, kpos: torch.Tensor) -> torch.Tensor:
+        """``[q, k]`` True where the query at ``qpos`` sees the key at ``kpos`` (causal, within the window)."""
+        mask = qpos[:, None] >= kpos[None, :]
+        if self.window is not None:
+            mask &= kpos[None, :] > qpos[:, None] - self.window
+        return mask

@@ -20,6 +20,7 @@ class BlockView:
     block_id: int
     fill: int  # token slots holding a token, 0..block_size
     shared: bool = False  # reference count > 1 (a prefix-cache hit)
+    in_window: bool = True  # False: wholly behind the sliding window (Mistral), no query reads it any more
 
 
 @dataclass(frozen=True)

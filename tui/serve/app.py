@@ -23,6 +23,7 @@ import dataclasses
 import hmac
 import ipaddress
 import logging
+import math
 import os
 import socket
 import sys
@@ -35,8 +36,9 @@ from typing import Any
 import uvicorn
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse as StarletteJSONResponse
+from starlette.responses import Response
 from starlette.routing import Route
 
 from tui.gpu import GpuSampler
@@ -67,6 +69,30 @@ DRAIN_TIMEOUT_S = 30.0
 GPU_SAMPLE_MAX_AGE_S = 0.25  # the dashboard polls state often; NVML is read at most this often
 LISTENING_PREFIX = "kvtui serve: listening on "  # LocalServer reads the port from this line
 PARENT_PID_ENV = "KVTUI_SERVE_PARENT_PID"  # set by LocalServer: exit when that process is gone
+
+
+class JSONResponse(StarletteJSONResponse):
+    """Starlette's JSON response that cannot fail to encode: a non-finite float is written as null.
+
+    Every value the server sends is meant to be finite; this is the last line, so a NaN that slipped
+    into some gauge costs one field, not every later control-API answer.
+    """
+
+    def render(self, content: Any) -> bytes:
+        try:
+            return super().render(content)
+        except ValueError:  # "Out of range float values are not JSON compliant"
+            return super().render(_finite(content))
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 @dataclasses.dataclass
@@ -189,7 +215,8 @@ async def health(request: Request) -> Response:
     if st.counters.draining:
         return JSONResponse({"status": "draining"}, status_code=503)
     if not st.engine.running:
-        return JSONResponse({"status": "engine stopped"}, status_code=503)
+        return JSONResponse({"status": "engine stopped", "detail": st.engine.death or "not running"},
+                            status_code=503)
     return JSONResponse({"status": "ok", "model": st.info.model_name})
 
 
@@ -294,6 +321,8 @@ async def post_reset(request: Request) -> Response:
         raise ApiError(400, str(e)) from None
     try:
         snap = await st.engine.reset(config, defenses)
+    except EngineUnavailable:
+        raise  # no engine to reset (it died): 503, not a refused config
     except Exception as e:  # the engine refused the config; the old engine keeps running
         first_line = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise ApiError(400, f"cannot build an engine with that config: {first_line}") from None
@@ -323,6 +352,18 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 async def _engine_unavailable(request: Request, exc: Exception) -> Response:
     return error_response(ApiError(503, str(exc), type="server_error", code="no_engine"))
+
+
+async def _client_gone(request: Request, exc: Exception) -> Response:
+    # The client closed before sending its whole body: nothing to answer, nothing was started.
+    log.info("client %s went away before sending the whole body of %s %s", _peer(request), request.method,
+             request.url.path)
+    return Response(status_code=499)
+
+
+def _peer(request: Request) -> str:
+    client = request.client
+    return f"{client.host}:{client.port}" if client else "?"
 
 
 async def _internal_error(request: Request, exc: Exception) -> Response:
@@ -373,7 +414,7 @@ def create_app(
         routes=table,
         lifespan=lifespan,
         exception_handlers={ApiError: _api_error, HTTPException: _http_error, EngineUnavailable: _engine_unavailable,
-                            Exception: _internal_error},
+                            ClientDisconnect: _client_gone, Exception: _internal_error},
     )
     app.state.serve = state
     return app

@@ -17,6 +17,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -26,10 +27,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tui.engine.snapshot import EngineSnapshot, StepTiming
 from tui.profile import DefensesConfig, EngineConfig, EngineMode
+
+if TYPE_CHECKING:  # the tokenizer module loads torch, which lives in the engine process only
+    from tui.engine.tokenizer import Tokenizer
 
 log = logging.getLogger("kvtui.serve")
 
@@ -88,7 +92,7 @@ class EngineInfo:
     max_model_len: int
     vocab_size: int
     eos_token_id: int | None
-    tokenizer: Any
+    tokenizer: Tokenizer
     dtype: str  # what the weights and KV cache are held in (engine.dtype resolved: "auto" never appears)
     config: EngineConfig
     defenses: DefensesConfig
@@ -109,6 +113,18 @@ def _rebuild_error(payload: tuple[str, str, str, str | None]) -> Exception:
     if kind == "value":
         return ValueError(message)
     return EngineCommandError(f"{type_name}: {message}")
+
+
+def describe_exit(code: int | None) -> str:
+    """A process's end in words: "exited with code 1", "was killed by SIGKILL"."""
+    if code is None:
+        return "closed its connection (exit status not yet known)"
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"
 
 
 class EngineLoop:
@@ -135,6 +151,7 @@ class EngineLoop:
         self._seq = 0
         self._epoch = 0
         self._alive = False
+        self.death: str | None = None  # how the engine process ended, once it died under us
 
     # -- lifecycle (sync) --------------------------------------------------------------------------
 
@@ -275,14 +292,20 @@ class EngineLoop:
     def _engine_died(self) -> None:
         if not self._alive:
             return
-        code = self._proc.poll() if self._proc is not None else None
-        log.error("the engine process died (exit code %s); ending every open request", code)
+        code = None
+        if self._proc is not None:
+            # The socket closes a moment before the exit status exists: wait for it (a dead process
+            # is reaped within milliseconds; the bound only guards a process that closed its end alive).
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                code = self._proc.wait(timeout=1.0)
+        self.death = f"the engine process {describe_exit(code)}"
+        log.error("%s; ending every open request", self.death)
         self._alive = False
         if self._loop is not None and self._conn is not None:
             with contextlib.suppress(Exception):
                 self._loop.remove_reader(self._conn.fileno())
         self._finish_all("error")
-        self._fail_pending(EngineUnavailable("the engine process died"))
+        self._fail_pending(EngineUnavailable(self.death))
 
     def _finish_all(self, reason: str, before_epoch: int | None = None) -> None:
         for rid, sink in list(self._sinks.items()):
@@ -296,9 +319,13 @@ class EngineLoop:
             if not fut.done():
                 fut.set_exception(error)
 
+    def unavailable(self) -> EngineUnavailable:
+        """The error for a request that finds no engine: how it died, when it did."""
+        return EngineUnavailable(self.death or "the engine process is not running")
+
     async def _call(self, name: str, *args: Any) -> Any:
         if not self.running or self._loop is None:
-            raise EngineUnavailable("the engine process is not running")
+            raise self.unavailable()
         self._seq += 1
         seq = self._seq
         fut = self._loop.create_future()
@@ -332,7 +359,7 @@ class EngineLoop:
         its message. Raises :class:`EngineUnavailable` when the engine is not running.
         """
         if not self.running or self._loop is None:
-            raise EngineUnavailable("the engine process is not running")
+            raise self.unavailable()
         queue: asyncio.Queue = asyncio.Queue()
         # registered before sending, so no output can arrive before its queue exists
         self._sinks[request_id] = _Sink(queue, self._epoch)

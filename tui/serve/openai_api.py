@@ -102,9 +102,78 @@ def _get_number(body: dict[str, Any], key: str, default: float) -> float:
     value = body.get(key)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise _bad(f"'{key}' must be a number, got {_type_name(value)}", key)
-    return float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an integer too long for a float
+        number = math.inf
+    if not math.isfinite(number):
+        raise _bad(f"'{key}' must be a finite number, got {value if isinstance(value, float) else 'a huge integer'}", key)
+    return number
+
+
+@dataclass(frozen=True)
+class _Knob:
+    """A sampling parameter this engine does not implement: accepted only at its neutral value."""
+
+    kind: str  # "number" or "integer"
+    neutral: float
+    lo: float
+    hi: float
+    lo_open: bool = False
+    why: str = ""
+
+    def interval(self) -> str:
+        return f"{'(' if self.lo_open else '['}{self.lo:g}, {self.hi:g}]"
+
+
+# vLLM's names and ranges. Each is checked for type and range (so a typo such as top_p = 5 is a 400,
+# as vLLM answers it); a valid value other than the neutral one is refused rather than silently
+# ignored, because the engine samples from the whole temperature-scaled distribution.
+UNIMPLEMENTED_KNOBS: dict[str, _Knob] = {
+    "top_p": _Knob("number", 1.0, 0.0, 1.0, lo_open=True, why="nucleus sampling"),
+    "top_k": _Knob("integer", -1, -1, 2**31 - 1, why="top-k sampling (send -1 or 0 for all tokens)"),
+    "min_p": _Knob("number", 0.0, 0.0, 1.0, why="min-p sampling"),
+    "presence_penalty": _Knob("number", 0.0, -2.0, 2.0, why="penalties"),
+    "frequency_penalty": _Knob("number", 0.0, -2.0, 2.0, why="penalties"),
+    "repetition_penalty": _Knob("number", 1.0, 0.0, 2.0**31, lo_open=True, why="penalties"),
+    "min_tokens": _Knob("integer", 0, 0, 2**31 - 1, why="min_tokens"),
+    "top_logprobs": _Knob("integer", 0, 0, 20, why="logprobs"),
+}
+
+# Every other key a request may carry; anything else is refused as OpenAI refuses it.
+KNOWN_KEYS = frozenset({
+    "model", "prompt", "messages", "max_tokens", "max_completion_tokens", "temperature", "seed", "stop",
+    "stream", "stream_options", "ignore_eos", "n", "best_of", "echo", "logprobs", "suffix", "tools",
+    "tool_choice", "logit_bias", "user",
+}) | frozenset(UNIMPLEMENTED_KNOBS)
+
+
+def _check_knobs(body: dict[str, Any]) -> None:
+    unknown = sorted(k for k in body if k not in KNOWN_KEYS)
+    if unknown:
+        shown = unknown[0] if len(unknown[0]) <= 40 else unknown[0][:37] + "..."
+        raise _bad(f"Unrecognized request argument supplied: {shown}", shown)
+    for key, knob in UNIMPLEMENTED_KNOBS.items():
+        if body.get(key) is None:
+            continue
+        value = _get_int(body, key, None) if knob.kind == "integer" else _get_number(body, key, 0.0)
+        assert value is not None
+        inside = (knob.lo < value if knob.lo_open else knob.lo <= value) and value <= knob.hi
+        if not inside:
+            raise _bad(f"'{key}' must lie in {knob.interval()}, got {value}", key)
+        if value != knob.neutral and not (key == "top_k" and value == 0):
+            raise _bad(f"'{key}' = {value} is not supported: this engine implements no {knob.why}; "
+                       f"omit it or send {knob.neutral:g}", key)
+    if body.get("logit_bias") not in (None, {}):
+        if not isinstance(body["logit_bias"], dict):
+            raise _bad("'logit_bias' must be an object", "logit_bias")
+        raise _bad("'logit_bias' is not supported", "logit_bias")
+    if body.get("tool_choice") not in (None, "none", "auto"):
+        raise _bad("'tool_choice' is not supported (this server has no tools)", "tool_choice")
+    if body.get("user") is not None and not isinstance(body["user"], str):
+        raise _bad(f"'user' must be a string, got {_type_name(body['user'])}", "user")
 
 
 def _stop_strings(body: dict[str, Any]) -> tuple[str, ...]:
@@ -122,6 +191,7 @@ def _stop_strings(body: dict[str, Any]) -> tuple[str, ...]:
 
 
 def _unsupported(body: dict[str, Any]) -> None:
+    _check_knobs(body)
     n = _get_int(body, "n", 1)
     if n != 1:
         raise _bad("only n = 1 is supported", "n")
@@ -287,7 +357,7 @@ class TextAssembler:
     start of a stop string, so a stop string is never half-sent.
     """
 
-    def __init__(self, decode: Callable[[Sequence[int]], str], stop: Sequence[str] = (),
+    def __init__(self, decode: Callable[[list[int]], str], stop: Sequence[str] = (),
                  eos_token_ids: Collection[int] = ()):
         self._decode = decode
         self._stop = tuple(stop)

@@ -105,7 +105,7 @@ def run_engine(path: Path, mode: str, prompts: dict[str, list[int]], max_tokens:
     return got, eng, hits
 
 
-@pytest.mark.parametrize("arch", ["llama", "llama_bias", "qwen2", "qwen3"])
+@pytest.mark.parametrize("arch", ["llama", "llama_bias", "qwen2", "qwen3", "mistral"])
 def test_greedy_tokens_match_generate_in_every_mode(hf_checkpoints, arch):
     """A ragged batch with a shared prefix, 16-token chunks and a KV pool too small for all of it."""
     path = hf_checkpoints[arch]
@@ -123,6 +123,10 @@ def test_greedy_tokens_match_generate_in_every_mode(hf_checkpoints, arch):
             assert any(hits), "no prefix-cache hit"
 
 
-def test_sliding_window_model_refuses_sequences_past_its_window(hf_checkpoints):
-    eng = Engine(EngineConfig(model_path=str(hf_checkpoints["mistral"]), device="cpu", threads=1, max_model_len=256))
-    assert eng.max_model_len == 12
+
+def test_block_view_marks_blocks_behind_the_sliding_window(hf_checkpoints):
+    eng = Engine(EngineConfig(model_path=str(hf_checkpoints["mistral"]), device="cpu", threads=1, kv="paged"))
+    eng.add_request("r", list(range(10, 50)), 5)  # 40 + 1 tokens after one step; window 12: 29.. are read next
+    eng.step()
+    (view,) = [r for r in eng.snapshot().requests if r.request_id == "r"]
+    assert [b.in_window for b in view.blocks] == [False, True, True]
