@@ -9,7 +9,7 @@ from textual.widgets import Button, Input, Tabs
 
 from tui.engine.snapshot import RequestEvent
 from tui.profile import Profile, TargetConfig
-from tui.ui import synthetic as syn
+from tui.testing import synthetic as syn
 from tui.ui.actions import ACTIONS
 from tui.ui.app import KVTuiApp
 from tui.ui.backend import RATE_LADDER, FixedBackend, nudge_rate

@@ -10,7 +10,7 @@ import pytest
 from tui.engine.snapshot import RequestEvent
 from tui.metrics.types import ServerGauges
 from tui.profile import Profile, SloConfig, TargetConfig
-from tui.ui import synthetic as syn
+from tui.testing import synthetic as syn
 from tui.ui.app import KVTuiApp
 from tui.ui.backend import FixedBackend, target_info
 from tui.ui.model import DashboardSnapshot, ServerPoint

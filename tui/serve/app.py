@@ -195,8 +195,7 @@ async def _generate(request: Request, *, chat: bool) -> Response:
                               encode_chat=info.tokenizer.encode_chat,
                               vocab_size=info.vocab_size, max_model_len=info.max_model_len)
     request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
-    queue = st.engine.add_request(request_id, params.prompt_token_ids, params.max_tokens,
-                                  temperature=params.temperature, seed=params.seed, ignore_eos=params.ignore_eos)
+    queue = st.engine.add_request(request_id, params.prompt_token_ids, params.sampling)
     gen = Generation(st.engine, st.metrics, st.counters, info, request_id, params, queue, received)
     try:
         return await gen.respond(request.receive)

@@ -10,7 +10,7 @@ API server and its engine core, for the same reason.
 Messages (pickled over a ``multiprocessing.connection.Connection``):
 
 - parent → here: ``(config, defenses)`` once, then ``("cmd", seq | None, name, args)``; ``seq`` None
-  wants no reply.
+  wants no reply. ``add`` carries ``(request_id, prompt_token_ids, SamplingParams)``.
 - here → parent: ``("ready", info)`` or ``("failed", (kind, message))`` once (kind ``config``
   when the engine refused its config); then ``("out", outputs,
   preempted)`` after each step that produced something, with outputs as ``(request_id,
@@ -29,6 +29,8 @@ import sys
 import traceback
 from multiprocessing.connection import Connection
 from typing import Any
+
+from tui.engine.params import SamplingParams
 
 # When the engine has requests but a step does nothing (a static batch waiting for its window),
 # wait this long for a command before stepping again, instead of spinning.
@@ -85,9 +87,8 @@ class EngineCore:
         self.engine.paused = paused
         return self._snapshot()
 
-    def cmd_add(self, rid: str, ids: list[int], max_tokens: int, temperature: float, seed: int | None,
-                ignore_eos: bool) -> None:
-        self.engine.add_request(rid, ids, max_tokens, temperature=temperature, seed=seed, ignore_eos=ignore_eos)
+    def cmd_add(self, rid: str, ids: list[int], params: SamplingParams) -> None:
+        self.engine.add_request(rid, ids, params)
 
     def cmd_abort(self, rid: str) -> None:
         self.engine.abort(rid)
