@@ -42,6 +42,7 @@ def check_against_reference(eng: Engine, seen, got, prompts, max_tokens) -> None
         assert got[rid]["reason"] == "length"
 
 
+@pytest.mark.slow  # four engines, each checked token by token against the full forward
 @pytest.mark.parametrize("mode", MODES)
 def test_ragged_batch_with_chunked_prefill_matches_full_forward(mode, engine_factory, drive):
     g = torch.Generator().manual_seed(1)
@@ -61,6 +62,7 @@ def test_ragged_batch_with_chunked_prefill_matches_full_forward(mode, engine_fac
         assert max(t.prefill_tokens + t.decode_tokens for t in eng.steps_since(0)) <= 24
 
 
+@pytest.mark.slow  # many steps of a preempting engine
 @pytest.mark.parametrize("mode", ["continuous+paged", "static+paged"])
 def test_preempted_and_recomputed_requests_match_full_forward(mode, engine_factory, drive):
     g = torch.Generator().manual_seed(2)

@@ -6,6 +6,7 @@ from collections import Counter
 from itertools import pairwise
 
 import hypothesis.strategies as st
+import pytest
 import torch
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
@@ -15,6 +16,8 @@ from tui.engine.kv import ContiguousKV, PagedKV
 from tui.engine.model import PRESETS
 from tui.engine.params import SamplingParams
 from tui.profile import DefensesConfig, EngineConfig, EngineMode
+
+pytestmark = pytest.mark.slow  # a hypothesis state machine over many engine steps
 
 
 class FakeClock:

@@ -200,9 +200,9 @@ class CountingRunner:
         return out
 
 
-@pytest.mark.parametrize("mode", ["continuous+paged", "static+contiguous"])
+@pytest.mark.parametrize("mode", ["continuous+paged", "continuous+contiguous", "static+paged", "static+contiguous"])
 def test_any_runner_plugs_in_and_its_modelled_time_is_the_step_time(mode, engine_factory, drive):
-    eng = engine_factory(mode, max_num_batched_tokens=8)
+    eng = engine_factory(mode, max_num_batched_tokens=8, reservation="exact")
     eng.runner = runner = CountingRunner()
     eng.add_request("a", [10, 11, 12], SamplingParams.exact(3))
     eng.add_request("b", [40] * 12, SamplingParams.exact(2))
@@ -214,3 +214,19 @@ def test_any_runner_plugs_in_and_its_modelled_time_is_the_step_time(mode, engine
         assert runner.seen[1] == [("a", 3, 1), ("b", 5, 7)]
     steps = eng.steps_since(0)
     assert steps and all(s.duration_s >= 0.25 for s in steps)  # the modelled time, not the ~0 s it took
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_seeded_fixtures_keep_the_engines_books(seed):
+    """The dashboard's fixtures balance the way the engine's layouts do (cached blocks count as free)."""
+    from tui.testing import synthetic
+
+    paged = synthetic.paged_engine(seed, shared_prefix_blocks=3 if seed % 2 else 0)
+    t = paged.totals
+    assert t.used_blocks + t.free_blocks == t.total_blocks and t.cached_blocks <= t.free_blocks
+    held = {b.block_id for r in paged.requests for b in r.blocks}
+    assert t.used_blocks == len(held) and t.reserved_slots == len(held) * t.block_size
+    contiguous = synthetic.contiguous_engine(seed)
+    t = contiguous.totals
+    assert t.reserved_slots + t.free_slots == t.total_slots
+    assert t.largest_hole == max(s.length for s in contiguous.segments if s.owner is None)

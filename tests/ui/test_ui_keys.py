@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 from textual.binding import Binding
 from textual.widgets import Button, Input, Tabs
 
@@ -19,6 +20,8 @@ from tui.ui.lines import TextLines
 from tui.ui.scheduler_view import RequestTable, SchedulerView
 from tui.ui.status_line import StatusLine
 from tui.ui.timeline import TimelineScreen
+
+pytestmark = pytest.mark.slow  # each test drives the whole app
 
 SIZE = (160, 48)
 

@@ -37,6 +37,8 @@ from tui.ui.timeline import TimelineScreen
 sys.path.insert(0, str(Path(__file__).parents[1] / "load"))
 from loadfake_server import FakeConfig, FakeServer
 
+pytestmark = pytest.mark.slow  # the dashboard against real engine servers
+
 SIZE = (160, 48)
 PROFILE = Profile(
     engine=EngineConfig(model="tiny", device="cpu", threads=1, kv_budget_mb=4.0, max_model_len=256,

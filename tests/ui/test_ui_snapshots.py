@@ -17,6 +17,8 @@ from tui.ui.model import DashboardSnapshot, ServerPoint
 from tui.ui.scheduler_view import RequestTable
 from tui.ui.timeline import TimelineScreen
 
+pytestmark = pytest.mark.slow  # each test renders the whole app
+
 WIDE = (160, 48)
 
 

@@ -97,8 +97,9 @@ class Engine:
             self.tokenizer = ByteTokenizer(PRESETS[config.model].vocab_size)
             self.model_name = config.served_model_name or self.model.config.name
             self.max_model_len = config.max_model_len
-        self.vocab_size = self.model.config.vocab_size
-        self.bytes_per_token = self.model.config.kv_bytes_per_token(self.dtype)
+        self.model_config = self.model.config  # all the engine reads of the model outside the runner
+        self.vocab_size = self.model_config.vocab_size
+        self.bytes_per_token = self.model_config.kv_bytes_per_token(self.dtype)
         self.num_slots = slots_for_budget(self._budget_bytes(), self.bytes_per_token, config.block_size)
         if self.num_slots < config.block_size:
             raise ValueError(
@@ -139,7 +140,7 @@ class Engine:
         return new_kv_manager(mode.kv, KVSpec(
             num_slots=self.num_slots, block_size=cfg.block_size, max_model_len=self.max_model_len,
             reservation=cfg.reservation, prefix_caching=self.defenses.prefix_caching,
-            sliding_window=self.model.config.sliding_window,
+            sliding_window=self.model_config.sliding_window,
         ))
 
     def _new_scheduler(self, mode: EngineMode) -> Scheduler:
@@ -195,14 +196,7 @@ class Engine:
         total = req.max_total_tokens
         if total > self.max_model_len:
             return f"prompt ({len(req.prompt)}) + max_tokens ({req.max_tokens}) = {total} exceeds max_model_len {self.max_model_len}"
-        why = sched.kv.never_fits(req)
-        if why:
-            return why
-        if (isinstance(sched, ContinuousScheduler) and not self.config.enable_chunked_prefill
-                and total > self.config.max_num_batched_tokens):
-            return (f"prompt + max_tokens = {total} exceeds max_num_batched_tokens "
-                    f"{self.config.max_num_batched_tokens} and chunked prefill is off")
-        return None
+        return sched.kv.never_fits(req) or sched.never_fits(req)
 
     def abort(self, request_id: str) -> None:
         """Stop a request and free its KV now; it is reported finished ("aborted") by the next step."""

@@ -85,6 +85,10 @@ class Scheduler:
         """Requests that hold KV now, by id."""
         return {r.request_id: r for r in self.running}
 
+    def never_fits(self, req: Request) -> str | None:
+        """Why this policy could never schedule ``req`` (whatever the KV cache holds), or None."""
+        return None
+
     # -- mutations -----------------------------------------------------------------------------------
 
     def add(self, req: Request) -> None:
@@ -162,6 +166,12 @@ class Scheduler:
 
 class ContinuousScheduler(Scheduler):
     """Iteration-level scheduling with a token budget, chunked prefill and recompute preemption."""
+
+    def never_fits(self, req: Request) -> str | None:
+        total, budget = req.max_total_tokens, self.cfg.max_num_batched_tokens
+        if not self.cfg.enable_chunked_prefill and total > budget:  # a recompute needs it all in one step
+            return f"prompt + max_tokens = {total} exceeds max_num_batched_tokens {budget} and chunked prefill is off"
+        return None
 
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()

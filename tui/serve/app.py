@@ -29,7 +29,7 @@ import socket
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from types import FrameType
 from typing import Any
 
@@ -41,6 +41,7 @@ from starlette.responses import JSONResponse as StarletteJSONResponse
 from starlette.responses import Response
 from starlette.routing import Route
 
+from tui.engine.snapshot import EngineSnapshot
 from tui.gpu import GpuSampler
 from tui.profile import (
     EngineMode,
@@ -167,7 +168,7 @@ async def _json_object(request: Request) -> dict[str, Any]:
     return body
 
 
-def _state_body(snap: Any, gpu: list[dict[str, Any]]) -> dict[str, Any]:
+def _state_body(snap: EngineSnapshot, gpu: list[dict[str, Any]]) -> dict[str, Any]:
     return {"engine": snap.to_dict(), "gpu": gpu}
 
 
@@ -420,7 +421,7 @@ def create_app(
 
 
 
-def _count_preemptions(metrics: ServerMetrics) -> Any:
+def _count_preemptions(metrics: ServerMetrics) -> Callable[[int, EngineInfo], None]:
     def on_step(preempted: int, info: EngineInfo) -> None:
         metrics.preemptions.labels(info.model_name).inc(preempted)
 

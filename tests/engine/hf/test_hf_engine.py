@@ -15,6 +15,8 @@ from tui.engine.engine import Engine
 from tui.engine.params import SamplingParams
 from tui.profile import DefensesConfig, EngineConfig, EngineMode
 
+pytestmark = pytest.mark.slow  # checkpoints compared against transformers
+
 MODES = ["static+contiguous", "static+paged", "continuous+contiguous", "continuous+paged"]
 TEXT = "Continuous batching: Grüße 🚀 and the lazy dog jumps over a paged cache of blocks."
 

@@ -11,6 +11,8 @@ from tui.engine.checkpoint import served_name
 from tui.engine.tokenizer import HFTokenizer
 from tui.serve.openai_api import ApiError, TextAssembler, parse_completion
 
+pytestmark = pytest.mark.slow  # tiny checkpoints built with transformers
+
 TEXTS = ["Paris is the capital", " leading space", "Grüße aus Köln 🚀 東京", "def add(a, b):\n    return a + b\n",
          "<|im_start|>user\nhi<|im_end|>"]
 CHATS = [
