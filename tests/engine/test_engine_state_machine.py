@@ -40,13 +40,16 @@ MODES = [EngineMode("continuous", "paged"), EngineMode("static", "contiguous"),
 
 class EngineMachine(RuleBasedStateMachine):
     swap = False  # preemption_mode = "swap" with a host pool of a few blocks (SwapEngineMachine)
+    blocks = 12  # the KV budget, in 16-token blocks
+    reservation = "pow2"
 
     def __init__(self) -> None:
         super().__init__()
         self.clock = FakeClock()
         swap = dict(preemption_mode="swap", swap_space_gb=budget_mb(5 * 16) / 1024) if self.swap else {}
-        cfg = EngineConfig(model="micro", kv_budget_mb=budget_mb(12 * 16), max_num_seqs=4, max_num_batched_tokens=32,
-                           static_batch_size=3, batch_wait_ms=20.0, reservation="pow2", max_model_len=128,
+        cfg = EngineConfig(model="micro", kv_budget_mb=budget_mb(self.blocks * 16), max_num_seqs=4,
+                           max_num_batched_tokens=32, static_batch_size=3, batch_wait_ms=20.0,
+                           reservation=self.reservation, max_model_len=128,
                            threads=1, device="cpu", **swap)
         self.eng = Engine(cfg, DefensesConfig(backlog_limit=6, wait_timeout_s=5.0), clock=self.clock)
         self.accepted: set[str] = set()
@@ -169,7 +172,12 @@ TestEngineMachine = EngineMachine.TestCase
 
 
 class SwapEngineMachine(EngineMachine):
+    """Swap preemption under more pressure: fewer blocks, and exact reservations, so contiguous holes
+    of odd sizes form and the scheduler compacts by swapping."""
+
     swap = True
+    blocks = 9
+    reservation = "exact"
 
 
 SwapEngineMachine.TestCase.settings = EngineMachine.TestCase.settings

@@ -254,6 +254,10 @@ class KVHolding:
     arena_reserved: int = 0
     host_blocks: tuple[int, ...] = ()  # swapped out: where its KV waits in the host pool
 
+    def num_blocks(self, block_size: int) -> int:
+        """Blocks held: the block table's length, or the reservation in blocks of ``block_size``."""
+        return len(self.blocks) or -(-self.arena_reserved // block_size)
+
 
 @dataclass(frozen=True)
 class KVSpec:

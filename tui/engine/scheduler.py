@@ -144,12 +144,19 @@ class Scheduler:
         req.num_computed = computed
         return num_new
 
+    def blocks_held(self, req: Request) -> int:
+        """KV blocks ``req`` holds now (for its events)."""
+        return self.kv.holding(req).num_blocks(self.kv.block_size)
+
     def _start(self, req: Request) -> None:
         assert self.waiting[0] is req
         self.waiting.popleft()
         req.status = Status.RUNNING
+        now = self.clock()
+        req.record(now, "admitted" if req.first_admitted_time is None else "readmitted",
+                   blocks=self.blocks_held(req))
         if req.first_admitted_time is None:
-            req.first_admitted_time = self.clock()
+            req.first_admitted_time = now
         self.running.append(req)
 
     def _make_room(self, req: Request, num_new: int, out: SchedulerOutput) -> bool:
@@ -169,18 +176,20 @@ class Scheduler:
         req.preemptions += 1
         self.num_preemptions += 1
         out.preempted.append(req)
-        if self.cfg.preemption_mode == "swap" and self._swap_out(req, out):
+        if self.cfg.preemption_mode == "swap" and self._swap_out(req, out, "KV full: swapped to host memory"):
             return
         self.kv.free(req.request_id)
         req.status = Status.PREEMPTED
         req.num_computed = 0
+        req.record(self.clock(), "preempted", tokens=len(req.output), detail="KV full: recomputed on re-admission")
         self.waiting.appendleft(req)
 
-    def _swap_out(self, req: Request, out: SchedulerOutput) -> bool:
+    def _swap_out(self, req: Request, out: SchedulerOutput, why: str) -> bool:
         """Copy a request's KV to the host pool and park it in the swapped queue; False if the host is full."""
         plan = self.kv.swap_out(req)
         if plan is None:
             return False
+        req.record(self.clock(), "swapped_out", tokens=plan.num_tokens, detail=why)
         req.status = Status.SWAPPED
         self.swapped.append(req)
         self.num_swaps += 1
@@ -192,6 +201,7 @@ class Scheduler:
         plan = self.kv.swap_in(req)
         if plan is None:
             return False
+        req.record(self.clock(), "swapped_in", tokens=plan.num_tokens, blocks=self.blocks_held(req))
         self.swapped.remove(req)
         req.status = Status.RUNNING
         self.running.append(req)
@@ -258,7 +268,7 @@ class ContinuousScheduler(Scheduler):
         granted = None
         while granted is None and self.running:
             victim = self.running[-1]
-            if not self._swap_out(victim, out):
+            if not self._swap_out(victim, out, f"moved to make a hole for {head.request_id}"):
                 break  # the host pool is full: nothing more can move
             self.running.remove(victim)
             victims.append(victim)
