@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from tui.engine.capacity import never_fits
 from tui.engine.checkpoint import load_checkpoint
 from tui.engine.kv import ContiguousKV, KVManager, PagedKV, slots_for_budget
 from tui.engine.model import PRESETS, build_dummy_model, pick_device, pick_dtype
@@ -185,30 +186,15 @@ class Engine:
             temperature=temperature, seed=seed, ignore_eos=ignore_eos, eos_token_ids=self.tokenizer.eos_token_ids,
             original_prompt_len=original,
         )
-        why = self._never_fits(req, self.scheduler)
+        why = self._never_fits(req)
         if why:
             self.num_rejected += 1
             raise RequestRejected("rejected_too_long", why)
         self.requests[request_id] = req
         self.scheduler.add(req)
 
-    def _never_fits(self, req: Request, sched: Scheduler) -> str | None:
-        total = req.max_total_tokens
-        if total > self.max_model_len:
-            return f"prompt ({len(req.prompt)}) + max_tokens ({req.max_tokens}) = {total} exceeds max_model_len {self.max_model_len}"
-        if not sched.can_ever_fit(req):
-            why = f"prompt + max_tokens = {total} tokens can never fit the KV cache ({self.num_slots} slots)"
-            if self.mode.kv == "contiguous" and self.config.reservation != "exact":
-                # the real cause is the reservation policy, not the request's own length
-                reserved = self.kv.reservation_size(len(req.prompt), req.max_tokens)  # type: ignore[union-attr]
-                why = (f"the contiguous layout with reservation = {self.config.reservation!r} reserves {reserved} slots "
-                       f"for this request ({total} tokens), more than the KV cache's {self.num_slots}")
-            return why
-        if (isinstance(sched, ContinuousScheduler) and not self.config.enable_chunked_prefill
-                and total > self.config.max_num_batched_tokens):
-            return (f"prompt + max_tokens = {total} exceeds max_num_batched_tokens "
-                    f"{self.config.max_num_batched_tokens} and chunked prefill is off")
-        return None
+    def _never_fits(self, req: Request) -> str | None:
+        return never_fits(self.config, self.num_slots, self.max_model_len, len(req.prompt), req.max_tokens)
 
     def abort(self, request_id: str) -> None:
         """Stop a request and free its KV now; it is reported finished ("aborted") by the next step."""
@@ -246,7 +232,7 @@ class Engine:
         self.kv = self._new_kv(self.mode)
         self.scheduler = self._new_scheduler(self.mode)
         for req in list(self.waiting):  # a waiting request may not fit the new layout
-            why = self._never_fits(req, self.scheduler)
+            why = self._never_fits(req)
             if why:
                 self.waiting.remove(req)
                 self.num_rejected += 1

@@ -19,6 +19,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from tui.engine.capacity import reservation_slots
 from tui.profile import Reservation
 
 
@@ -212,12 +213,7 @@ class ContiguousKV:
 
     def reservation_size(self, prompt_len: int, max_tokens: int) -> int:
         """Slots reserved for a request: exact, next power of two, or the model's max length."""
-        exact = prompt_len + max_tokens
-        if self.policy == "exact":
-            return exact
-        if self.policy == "pow2":
-            return min(1 << (exact - 1).bit_length(), max(self.max_model_len, exact))
-        return max(self.max_model_len, exact)
+        return reservation_slots(self.policy, self.max_model_len, prompt_len, max_tokens)
 
     def reserve(self, rid: str, size: int) -> int | None:
         """Place a reservation at the first hole that fits; its start slot, or None if none fits."""
