@@ -82,7 +82,7 @@ drain_timeout_s = 30.0
         deadline = time.monotonic() + 120
         while not list((out / ".parts" / "requests").glob("*.parquet")) and time.monotonic() < deadline:
             time.sleep(0.1)
-        time.sleep(1.0)
+        time.sleep(0.5)
         killed_at = time.time()
         os.kill(victim, signal.SIGKILL)
         _, err = proc.communicate(timeout=120)
