@@ -26,6 +26,7 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check tui tests bench
 	$(BIN)/lint-imports
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 bench: $(STAMP)

@@ -64,7 +64,8 @@ class GpuSampler:
     """Reads every visible NVIDIA GPU. ``nvml`` may be passed to use a fake module in tests."""
 
     def __init__(self, nvml: ModuleType | Any | None = None) -> None:
-        self._nvml = nvml if nvml is not None else _load_nvml()
+        # The pynvml module (untyped) or a stand-in with the same calls; None when it is not installed.
+        self._nvml: Any = nvml if nvml is not None else _load_nvml()
         self._lock = threading.Lock()
         self._devices: list[_Device] = []
         self.available = False

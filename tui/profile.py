@@ -516,7 +516,7 @@ def _convert(tp: Any, value: Any, source: str, path: str) -> Any:
         if not isinstance(value, list):
             _fail(source, path, value, f"a list of {_describe(item_tp)}")
         return tuple(_convert(item_tp, v, source, f"{path}[{i}]") for i, v in enumerate(value))
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return _build(tp, value, source, path)
     raise TypeError(f"profile field type {tp!r} has no converter")  # a bug, not bad input
 
@@ -709,7 +709,7 @@ def _set_path(doc: dict[str, Any], keys: list[str], value: Any, label: str) -> N
         args = [a for a in get_args(tp) if a is not type(None)]
         if get_origin(tp) in (typing.Union, types.UnionType) and len(args) == 1:
             tp = args[0]
-        if dataclasses.is_dataclass(tp):
+        if isinstance(tp, type) and dataclasses.is_dataclass(tp):
             names = [f.name for f in dataclasses.fields(tp) if f.name != "source"]
             if key not in names:
                 close = difflib.get_close_matches(key, names, n=1)

@@ -97,8 +97,8 @@ class Recorder:
         signal.signal(signal.SIGTERM, _raise_interrupt)  # outside the event loop (server start-up)
         try:
             if self.profile.target.kind == "local":
-                base_url = self._start_local()
-                root = self._server.root_url
+                server = self._start_local()
+                base_url, root = server.base_url, server.root_url
             else:
                 base_url = self.profile.target.base_url or ""
                 root = root_url(base_url)
@@ -122,19 +122,19 @@ class Recorder:
             self._finish(code)
         return code
 
-    def _start_local(self) -> str:
+    def _start_local(self) -> LocalServer:
         # Imported here, not at the top: a run against a remote target never loads the server's stack.
         from tui.serve.local import LocalServer
 
-        self._server = LocalServer(self.profile)
+        self._server = server = LocalServer(self.profile)
         self.err.print("[dim]starting the local engine server...[/dim]")
         try:
-            self._server.start()
+            server.start()
         except (KeyboardInterrupt, ProfileError):
             raise  # a config the engine refused is the profile's fault: exit 2, the file named
         except Exception as e:
             raise FatalTargetError(f"the local engine server did not start: {one_line(e)}") from None
-        return self._server.base_url
+        return server
 
     # -- the run -----------------------------------------------------------------------------------
 

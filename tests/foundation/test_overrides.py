@@ -97,6 +97,9 @@ def test_a_key_pasted_by_mistake_is_not_repeated() -> None:
     with pytest.raises(ProfileError) as exc:
         apply_overrides(COMPARE, ["load.rate=2", "sk-live-0123456789abcdef"])
     assert str(exc.value).startswith("--set #2: expected KEY=VALUE") and "sk-live" not in str(exc.value)
+    with pytest.raises(ProfileError) as exc:  # a key where its variable's name belongs: the file's check
+        apply_overrides(COMPARE, ["target.api_key_env=sk-live-0123456789abcdef"])
+    assert str(exc.value).startswith("--set: target.api_key_env: expected the NAME") and "sk-live" not in str(exc.value)
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "+inf"])

@@ -221,6 +221,7 @@ class ModelRunner:
             keys = torch.arange(length)[None, :]
             held = keys < lens[:, None]
             if windowed:  # the row's query sits at ctx - 1: keys before ctx - W are out of its window
+                assert self.window is not None
                 held &= keys >= lens[:, None] - self.window
             mask = held.view(len(decodes), 1, 1, length).to(dev)
         return _DecodeGroup(start, start + len(decodes), index.to(dev), length, mask)

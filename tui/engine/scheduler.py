@@ -188,13 +188,13 @@ class ContinuousScheduler(Scheduler):
             return out
         while self.waiting and len(self.running) < self.cfg.max_num_seqs and budget > 0:
             req = self.waiting[0]
-            num_new = self._admit_kv(req, budget)
-            if num_new is None:
+            granted = self._admit_kv(req, budget)
+            if granted is None:
                 break  # first come, first served: the head waits, and so does everyone behind it
             self._start(req)
             out.admitted.append(req)
-            out.chunks.append(ScheduledChunk(req, num_new))
-            budget -= num_new
+            out.chunks.append(ScheduledChunk(req, granted))
+            budget -= granted
         return out
 
 

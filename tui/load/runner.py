@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from tui.load.arrivals import ArrivalProcess, Schedule
 from tui.load.target import OpenAITarget
@@ -21,6 +21,15 @@ from tui.records.clock import mono_to_wall, now
 from tui.records.request import RequestRecord
 
 RecordCallback = Callable[[RequestRecord], Any]
+
+
+class RecordWindow(Protocol):
+    """Where sends and finished records are counted as they happen (``tui.metrics.window.RollingWindow``;
+    a protocol here because load and metrics sit side by side and never import each other)."""
+
+    def note_sent(self, rec: RequestRecord | None = None) -> None: ...
+
+    def add(self, rec: RequestRecord) -> None: ...
 
 # The pacer wakes this much before a deadline and yields to the loop until it is due: an epoll
 # timeout is rounded to whole milliseconds, so sleeping to the deadline alone lands up to 1 ms late.
@@ -95,7 +104,7 @@ class LoadRunner:
         run_id: str = "",
         on_record: RecordCallback | None = None,
         on_send: RecordCallback | None = None,
-        window: Any | None = None,
+        window: RecordWindow | None = None,
         text_unit: TextUnit | None = None,
         max_pending: int | None = None,
     ):

@@ -27,10 +27,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tui.engine.snapshot import EngineSnapshot, StepTiming
 from tui.profile import DefensesConfig, EngineConfig, EngineMode
+
+if TYPE_CHECKING:  # the tokenizer module loads torch, which lives in the engine process only
+    from tui.engine.tokenizer import Tokenizer
 
 log = logging.getLogger("kvtui.serve")
 
@@ -89,7 +92,7 @@ class EngineInfo:
     max_model_len: int
     vocab_size: int
     eos_token_id: int | None
-    tokenizer: Any
+    tokenizer: Tokenizer
     dtype: str  # what the weights and KV cache are held in (engine.dtype resolved: "auto" never appears)
     config: EngineConfig
     defenses: DefensesConfig

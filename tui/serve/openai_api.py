@@ -357,7 +357,7 @@ class TextAssembler:
     start of a stop string, so a stop string is never half-sent.
     """
 
-    def __init__(self, decode: Callable[[Sequence[int]], str], stop: Sequence[str] = (),
+    def __init__(self, decode: Callable[[list[int]], str], stop: Sequence[str] = (),
                  eos_token_ids: Collection[int] = ()):
         self._decode = decode
         self._stop = tuple(stop)

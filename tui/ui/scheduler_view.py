@@ -448,7 +448,9 @@ class RequestTable(ScrollView, can_focus=True):
         runs: list[Segment] = []
         run_glyphs, run_style = "", None
         for j, b in enumerate(blocks, start=lo):
-            if b.shared:
+            if not b.in_window:  # behind a sliding window (Mistral): held, but no query reads it
+                glyph, st = GLYPH_FULL, style("#5c6370")
+            elif b.shared:
                 glyph, st = GLYPH_SHARED, style(colour, bold=True)
             elif j == last and b.fill < block_size:
                 glyph, st = eighth(max(b.fill, 1) / block_size), style(colour)

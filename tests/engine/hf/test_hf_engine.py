@@ -130,3 +130,36 @@ def test_block_view_marks_blocks_behind_the_sliding_window(hf_checkpoints):
     eng.step()
     (view,) = [r for r in eng.snapshot().requests if r.request_id == "r"]
     assert [b.in_window for b in view.blocks] == [False, True, True]
+
+
+def test_sharded_bf16_checkpoint_and_dtype_choice(hf_checkpoints, tmp_path):
+    path = tmp_path / "sharded"
+    hf_model(hf_checkpoints["qwen3"]).to(torch.bfloat16).save_pretrained(path, max_shard_size="40KB")
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(hf_checkpoints["qwen3"] / f, path / f)
+    assert len(list(path.glob("model-*.safetensors"))) > 2 and (path / "model.safetensors.index.json").is_file()
+    ids = list(range(5, 60))
+    full_logits_match(path, ids)  # bf16 weights, computed in float32 by both ("auto" on CPU)
+    assert load_checkpoint(path, torch.device("cpu")).dtype == torch.float32
+    ckpt = load_checkpoint(path, torch.device("cpu"), "bfloat16", served_model_name="mine")
+    assert ckpt.dtype == torch.bfloat16 and ckpt.name == "mine"
+    assert next(ckpt.model.parameters()).dtype == torch.bfloat16
+
+
+def test_ignore_eos_generates_past_every_eos_id(hf_checkpoints, tmp_path):
+    """With ignore_eos (as vLLM) no EOS id ends the request; without it, the first one does."""
+    path = tmp_path / "eos"
+    shutil.copytree(hf_checkpoints["llama"], path)
+    prompt = hf_tokenizer(path)("Paris is")["input_ids"]
+    eng = Engine(EngineConfig(model_path=str(path), device="cpu", threads=1))
+    eng.add_request("r", prompt, 8, ignore_eos=True)
+    tokens = [t for _ in range(20) if eng.has_unfinished() for o in eng.step().outputs for t in o.new_token_ids]
+    raw = json.loads((path / "config.json").read_text())
+    raw["eos_token_id"] = [1, tokens[2]]  # the third greedy token becomes an EOS id
+    (path / "config.json").write_text(json.dumps(raw))
+    for ignore, want in ((True, tokens), (False, tokens[:3])):
+        eng = Engine(EngineConfig(model_path=str(path), device="cpu", threads=1))
+        eng.add_request("r", prompt, 8, ignore_eos=ignore)
+        outs = [o for _ in range(20) if eng.has_unfinished() for o in eng.step().outputs]
+        assert [t for o in outs for t in o.new_token_ids] == want
+        assert outs[-1].finish_reason == ("length" if ignore else "stop")
