@@ -49,7 +49,7 @@ from tui.serve.control_client import ControlClient, ControlError
 if TYPE_CHECKING:
     from tui.serve.local import LocalServer
 
-GRACE_S = 0.5  # how long in-flight requests may finish after Ctrl-C (the whole stop stays under 2 s)
+GRACE_S = 0.25  # how long in-flight requests may finish after Ctrl-C (the whole stop stays under 2 s)
 FLUSH_EVERY_S = 1.0  # records reach disk at least this often
 POLL_EVERY_S = 1.0  # engine steps and GPU samples are fetched this often (local target)
 WATCH_EVERY_S = 0.25  # the local server and its engine are checked this often while load runs
@@ -374,7 +374,7 @@ class Recorder:
         try:
             # Stopping (Ctrl-C, a fault): a swamped or dead server must not hold the exit up.
             stopping = self._stop is not None and self._stop.is_set()
-            resp = await target.client.get(f"{root}/metrics", timeout=0.5 if stopping else 10.0)
+            resp = await target.client.get(f"{root}/metrics", timeout=0.25 if stopping else 10.0)
         except httpx.HTTPError:
             return ServerGauges()
         if resp.status_code != 200:
