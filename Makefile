@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint bench clean setup
+.PHONY: run test test-fast lint bench clean setup
 
 setup: $(STAMP)
 
@@ -28,6 +28,11 @@ test: $(STAMP)
 	$(BIN)/lint-imports
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+# The quick loop while editing: everything but the tests marked slow (servers, whole-app UI runs,
+# recorded runs, checkpoints built with transformers). `make test` still runs everything.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow"
 
 bench: $(STAMP)
 	$(BIN)/python bench/engine.py --quick

@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from tui.engine.engine import Engine
+from tui.engine.params import SamplingParams
 from tui.profile import EngineConfig, EngineMode
 
 
@@ -70,7 +71,7 @@ def run_saturated(eng: Engine, seed: int, warmup_s: float, window_s: float, queu
     while True:
         while len(eng.waiting) < queue:
             prompt, out = next(stream)
-            eng.add_request(f"s{seed}-{n}", prompt, out)
+            eng.add_request(f"s{seed}-{n}", prompt, SamplingParams.exact(out))
             n += 1
         step = eng.step()
         now = time.perf_counter()
@@ -88,11 +89,11 @@ def run_saturated(eng: Engine, seed: int, warmup_s: float, window_s: float, queu
 def max_holders(eng: Engine, work: list[tuple[list[int], int]], steps: int) -> int:
     """The most requests holding KV at once within ``steps`` steps of an offline queue."""
     for i, (prompt, out) in enumerate(work):
-        eng.add_request(f"r{i}", prompt, out)
+        eng.add_request(f"r{i}", prompt, SamplingParams.exact(out))
     most = 0
     for _ in range(steps):
         eng.step()
-        most = max(most, eng.kv.holders())
+        most = max(most, eng.kv.num_holders())
     return most
 
 
@@ -101,7 +102,7 @@ def decode_step_time(mode: str, batch: int, ctx: int, reps: int, preset: str) ->
                  max_num_batched_tokens=8192, reservation="exact", max_model_len=4096)
     g = torch.Generator().manual_seed(0)
     for i in range(batch):
-        eng.add_request(f"r{i}", torch.randint(0, 256, (ctx,), generator=g).tolist(), 512)
+        eng.add_request(f"r{i}", torch.randint(0, 256, (ctx,), generator=g).tolist(), SamplingParams.exact(512))
     while any(r.num_computed < len(r.prompt) for r in eng.requests.values()):
         eng.step()
     for _ in range(3):
@@ -146,7 +147,7 @@ def engine_vs_forward(eng: Engine, batch: int, prompt_len: int, new_tokens: int,
     """
     g = torch.Generator().manual_seed(rnd)
     for i in range(batch):
-        eng.add_request(f"d{rnd}-{i}", torch.randint(0, 256, (prompt_len,), generator=g).tolist(), new_tokens + 1)
+        eng.add_request(f"d{rnd}-{i}", torch.randint(0, 256, (prompt_len,), generator=g).tolist(), SamplingParams.exact(new_tokens + 1))
     while any(r.num_computed < len(r.prompt) for r in eng.requests.values()):
         eng.step()  # prefill; only the decode steps are timed
     eng.runner.trace = []

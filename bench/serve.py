@@ -24,6 +24,7 @@ import time
 import httpx
 
 from tui.engine.engine import Engine
+from tui.engine.params import SamplingParams
 from tui.profile import EngineConfig, Profile
 from tui.serve.local import LocalServer
 
@@ -43,7 +44,7 @@ def prompt(i: int) -> str:
 def inproc_ttft(engine: Engine, i: int, max_tokens: int) -> float:
     rid = f"ttft-{i}"
     t0 = time.perf_counter()
-    engine.add_request(rid, engine.tokenizer.encode(prompt(i)), max_tokens, temperature=0.0, ignore_eos=True)
+    engine.add_request(rid, engine.tokenizer.encode(prompt(i)), SamplingParams.exact(max_tokens))
     ttft = None
     while engine.has_unfinished():
         for o in engine.step().outputs:
@@ -57,8 +58,7 @@ def inproc_burst(engine: Engine, n: int, max_tokens: int, tag: str) -> float:
     """Output tokens per second for ``n`` requests added at once."""
     t0 = time.perf_counter()
     for i in range(n):
-        engine.add_request(f"{tag}-{i}", engine.tokenizer.encode(prompt(i)), max_tokens, temperature=0.0,
-                           ignore_eos=True)
+        engine.add_request(f"{tag}-{i}", engine.tokenizer.encode(prompt(i)), SamplingParams.exact(max_tokens))
     tokens = 0
     while engine.has_unfinished():
         tokens += sum(len(o.new_token_ids) for o in engine.step().outputs)

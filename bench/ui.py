@@ -22,7 +22,7 @@ import time
 
 from tui.profile import Profile
 from tui.serve.control_client import EngineState
-from tui.ui import synthetic as syn
+from tui.testing import synthetic as syn
 from tui.ui.app import KVTuiApp
 from tui.ui.backend import FixedBackend
 

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from tui.engine.engine import Engine
+from tui.engine.params import SamplingParams
 
 MODES = ["continuous+paged", "continuous+contiguous", "static+paged", "static+contiguous"]
 
@@ -13,15 +14,15 @@ MODES = ["continuous+paged", "continuous+contiguous", "static+paged", "static+co
 def record_logits(eng: Engine) -> list[tuple[list[int], torch.Tensor]]:
     """Wrap the runner so every sampled row is kept with the tokens it was computed from."""
     seen: list[tuple[list[int], torch.Tensor]] = []
-    execute = eng.runner.execute
+    forward = eng.runner.forward
 
     def wrapped(chunks, kv):
-        reqs, logits = execute(chunks, kv)
+        reqs, logits = forward(chunks, kv)
         for r, row in zip(reqs, logits, strict=True):
             seen.append((list(r.all_tokens), row.clone()))
         return reqs, logits
 
-    eng.runner.execute = wrapped
+    eng.runner.forward = wrapped
     return seen
 
 
@@ -41,6 +42,7 @@ def check_against_reference(eng: Engine, seen, got, prompts, max_tokens) -> None
         assert got[rid]["reason"] == "length"
 
 
+@pytest.mark.slow  # four engines, each checked token by token against the full forward
 @pytest.mark.parametrize("mode", MODES)
 def test_ragged_batch_with_chunked_prefill_matches_full_forward(mode, engine_factory, drive):
     g = torch.Generator().manual_seed(1)
@@ -52,7 +54,7 @@ def test_ragged_batch_with_chunked_prefill_matches_full_forward(mode, engine_fac
                          reservation="exact", max_model_len=256)
     seen = record_logits(eng)
     for rid, p in prompts.items():
-        eng.add_request(rid, p, max_tokens[rid])
+        eng.add_request(rid, p, SamplingParams.exact(max_tokens[rid]))
     got = drive(eng)
     check_against_reference(eng, seen, got, prompts, max_tokens)
     if mode.startswith("continuous"):
@@ -60,6 +62,7 @@ def test_ragged_batch_with_chunked_prefill_matches_full_forward(mode, engine_fac
         assert max(t.prefill_tokens + t.decode_tokens for t in eng.steps_since(0)) <= 24
 
 
+@pytest.mark.slow  # many steps of a preempting engine
 @pytest.mark.parametrize("mode", ["continuous+paged", "static+paged"])
 def test_preempted_and_recomputed_requests_match_full_forward(mode, engine_factory, drive):
     g = torch.Generator().manual_seed(2)
@@ -71,7 +74,7 @@ def test_preempted_and_recomputed_requests_match_full_forward(mode, engine_facto
     assert eng.kv.pool.num_blocks == 10
     seen = record_logits(eng)
     for rid, p in prompts.items():
-        eng.add_request(rid, p, max_tokens[rid])
+        eng.add_request(rid, p, SamplingParams.exact(max_tokens[rid]))
     got = drive(eng)
     assert eng.num_preemptions > 0
     check_against_reference(eng, seen, got, prompts, max_tokens)
@@ -80,8 +83,8 @@ def test_preempted_and_recomputed_requests_match_full_forward(mode, engine_facto
 def test_sampling_is_deterministic_per_seed(engine_factory, drive):
     def run(seed_b: int) -> dict:
         eng = engine_factory("continuous+paged")
-        eng.add_request("a", [1, 2, 3, 4], 12, temperature=1.0, seed=7)
-        eng.add_request("b", [5, 6, 7], 12, temperature=1.0, seed=seed_b)
+        eng.add_request("a", [1, 2, 3, 4], SamplingParams(max_tokens=12, temperature=1.0, seed=7, ignore_eos=True))
+        eng.add_request("b", [5, 6, 7], SamplingParams(max_tokens=12, temperature=1.0, seed=seed_b, ignore_eos=True))
         return drive(eng)
 
     first, again, other = run(3), run(3), run(4)
@@ -103,7 +106,7 @@ def test_length_grouped_decode_attention_matches_full_forward(engine_factory, dr
         eng = engine_factory(mode, model="tiny", reservation="exact", max_model_len=256)
         seen = record_logits(eng)
         for rid, p in prompts.items():
-            eng.add_request(rid, p, max_tokens[rid])
+            eng.add_request(rid, p, SamplingParams.exact(max_tokens[rid]))
         got = drive(eng)
         check_against_reference(eng, seen, got, prompts, max_tokens)
 
@@ -112,8 +115,7 @@ def test_same_seed_and_calls_give_the_same_schedule_and_tokens(engine_factory, d
     def run() -> tuple[dict, list]:
         eng = engine_factory("continuous+paged", slots=10 * 16, max_num_batched_tokens=40)
         for i in range(6):
-            eng.add_request(f"r{i}", [(7 * i + j) % 256 for j in range(10 + 9 * i)], 30,
-                            temperature=0.7 if i % 2 else 0.0, seed=i)
+            eng.add_request(f"r{i}", [(7 * i + j) % 256 for j in range(10 + 9 * i)], SamplingParams(max_tokens=30, temperature=0.7 if i % 2 else 0.0, seed=i, ignore_eos=True))
         got = drive(eng)
         sched = [(t.step, t.prefill_tokens, t.decode_tokens, t.batch_size, t.preempted) for t in eng.steps_since(0)]
         assert eng.num_preemptions > 0
@@ -133,7 +135,7 @@ def test_contiguous_reads_at_the_very_end_of_the_arena(engine_factory, drive):
     assert eng.num_slots == 128
     seen = record_logits(eng)
     for rid, p in prompts.items():
-        eng.add_request(rid, p, max_tokens[rid])
+        eng.add_request(rid, p, SamplingParams.exact(max_tokens[rid]))
     eng.step()
     assert eng.kv.reservations["b"].start + eng.kv.reservations["b"].length == 128
     got = drive(eng)

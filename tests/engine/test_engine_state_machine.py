@@ -6,6 +6,7 @@ from collections import Counter
 from itertools import pairwise
 
 import hypothesis.strategies as st
+import pytest
 import torch
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
@@ -13,7 +14,10 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from tui.engine.engine import FINISH_REASONS, Engine, RequestRejected
 from tui.engine.kv import ContiguousKV, PagedKV
 from tui.engine.model import PRESETS
+from tui.engine.params import SamplingParams
 from tui.profile import DefensesConfig, EngineConfig, EngineMode
+
+pytestmark = pytest.mark.slow  # a hypothesis state machine over many engine steps
 
 
 class FakeClock:
@@ -63,7 +67,7 @@ class EngineMachine(RuleBasedStateMachine):
         self.n += 1
         prompt = [7] * prompt_len if hot else [(self.n * 31 + i) % 256 for i in range(prompt_len)]
         try:
-            self.eng.add_request(rid, prompt, max_tokens, temperature=temp, seed=self.n)
+            self.eng.add_request(rid, prompt, SamplingParams(max_tokens=max_tokens, temperature=temp, seed=self.n, ignore_eos=True))
         except RequestRejected as e:
             assert e.reason in ("rejected_backlog", "rejected_too_long")
             return
@@ -140,7 +144,7 @@ class EngineMachine(RuleBasedStateMachine):
         assert not eng.has_unfinished(), "deadlock: requests never finish"
         assert set(self.finishes) == self.accepted
         assert all(c == 1 for c in self.finishes.values()), "a request finished more than once"
-        assert eng.kv.holders() == 0
+        assert eng.kv.num_holders() == 0
         if isinstance(eng.kv, PagedKV):
             assert eng.kv.pool.num_free == eng.kv.pool.num_blocks
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tui.engine.kv import BlockPool, ContiguousKV, PagedKV, block_hash, slots_for_budget
+from tui.engine.kv import BlockPool, ContiguousKV, PagedKV, slots_for_budget
+from tui.engine.sequence import block_hash
 
 
 def test_pool_hands_out_lowest_ids_first_and_counts():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tui.engine.engine import RequestRejected
+from tui.engine.params import SamplingParams
 from tui.engine.snapshot import EngineSnapshot
 from tui.profile import DefensesConfig, EngineMode
 
@@ -15,8 +16,8 @@ def views(eng):
 
 def test_paged_block_tables_exact_ids_and_fills(engine_factory):
     eng = engine_factory("continuous+paged", slots=12 * 16)
-    eng.add_request("a", list(range(20)), 5)
-    eng.add_request("b", list(range(33)), 5)
+    eng.add_request("a", list(range(20)), SamplingParams.exact(5))
+    eng.add_request("b", list(range(33)), SamplingParams.exact(5))
     eng.step()
     v = views(eng)
     assert [(b.block_id, b.fill) for b in v["a"].blocks] == [(0, 16), (1, 4)]
@@ -40,7 +41,7 @@ def test_forced_preemption_with_a_dozen_blocks(engine_factory, drive):
 
     eng.scheduler.schedule = spy
     for rid in "abc":
-        eng.add_request(rid, list(range(40)), 40)
+        eng.add_request(rid, list(range(40)), SamplingParams.exact(40))
     eng.step()
     assert [eng.kv.tables[r] for r in "abc"] == [[0, 1, 2], [3, 4, 5], [6, 7, 8]]
     for _ in range(9):  # position 48 needs a 4th block each: 9, 10, 11
@@ -65,15 +66,15 @@ def test_forced_preemption_with_a_dozen_blocks(engine_factory, drive):
 def test_static_batch_waits_for_window_and_admits_nobody_until_it_ends(engine_factory, clock):
     eng = engine_factory("static+contiguous", clock=clock, static_batch_size=3, batch_wait_ms=100.0,
                          reservation="exact")
-    eng.add_request("short", [1] * 10, 2)
-    eng.add_request("long", [2] * 10, 6)
+    eng.add_request("short", [1] * 10, SamplingParams.exact(2))
+    eng.add_request("long", [2] * 10, SamplingParams.exact(6))
     assert eng.step().timing.batch_size == 0  # 2 < 3 and the oldest waited 0 ms
     clock.advance(0.099)
     assert eng.step().timing.batch_size == 0
     clock.advance(0.002)
     t = eng.step().timing
     assert (t.batch_size, t.prefill_tokens) == (2, 20)
-    eng.add_request("late", [3] * 10, 2)
+    eng.add_request("late", [3] * 10, SamplingParams.exact(2))
     eng.step()  # short finishes (2 tokens) but keeps its reservation; late may not join
     v = views(eng)
     assert v["short"].state == "finished" and v["short"].arena_reserved == 12
@@ -81,7 +82,7 @@ def test_static_batch_waits_for_window_and_admits_nobody_until_it_ends(engine_fa
     for _ in range(4):
         assert views(eng)["late"].state == "waiting"
         eng.step()
-    assert eng.kv.holders() == 0  # the batch ended: all its KV released together
+    assert eng.kv.num_holders() == 0  # the batch ended: all its KV released together
     clock.advance(0.2)
     eng.step()
     assert views(eng)["late"].state == "running"
@@ -89,12 +90,12 @@ def test_static_batch_waits_for_window_and_admits_nobody_until_it_ends(engine_fa
 
 def test_contiguous_external_fragmentation_makes_a_request_wait(engine_factory):
     eng = engine_factory("continuous+contiguous", slots=96, reservation="exact")
-    eng.add_request("a", [1] * 20, 12)  # reserves [0, 32)
-    eng.add_request("b", [2] * 8, 24)  # reserves [32, 64), runs longest
-    eng.add_request("c", [3] * 20, 12)  # reserves [64, 96)
+    eng.add_request("a", [1] * 20, SamplingParams.exact(12))  # reserves [0, 32)
+    eng.add_request("b", [2] * 8, SamplingParams.exact(24))  # reserves [32, 64), runs longest
+    eng.add_request("c", [3] * 20, SamplingParams.exact(12))  # reserves [64, 96)
     for _ in range(12):
         eng.step()
-    eng.add_request("d", [4] * 40, 8)  # needs 48 contiguous slots
+    eng.add_request("d", [4] * 40, SamplingParams.exact(8))  # needs 48 contiguous slots
     eng.step()
     snap = eng.snapshot()
     assert [(s.start, s.length, s.owner) for s in snap.segments] == [(0, 32, None), (32, 32, "b"), (64, 32, None)]
@@ -110,7 +111,7 @@ def test_contiguous_external_fragmentation_makes_a_request_wait(engine_factory):
 
 def test_chunked_prefill_respects_the_token_budget(engine_factory):
     eng = engine_factory("continuous+paged", max_num_batched_tokens=32)
-    eng.add_request("a", [1] * 100, 4)
+    eng.add_request("a", [1] * 100, SamplingParams.exact(4))
     steps = [eng.step().timing for _ in range(4)]
     assert [s.prefill_tokens for s in steps] == [32, 32, 32, 4]
     assert views(eng)["a"].output_tokens == 1
@@ -119,22 +120,22 @@ def test_chunked_prefill_respects_the_token_budget(engine_factory):
 def test_without_chunked_prefill_a_prompt_over_budget_is_rejected(engine_factory):
     eng = engine_factory("continuous+paged", max_num_batched_tokens=64, enable_chunked_prefill=False)
     with pytest.raises(RequestRejected) as e:
-        eng.add_request("a", [1] * 60, 10)
+        eng.add_request("a", [1] * 60, SamplingParams.exact(10))
     assert e.value.reason == "rejected_too_long"
-    eng.add_request("b", [1] * 30, 10)
+    eng.add_request("b", [1] * 30, SamplingParams.exact(10))
 
 
 def test_requests_that_can_never_fit_are_rejected_at_once(engine_factory):
     eng = engine_factory("continuous+paged", slots=64, max_model_len=128)
     with pytest.raises(RequestRejected) as e:
-        eng.add_request("too-long", [1] * 100, 100)
+        eng.add_request("too-long", [1] * 100, SamplingParams.exact(100))
     assert e.value.reason == "rejected_too_long" and "max_model_len" in e.value.message
     with pytest.raises(RequestRejected) as e:
-        eng.add_request("too-big", [1] * 60, 10)  # 70 tokens > 64 slots in the whole pool
+        eng.add_request("too-big", [1] * 60, SamplingParams.exact(10))  # 70 tokens > 64 slots in the whole pool
     assert "KV" in e.value.message
     eng2 = engine_factory("static+contiguous", slots=1024, reservation="max", max_model_len=2048)
     with pytest.raises(RequestRejected) as e:
-        eng2.add_request("x", [1], 1)  # the max policy reserves 2048 > 1024 slots
+        eng2.add_request("x", [1], SamplingParams.exact(1))  # the max policy reserves 2048 > 1024 slots
     assert "reservation = 'max' reserves 2048 slots for this request (2 tokens)" in e.value.message
     assert eng.num_rejected == 2 and not eng.has_unfinished()
 
@@ -142,11 +143,11 @@ def test_requests_that_can_never_fit_are_rejected_at_once(engine_factory):
 def test_backlog_breaker_truncation_and_timeout(engine_factory, clock, drive):
     d = DefensesConfig(backlog_limit=3, truncate_when_backlog_over=1, truncate_prompt_to=8, wait_timeout_s=1.0)
     eng = engine_factory("continuous+paged", clock=clock, defenses=d, max_num_seqs=1)
-    eng.add_request("a", list(range(20)), 3)
-    eng.add_request("b", list(range(20)), 3)
-    eng.add_request("c", list(range(20)), 3)  # backlog 2 > 1: truncated to the last 8 tokens
+    eng.add_request("a", list(range(20)), SamplingParams.exact(3))
+    eng.add_request("b", list(range(20)), SamplingParams.exact(3))
+    eng.add_request("c", list(range(20)), SamplingParams.exact(3))  # backlog 2 > 1: truncated to the last 8 tokens
     with pytest.raises(RequestRejected) as e:
-        eng.add_request("d", [1], 1)
+        eng.add_request("d", [1], SamplingParams.exact(1))
     assert e.value.reason == "rejected_backlog"
     v = views(eng)
     assert (v["a"].prompt_tokens, v["b"].prompt_tokens, v["c"].prompt_tokens) == (20, 20, 8)
@@ -164,8 +165,8 @@ def test_backlog_breaker_truncation_and_timeout(engine_factory, clock, drive):
 
 def test_abort_frees_kv_at_once_and_reports_aborted(engine_factory):
     eng = engine_factory("continuous+paged")
-    eng.add_request("a", list(range(40)), 50)
-    eng.add_request("b", list(range(10)), 50)
+    eng.add_request("a", list(range(40)), SamplingParams.exact(50))
+    eng.add_request("b", list(range(10)), SamplingParams.exact(50))
     eng.step()
     eng.abort("a")
     assert "a" not in eng.kv.tables and eng.kv.pool.num_used == 1
@@ -177,9 +178,9 @@ def test_abort_frees_kv_at_once_and_reports_aborted(engine_factory):
 def test_prefix_caching_shares_blocks_between_requests(engine_factory):
     eng = engine_factory("continuous+paged", defenses=DefensesConfig(prefix_caching=True))
     prefix = list(range(48))
-    eng.add_request("a", [*prefix, 1, 2], 3)
+    eng.add_request("a", [*prefix, 1, 2], SamplingParams.exact(3))
     eng.step()
-    eng.add_request("b", [*prefix, 3, 4, 5], 3)
+    eng.add_request("b", [*prefix, 3, 4, 5], SamplingParams.exact(3))
     t = eng.step().timing
     assert t.prefill_tokens == 3  # 48 tokens came from the cache
     v = views(eng)
@@ -190,7 +191,7 @@ def test_prefix_caching_shares_blocks_between_requests(engine_factory):
 def test_switch_mode_drains_then_rebuilds_and_keeps_waiting(engine_factory, drive):
     eng = engine_factory("continuous+paged", max_num_seqs=2)
     for i in range(4):
-        eng.add_request(f"r{i}", [i + 1] * 10, 4)
+        eng.add_request(f"r{i}", [i + 1] * 10, SamplingParams.exact(4))
     eng.step()
     eng.switch_mode(EngineMode("static", "contiguous"))
     snap = eng.snapshot()
@@ -208,7 +209,7 @@ def test_switch_mode_drains_then_rebuilds_and_keeps_waiting(engine_factory, driv
 
 def test_switching_to_a_layout_that_cannot_hold_a_waiting_request_rejects_it(engine_factory):
     eng = engine_factory("continuous+paged", slots=1024, max_num_seqs=1, reservation="max", max_model_len=2048)
-    eng.add_request("a", [1] * 10, 2)
+    eng.add_request("a", [1] * 10, SamplingParams.exact(2))
     eng.switch_mode(EngineMode("static", "contiguous"))  # idle: switches at once
     assert eng.snapshot().mode == "static+contiguous"
     out = eng.step().outputs
@@ -217,7 +218,7 @@ def test_switching_to_a_layout_that_cannot_hold_a_waiting_request_rejects_it(eng
 
 def test_snapshot_round_trips_and_steps_since(engine_factory):
     eng = engine_factory("continuous+contiguous", reservation="pow2")
-    eng.add_request("a", [1] * 20, 5)
+    eng.add_request("a", [1] * 20, SamplingParams.exact(5))
     for _ in range(3):
         eng.step()
     snap = eng.snapshot()
@@ -233,8 +234,8 @@ def test_snapshot_round_trips_and_steps_since(engine_factory):
 def test_static_batch_with_a_short_finished_member_at_the_arena_end(engine_factory, drive):
     """A padding row of a short member is grouped with a long one; its reads stay in the arena."""
     eng = engine_factory("static+contiguous", slots=192, reservation="pow2", max_model_len=128)
-    eng.add_request("long", [(31 + i) % 256 for i in range(60)], 22)
-    eng.add_request("short", [5], 1)
+    eng.add_request("long", [(31 + i) % 256 for i in range(60)], SamplingParams.exact(22))
+    eng.add_request("short", [5], SamplingParams.exact(1))
     got = drive(eng)
     assert {r: x["reason"] for r, x in got.items()} == {"long": "length", "short": "length"}
     assert eng.steps_since(0)[-1].batch_size == 2  # the finished short member was still computed
@@ -242,9 +243,9 @@ def test_static_batch_with_a_short_finished_member_at_the_arena_end(engine_facto
 
 def test_used_slots_count_shared_blocks_once_after_prefix_caching_is_switched_off(engine_factory):
     eng = engine_factory("continuous+paged", defenses=DefensesConfig(prefix_caching=True))
-    eng.add_request("a", [7] * 31, 3)
+    eng.add_request("a", [7] * 31, SamplingParams.exact(3))
     eng.step()
-    eng.add_request("c", [7] * 17, 2)
+    eng.add_request("c", [7] * 17, SamplingParams.exact(2))
     eng.step()
     assert eng.kv.pool.ref_count[0] == 2
     eng.set_defenses(DefensesConfig(prefix_caching=False))

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).parents[2] / "tui"
 CORE = [ROOT / "engine", ROOT / "records", ROOT / "load", ROOT / "metrics", ROOT / "profile.py", ROOT / "errors.py"]
 ENGINE_FREE = [ROOT / "engine"]  # the engine knows nothing of HTTP or screens
@@ -44,6 +46,7 @@ def test_engine_never_imports_http_or_ui() -> None:
     assert {f: m for f, m in offenders.items() if m} == {}
 
 
+@pytest.mark.slow  # a fresh interpreter imports every core module (torch included)
 def test_importing_the_core_loads_no_textual_module() -> None:
     modules = [
         ".".join(f.relative_to(ROOT.parent).with_suffix("").parts).removesuffix(".__init__")

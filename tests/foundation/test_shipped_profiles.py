@@ -68,6 +68,7 @@ def test_name_lookup_from_a_directory_without_profiles(tmp_path: Path) -> None:
     assert "nope: no such profile file or shipped profile; shipped: baseline" in missing.stderr
 
 
+@pytest.mark.slow  # builds a wheel
 def test_a_wheel_built_from_the_repository_contains_the_profiles(tmp_path: Path) -> None:
     src = tmp_path / "src"
     shutil.copytree(REPO / "tui", src / "tui", ignore=shutil.ignore_patterns("__pycache__"))

@@ -21,6 +21,8 @@ from tui.record import record_main
 from tui.records.parquet import PartWriter, read_records
 from tui.report import report_main
 
+pytestmark = pytest.mark.slow  # whole recorded runs, with signals and dying servers
+
 KEY = "sk-test-7f3a9c1e5b-secret"
 REPO = Path(__file__).resolve().parents[2]
 

@@ -7,12 +7,15 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
+import pytest
 from loadfake_server import FakeConfig
 
 from tui.cli import main
 from tui.load.arrivals import ArrivalProcess, Schedule
 from tui.load.workload import Workload
 from tui.profile import load_profile
+
+pytestmark = pytest.mark.slow  # whole recorded runs
 
 BASE = '''
 name = "repeat-me"

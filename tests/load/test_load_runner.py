@@ -7,6 +7,7 @@ import socket
 from collections import Counter
 
 import numpy as np
+import pytest
 from loadfake_server import FakeConfig
 from scipy import stats
 
@@ -81,6 +82,7 @@ async def test_connection_refused_is_connect_error_and_names_the_address():
     assert all(f"127.0.0.1:{port}" in r.reason for r in recs)
 
 
+@pytest.mark.slow  # seconds of paced load
 async def test_poisson_sends_pass_ks_and_reach_the_rate(fake_server):
     srv = fake_server(FakeConfig())
     rate = 150.0
@@ -97,6 +99,7 @@ async def test_poisson_sends_pass_ks_and_reach_the_rate(fake_server):
     assert (lags >= 0).all()
 
 
+@pytest.mark.slow  # seconds of paced load
 async def test_live_rate_change_takes_effect_without_a_burst(fake_server):
     srv = fake_server(FakeConfig())
     recs: list[RequestRecord] = []

@@ -13,6 +13,8 @@ from tui.serve.control_client import ControlClient, ControlError
 
 from .conftest import TEST_ENGINE
 
+pytestmark = pytest.mark.slow  # a real server and engine process
+
 
 async def test_state_steps_and_controls(fresh_server) -> None:
     control = ControlClient(fresh_server.root)

@@ -17,6 +17,8 @@ from tui.profile import EngineConfig, Profile, ProfileError
 from tui.serve.app import serve_main
 from tui.serve.local import LocalServer, LocalServerError
 
+pytestmark = pytest.mark.slow  # each test starts `kvtui serve` as a child process
+
 ENGINE = EngineConfig(model="tiny", device="cpu", threads=1, kv_budget_mb=2.0, max_model_len=512)
 PROFILE = Profile(engine=ENGINE)
 

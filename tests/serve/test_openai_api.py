@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from tui.engine.params import SamplingParams
 from tui.serve.openai_api import (
     ApiError,
     ResponseHead,
@@ -84,20 +85,21 @@ def _parse(body, chat=False, max_model_len=64):
 
 def test_defaults_and_types():
     p = _parse({"prompt": "hello"})
-    assert (p.max_tokens, p.temperature, p.seed, p.stop, p.ignore_eos, p.stream, p.include_usage) == (
-        16, 1.0, None, (), False, False, False)
+    # the API's defaults are vLLM's (and SamplingParams' own): 16 tokens, temperature 1, stop at EOS
+    assert p.sampling == SamplingParams(max_tokens=16, temperature=1.0, seed=None, ignore_eos=False) == SamplingParams()
+    assert (p.stop, p.stream, p.include_usage) == ((), False, False)
     p = _parse({"prompt": "hi", "max_tokens": 3, "temperature": 0, "seed": 7, "stop": "x", "ignore_eos": True,
                 "stream": True, "stream_options": {"include_usage": True}, "top_p": 1.0, "top_k": -1,
                 "presence_penalty": 0, "user": "u"})
-    assert (p.max_tokens, p.temperature, p.seed, p.stop, p.ignore_eos, p.stream, p.include_usage) == (
-        3, 0.0, 7, ("x",), True, True, True)
+    assert p.sampling == SamplingParams(max_tokens=3, temperature=0.0, seed=7, ignore_eos=True)
+    assert (p.stop, p.stream, p.include_usage) == (("x",), True, True)
 
 
 def test_chat_rendering_and_max_completion_tokens():
     msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": [{"type": "text", "text": "a"},
                                                                             {"type": "text", "text": "b"}]}]
     assert render_chat(msgs) == "system: s\nuser: ab\nassistant:"
-    assert _parse({"messages": msgs, "max_completion_tokens": 5}, chat=True).max_tokens == 5
+    assert _parse({"messages": msgs, "max_completion_tokens": 5}, chat=True).sampling.max_tokens == 5
 
 
 def test_context_length_error_names_the_numbers():

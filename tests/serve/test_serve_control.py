@@ -9,11 +9,14 @@ import threading
 
 import httpx
 import openai
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tui.engine.snapshot import EngineSnapshot
 from tui.profile import EngineConfig
 from tui.serve.engine_loop import EngineLoop
+
+pytestmark = pytest.mark.slow  # a real server and engine process
 
 MODEL = "kvtui-tiny"
 

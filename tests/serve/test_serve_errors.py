@@ -8,6 +8,8 @@ import threading
 import httpx
 import pytest
 
+pytestmark = pytest.mark.slow  # real servers and engine processes
+
 MODEL = "kvtui-tiny"
 
 

@@ -21,6 +21,8 @@ from tui.serve.openai_api import UNIMPLEMENTED_KNOBS
 
 from .conftest import TEST_ENGINE, ThreadServer
 
+pytestmark = pytest.mark.slow  # fuzzing a real server and engine process
+
 HOSTILE = st.one_of(
     st.sampled_from([math.nan, math.inf, -math.inf, 1e308, 10**400, -1]),
     st.sampled_from([-1, 0, -0.0, 1e308, -1e308, 2**63, -(2**70), 0.5, 1, 2, True, False, None, "", "x", "nan",

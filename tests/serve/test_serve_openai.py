@@ -7,6 +7,9 @@ import json
 
 import httpx
 import openai
+import pytest
+
+pytestmark = pytest.mark.slow  # a real server and engine process
 
 MODEL = "kvtui-tiny"
 

@@ -8,7 +8,7 @@ from rich.console import Console
 from tui.engine.snapshot import ArenaSegment, BlockView, EngineSnapshot, KVTotals, RequestView
 from tui.metrics.types import ServerGauges
 from tui.profile import Profile, TargetConfig
-from tui.ui import synthetic as syn
+from tui.testing import synthetic as syn
 from tui.ui.app import KVTuiApp
 from tui.ui.backend import FixedBackend, target_info
 from tui.ui.band_chart import BandChart

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 from textual.binding import Binding
 from textual.widgets import Button, Input, Tabs
 
 from tui.engine.snapshot import RequestEvent
 from tui.profile import Profile, TargetConfig
-from tui.ui import synthetic as syn
+from tui.testing import synthetic as syn
 from tui.ui.actions import ACTIONS
 from tui.ui.app import KVTuiApp
 from tui.ui.backend import RATE_LADDER, FixedBackend, nudge_rate
@@ -19,6 +20,8 @@ from tui.ui.lines import TextLines
 from tui.ui.scheduler_view import RequestTable, SchedulerView
 from tui.ui.status_line import StatusLine
 from tui.ui.timeline import TimelineScreen
+
+pytestmark = pytest.mark.slow  # each test drives the whole app
 
 SIZE = (160, 48)
 

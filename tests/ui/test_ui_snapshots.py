@@ -10,12 +10,14 @@ import pytest
 from tui.engine.snapshot import RequestEvent
 from tui.metrics.types import ServerGauges
 from tui.profile import Profile, SloConfig, TargetConfig
-from tui.ui import synthetic as syn
+from tui.testing import synthetic as syn
 from tui.ui.app import KVTuiApp
 from tui.ui.backend import FixedBackend, target_info
 from tui.ui.model import DashboardSnapshot, ServerPoint
 from tui.ui.scheduler_view import RequestTable
 from tui.ui.timeline import TimelineScreen
+
+pytestmark = pytest.mark.slow  # each test renders the whole app
 
 WIDE = (160, 48)
 

@@ -218,12 +218,19 @@ def load_checkpoint(model_path: str | Path, device: torch.device, dtype: str = "
     _check_tensors(cfg, found, model_dir)
     tokenizer = HFTokenizer(model_dir, cfg.vocab_size, raw.get("eos_token_id"))
     torch_dtype = pick_dtype(device, dtype, checkpoint_dtype(raw, found))
-    model = DecoderModel(cfg, device=device, dtype=torch_dtype)
+    # parameters made on the meta device, then allocated uninitialised: no random init, no second copy;
+    # every one is then filled from the checkpoint (the layout covers them all, checked below)
+    model = DecoderModel(cfg, device=torch.device("meta"), dtype=torch_dtype).to_empty(device=device)
+    if cfg.tie_embeddings:  # to_empty gives each module its own tensor: tie them again
+        model.lm_head.weight = model.embed.weight
     params = dict(model.named_parameters())
+    layout = _layout(cfg)
+    if set(params) != {ours for ours, _ in layout}:  # a bug in this module, not in the checkpoint
+        raise RuntimeError(f"checkpoint layout and model parameters differ: {sorted(set(params) ^ {o for o, _ in layout})}")
     handles: dict[Path, object] = {}
     try:
         with torch.no_grad():
-            for ours, parts in _layout(cfg):
+            for ours, parts in layout:
                 row = 0
                 for hf_name, exp in parts:
                     f = found[hf_name][0]

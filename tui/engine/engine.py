@@ -5,6 +5,11 @@ batched forward, sample, append tokens, finish requests, index full blocks for p
 the step's timing. ``snapshot()`` turns the state into plain data (``tui.engine.snapshot``) that views
 draw without touching engine objects.
 
+The engine works through two interfaces and never asks what is behind them: the KV layout
+(:class:`tui.engine.kv.KVManager`, chosen by ``config.kv``) and the model runner
+(:class:`tui.engine.runner.ModelRunner`, the forward pass and sampling). What a request wants is one
+:class:`tui.engine.params.SamplingParams`.
+
 Time: ``clock`` (monotonic by default; tests inject a fake) drives the static batch window, the wait
 timeout and ``waited_s``; ``arrival_time`` given to ``add_request`` must be on that clock (a value in
 the future, e.g. from another clock, is taken as "now"). ``StepTiming.t`` is wall-clock time.
@@ -19,22 +24,17 @@ from dataclasses import dataclass, field
 
 import torch
 
-from tui.engine.capacity import never_fits
 from tui.engine.checkpoint import load_checkpoint
-from tui.engine.kv import ContiguousKV, KVManager, PagedKV, slots_for_budget
+from tui.engine.kv import KVManager, KVSpec, new_kv_manager, slots_for_budget
 from tui.engine.model import PRESETS, build_dummy_model, pick_device, pick_dtype
-from tui.engine.model_runner import ModelRunner
-from tui.engine.scheduler import ContinuousScheduler, ScheduledChunk, Scheduler, StaticScheduler
+from tui.engine.model_runner import TorchModelRunner
+from tui.engine.params import SamplingParams
+from tui.engine.runner import ModelRunner
+from tui.engine.scheduler import ContinuousScheduler, Scheduler, StaticScheduler
 from tui.engine.sequence import Request, Status
-from tui.engine.snapshot import (
-    ArenaSegment,
-    BlockView,
-    EngineSnapshot,
-    KVTotals,
-    RequestView,
-    StepTiming,
-)
+from tui.engine.snapshot import EngineSnapshot, KVTotals, StepTiming
 from tui.engine.tokenizer import ByteTokenizer, Tokenizer
+from tui.engine.views import request_views
 from tui.profile import DefensesConfig, EngineConfig, EngineMode, to_dict
 
 FINISH_REASONS = ("length", "stop", "aborted", "timeout", "rejected_backlog", "rejected_too_long")
@@ -97,14 +97,16 @@ class Engine:
             self.tokenizer = ByteTokenizer(PRESETS[config.model].vocab_size)
             self.model_name = config.served_model_name or self.model.config.name
             self.max_model_len = config.max_model_len
-        self.bytes_per_token = self.model.config.kv_bytes_per_token(self.dtype)
+        self.model_config = self.model.config  # all the engine reads of the model outside the runner
+        self.vocab_size = self.model_config.vocab_size
+        self.bytes_per_token = self.model_config.kv_bytes_per_token(self.dtype)
         self.num_slots = slots_for_budget(self._budget_bytes(), self.bytes_per_token, config.block_size)
         if self.num_slots < config.block_size:
             raise ValueError(
                 f"a KV budget of {config.kv_budget_mb} MB holds no {config.block_size}-token block "
                 f"({self.bytes_per_token} bytes per token); raise kv_budget_mb"
             )
-        self.runner = ModelRunner(self.model, self.num_slots, config.block_size)
+        self.runner: ModelRunner = TorchModelRunner(self.model, self.num_slots, config.block_size)
         self.waiting: deque[Request] = deque()
         self.kv: KVManager = self._new_kv(self.mode)
         self.scheduler: Scheduler = self._new_scheduler(self.mode)
@@ -134,10 +136,12 @@ class Engine:
         return int(cfg.kv_budget_mb * (1 << 20))
 
     def _new_kv(self, mode: EngineMode) -> KVManager:
-        if mode.kv == "paged":
-            return PagedKV(self.num_slots // self.config.block_size, self.config.block_size,
-                           self.defenses.prefix_caching)
-        return ContiguousKV(self.num_slots, self.config.reservation, self.max_model_len)
+        cfg = self.config
+        return new_kv_manager(mode.kv, KVSpec(
+            num_slots=self.num_slots, block_size=cfg.block_size, max_model_len=self.max_model_len,
+            reservation=cfg.reservation, prefix_caching=self.defenses.prefix_caching,
+            sliding_window=self.model_config.sliding_window,
+        ))
 
     def _new_scheduler(self, mode: EngineMode) -> Scheduler:
         cls = StaticScheduler if mode.batching == "static" else ContinuousScheduler
@@ -149,24 +153,19 @@ class Engine:
         self,
         request_id: str,
         prompt_token_ids: list[int],
-        max_tokens: int,
+        params: SamplingParams,
         *,
-        temperature: float = 0.0,
-        seed: int | None = None,
-        ignore_eos: bool = True,
         arrival_time: float | None = None,
     ) -> None:
         """Queue a request, or raise :class:`RequestRejected` (never accepted, so no output follows).
 
-        ``ValueError`` for malformed input (duplicate id, empty prompt, ``max_tokens < 1``).
+        ``ValueError`` for malformed input (duplicate id, empty prompt, token ids outside the vocabulary).
         """
         if request_id in self.requests:
             raise ValueError(f"request id {request_id!r} is already in use")
         if not prompt_token_ids:
             raise ValueError("the prompt is empty")
-        if max_tokens < 1:
-            raise ValueError("max_tokens must be at least 1")
-        vocab = self.model.config.vocab_size
+        vocab = self.vocab_size
         if any(not 0 <= t < vocab for t in prompt_token_ids):
             raise ValueError(f"prompt token ids must lie in [0, {vocab})")
         d = self.defenses
@@ -182,19 +181,22 @@ class Engine:
             prompt = prompt[-d.truncate_prompt_to :]  # keep the end, as vLLM's truncate_prompt_tokens does
         now = self.clock()
         req = Request(
-            request_id, prompt, max_tokens, min(arrival_time, now) if arrival_time is not None else now,
-            temperature=temperature, seed=seed, ignore_eos=ignore_eos, eos_token_ids=self.tokenizer.eos_token_ids,
-            original_prompt_len=original,
+            request_id, prompt, params, min(arrival_time, now) if arrival_time is not None else now,
+            eos_token_ids=self.tokenizer.eos_token_ids, original_prompt_len=original,
         )
-        why = self._never_fits(req)
+        why = self._never_fits(req, self.scheduler)
         if why:
             self.num_rejected += 1
             raise RequestRejected("rejected_too_long", why)
         self.requests[request_id] = req
+        req.record(req.arrival_time, "queued", tokens=len(prompt))
         self.scheduler.add(req)
 
-    def _never_fits(self, req: Request) -> str | None:
-        return never_fits(self.config, self.num_slots, self.max_model_len, len(req.prompt), req.max_tokens)
+    def _never_fits(self, req: Request, sched: Scheduler) -> str | None:
+        total = req.max_total_tokens
+        if total > self.max_model_len:
+            return f"prompt ({len(req.prompt)}) + max_tokens ({req.max_tokens}) = {total} exceeds max_model_len {self.max_model_len}"
+        return sched.kv.never_fits(req) or sched.never_fits(req)
 
     def abort(self, request_id: str) -> None:
         """Stop a request and free its KV now; it is reported finished ("aborted") by the next step."""
@@ -232,7 +234,7 @@ class Engine:
         self.kv = self._new_kv(self.mode)
         self.scheduler = self._new_scheduler(self.mode)
         for req in list(self.waiting):  # a waiting request may not fit the new layout
-            why = self._never_fits(req)
+            why = self._never_fits(req, self.scheduler)
             if why:
                 self.waiting.remove(req)
                 self.num_rejected += 1
@@ -241,8 +243,7 @@ class Engine:
     def set_defenses(self, defenses: DefensesConfig) -> None:
         """Apply new defenses at once (prefix caching switches on the live pool)."""
         self.defenses = defenses
-        if isinstance(self.kv, PagedKV):
-            self.kv.pool.set_prefix_caching(defenses.prefix_caching)
+        self.kv.set_prefix_caching(defenses.prefix_caching)
 
     # -- stepping ------------------------------------------------------------------------------------
 
@@ -254,30 +255,44 @@ class Engine:
         self._maybe_complete_switch()
         sched = self.scheduler.schedule()
         prefill_tokens, decode_tokens = sched.prefill_tokens, sched.decode_tokens  # before progress moves
+        modelled = 0.0  # a runner that models a device: its time minus the wall time it actually took
         if sched.chunks:
-            reqs, logits = self.runner.execute(sched.chunks, self.kv)
+            t_run = time.perf_counter()
+            result = self.runner.execute(sched.chunks, self.kv)
+            if result.elapsed_s is not None:
+                modelled = result.elapsed_s - (time.perf_counter() - t_run)
+            now = self.clock()
             for c in sched.chunks:
                 if not c.padding:
-                    c.request.num_computed += c.num_new
-            for req, token in zip(reqs, self._sample(reqs, logits), strict=True):
+                    req = c.request
+                    # A decode computes just the newest output token; anything else is (re)computing
+                    # the prompt, or after a preemption prompt and output, in chunks.
+                    decode = bool(req.output) and req.num_computed == req.num_tokens - 1
+                    req.num_computed += c.num_new
+                    if not decode:
+                        req.record(now, "prefill", tokens=c.num_new, blocks=self.scheduler.blocks_held(req))
+            for req, token in zip(result.requests, result.token_ids, strict=True):
                 reason = req.append_token(token)
+                if len(req.output) == 1:
+                    req.record(now, "first_token", tokens=1, blocks=self.scheduler.blocks_held(req))
                 if reason:
                     self._finish(req, reason)
                 outputs.append(RequestOutput(req.request_id, [token], reason is not None, reason,
                                              len(req.prompt), len(req.output)))
-            self._index_prefixes(sched.chunks)
+            self.kv.cache_computed(c.request for c in sched.chunks)
         self._maybe_complete_switch()
         did_work = bool(sched.chunks or outputs or sched.preempted)
         if did_work:
             self.step_index += 1
         end = time.perf_counter()
+        duration = end - t0 + modelled
         totals = self.totals()
         timing = StepTiming(
             step=self.step_index,
             prefill_tokens=prefill_tokens,
             decode_tokens=decode_tokens,
             batch_size=len(sched.chunks),
-            duration_s=end - t0,
+            duration_s=duration,
             preempted=len(sched.preempted),
             t=time.time(),
             num_running=len(self.scheduler.running),
@@ -288,18 +303,8 @@ class Engine:
         )
         if did_work:
             self._history.append(timing)
-            self._busy.append((end, end - t0))
+            self._busy.append((end, duration))
         return StepOutput(outputs, timing)
-
-    def _sample(self, reqs: list[Request], logits: torch.Tensor) -> list[int]:
-        if not reqs:
-            return []
-        tokens = logits.argmax(dim=-1).tolist()
-        for i, req in enumerate(reqs):
-            if req.temperature > 0:
-                probs = torch.softmax(logits[i].float().cpu() / req.temperature, dim=-1)
-                tokens[i] = int(torch.multinomial(probs, 1, generator=req.generator))
-        return tokens
 
     def _mark_finished(self, req: Request, reason: str) -> None:
         req.status = Status.FINISHED
@@ -310,10 +315,18 @@ class Engine:
     def _finish(self, req: Request, reason: str) -> None:
         self._mark_finished(req, reason)
         self.scheduler.on_finished(req)
+        self._record_end(req, reason)
 
     def _finish_outside_step(self, req: Request, reason: str) -> None:
         self._mark_finished(req, reason)
+        self._record_end(req, reason)
         self._pending.append(RequestOutput(req.request_id, [], True, reason, len(req.prompt), len(req.output)))
+
+    def _record_end(self, req: Request, reason: str) -> None:
+        """The last event of a request's life (a static batch member keeps its KV until the batch ends)."""
+        kind = {"timeout": "timed_out", "aborted": "aborted", "rejected_too_long": "rejected"}.get(reason, "finished")
+        held = self.scheduler.blocks_held(req) if req.request_id in self.scheduler.holders() else 0
+        req.record(self.clock(), kind, tokens=len(req.output), blocks=held, detail=reason)
 
     def _expire_waiting(self) -> None:
         """Finish never-admitted requests past the wait timeout (reported by the step that runs this)."""
@@ -326,16 +339,6 @@ class Engine:
             self.waiting.remove(req)
             self.num_timed_out += 1
             self._finish_outside_step(req, "timeout")
-
-    def _index_prefixes(self, chunks: list[ScheduledChunk]) -> None:
-        kv = self.kv
-        if not isinstance(kv, PagedKV) or not kv.pool.enable_prefix_caching:
-            return
-        for c in chunks:
-            req = c.request
-            if req.request_id in kv.tables:
-                req.update_block_hashes(kv.block_size)
-                kv.register_full_blocks(req.request_id, req.block_hashes, req.num_computed)
 
     # -- reporting -----------------------------------------------------------------------------------
 
@@ -361,56 +364,15 @@ class Engine:
         span = min(window_s, now - (self._busy[0][0] - self._busy[0][1]))
         return min(1.0, sum(d for _, d in self._busy) / span) if span > 0 else 0.0
 
-    def _holders(self) -> dict[str, Request]:
-        """Requests that hold KV now, by id."""
-        out = {r.request_id: r for r in self.scheduler.running}
-        if isinstance(self.scheduler, StaticScheduler):
-            out.update({r.request_id: r for r in self.scheduler.batch})
-        return out
-
     def totals(self) -> KVTotals:
-        """KV accounting now."""
-        kv, holders = self.kv, self._holders()
-        if isinstance(kv, PagedKV):
-            bs = kv.block_size
-            pool = kv.pool
-            if sum(len(t) for t in kv.tables.values()) != pool.num_used:  # some block is shared
-                fills: dict[int, int] = {}
-                for rid, table in kv.tables.items():
-                    n = holders[rid].num_computed if rid in holders else 0
-                    for i, b in enumerate(table):
-                        fills[b] = max(fills.get(b, 0), min(max(n - i * bs, 0), bs))
-                used = sum(fills.values())
-            else:
-                used = sum(min(holders[rid].num_computed, len(t) * bs) for rid, t in kv.tables.items() if rid in holders)
-            return KVTotals(
-                layout="paged", total_slots=kv.num_slots, used_slots=used, reserved_slots=pool.num_used * bs,
-                block_size=bs, total_blocks=pool.num_blocks, used_blocks=pool.num_used, free_blocks=pool.num_free,
-                cached_blocks=pool.num_cached_free, largest_hole=0, free_slots=pool.num_free * bs,
-            )
-        used = sum(holders[rid].num_computed for rid in kv.reservations if rid in holders)
-        return KVTotals(
-            layout="contiguous", total_slots=kv.num_slots, used_slots=used, reserved_slots=kv.reserved_slots,
-            block_size=self.config.block_size, largest_hole=kv.largest_hole, free_slots=kv.free_slots,
-        )
+        """KV accounting now (the layout's own, over the requests holding KV)."""
+        return self.kv.totals(self.scheduler.holders())
 
     def snapshot(self) -> EngineSnapshot:
         """The engine now, as plain data."""
         now = self.clock()
-        holders = self._holders()
-        views: list[RequestView] = []
-        seen: set[str] = set()
-        for req in [*self.scheduler.running, *holders.values(), *self.waiting, *reversed(self._recent_finished)]:
-            if req.request_id in seen:
-                continue
-            seen.add(req.request_id)
-            views.append(self._request_view(req, now, holds=req.request_id in holders))
-        segments: tuple[ArenaSegment, ...] = ()
-        if isinstance(self.kv, ContiguousKV):
-            segs = [ArenaSegment(r.start, r.length, rid, holders[rid].num_computed if rid in holders else 0)
-                    for rid, r in self.kv.reservations.items()]
-            segs += [ArenaSegment(s, n) for s, n in self.kv.holes()]
-            segments = tuple(sorted(segs, key=lambda s: s.start))
+        holders = self.scheduler.holders()
+        shown = [*self.scheduler.running, *holders.values(), *self.waiting, *reversed(self._recent_finished)]
         last = tuple(reversed(list(self._history)[-64:]))
         return EngineSnapshot(
             step=self.step_index,
@@ -418,9 +380,9 @@ class Engine:
             kv=self.mode.kv,
             paused=self.paused,
             draining_to=self.draining_to.label if self.draining_to else None,
-            requests=tuple(views),
-            totals=self.totals(),
-            segments=segments,
+            requests=request_views(shown, self.kv, holders, now),
+            totals=self.kv.totals(holders),
+            segments=self.kv.segments(holders),
             last_steps=last,
             num_waiting=len(self.waiting),
             num_running=len(self.scheduler.running),
@@ -435,39 +397,3 @@ class Engine:
     @property
     def num_preemptions(self) -> int:
         return self._preemptions_before + self.scheduler.num_preemptions
-
-    def _request_view(self, req: Request, now: float, holds: bool) -> RequestView:
-        if req.status is Status.FINISHED:
-            state = "finished"
-        elif req.status is Status.RUNNING:
-            state = "prefilling" if req.num_computed < req.num_tokens - 1 else "running"
-        else:
-            state = req.status.value
-        blocks: tuple[BlockView, ...] = ()
-        start, reserved = None, 0
-        if holds and isinstance(self.kv, PagedKV):
-            bs, pool = self.kv.block_size, self.kv.pool
-            # the next query (position num_tokens - 1) attends to positions >= num_tokens - window
-            window_start = req.num_tokens - (self.model.config.sliding_window or req.num_tokens)
-            blocks = tuple(
-                BlockView(b, min(max(req.num_computed - i * bs, 0), bs), pool.ref_count[b] > 1,
-                          (i + 1) * bs > window_start)
-                for i, b in enumerate(self.kv.table(req.request_id))
-            )
-        elif holds and isinstance(self.kv, ContiguousKV) and req.request_id in self.kv.reservations:
-            r = self.kv.reservations[req.request_id]
-            start, reserved = r.start, r.length
-        admitted = req.first_admitted_time
-        return RequestView(
-            request_id=req.request_id,
-            state=state,
-            prompt_tokens=len(req.prompt),
-            output_tokens=len(req.output),
-            max_tokens=req.max_tokens,
-            preemptions=req.preemptions,
-            computed_tokens=req.num_computed,
-            blocks=blocks,
-            arena_start=start,
-            arena_reserved=reserved,
-            waited_s=max(0.0, (admitted if admitted is not None else now) - req.arrival_time),
-        )

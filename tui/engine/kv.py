@@ -1,4 +1,9 @@
-"""KV-cache bookkeeping for the two layouts; the tensors themselves live in the model runner.
+"""KV-cache bookkeeping: one interface, :class:`KVManager`, and the two layouts behind it.
+
+The tensors themselves live in the model runner. Everything that touches the KV cache (the scheduler
+admitting and growing requests, the engine indexing prefixes, the model runner addressing slots, the
+snapshot code drawing blocks and reservations) goes through :class:`KVManager`, so none of it asks
+which layout it holds; a third layout is one more class implementing it, named in :data:`LAYOUTS`.
 
 Both layouts address one flat array of token *slots* per layer (``[num_slots, kv_heads, head_dim]``),
 sized from the same byte budget, so a comparison between them is fair:
@@ -16,23 +21,20 @@ sized from the same byte budget, so a comparison between them is fair:
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
-from tui.engine.capacity import reservation_slots
+import torch
+
+from tui.engine.capacity import contiguous_never_fits, paged_never_fits, reservation_slots
+from tui.engine.sequence import Request
+from tui.engine.snapshot import ArenaSegment, BlockView, KVTotals, contiguous_totals, paged_totals
 from tui.profile import Reservation
 
 
 def cdiv(a: int, b: int) -> int:
     return -(-a // b)
-
-
-def block_hash(parent: int | None, tokens: Sequence[int]) -> int:
-    """Hash of a full block, chained to its parent's so equal blocks after different prefixes differ.
-
-    Python hashes ints and tuples of ints the same way in every process, so this is deterministic.
-    """
-    return hash((parent, tuple(tokens)))
 
 
 class BlockPool:
@@ -134,19 +136,148 @@ class BlockPool:
             self._num_cached_free = 0
 
 
+@dataclass(frozen=True)
+class PrefixMatch:
+    """Leading full blocks of a request already in the cache: ``blocks`` (ids) cover ``num_tokens``."""
+
+    blocks: tuple[int, ...] = ()
+    num_tokens: int = 0
+
+
+NO_PREFIX = PrefixMatch()
+
+
+@dataclass(frozen=True)
+class KVHolding:
+    """Where one request's KV sits, as the snapshot shows it: block table (paged) or range (contiguous)."""
+
+    blocks: tuple[BlockView, ...] = ()
+    arena_start: int | None = None
+    arena_reserved: int = 0
+
+    def num_blocks(self, block_size: int) -> int:
+        """Blocks held: the block table's length, or the reservation in blocks of ``block_size``."""
+        return len(self.blocks) or -(-self.arena_reserved // block_size)
+
+
+@dataclass(frozen=True)
+class KVSpec:
+    """What any layout is built from: the slots a budget holds and the engine's KV settings."""
+
+    num_slots: int  # a whole number of blocks (see slots_for_budget)
+    block_size: int
+    max_model_len: int
+    reservation: Reservation = "max"  # contiguous: how much a request reserves
+    prefix_caching: bool = False  # paged: share full blocks by hash
+    sliding_window: int | None = None  # the model's attention window (Mistral): older blocks are drawn idle
+
+
+class KVManager(Protocol):
+    """One KV layout's bookkeeping, as the scheduler, the engine, the model runner and snapshots use it.
+
+    A request is *held* from :meth:`admit` until :meth:`free`. Token ``pos`` of a held request has one
+    slot in the runner's flat ``[num_slots, ...]`` tensors (:meth:`slot`); a layout decides which.
+    """
+
+    layout: str  # the name in profiles and snapshots ("paged", "contiguous")
+    num_slots: int
+    block_size: int  # the unit of the paged pool; every layout is read in runs of this many slots
+    aligned_runs: bool  # run_index gives block ids (runs start at multiples of block_size), else slots
+
+    # -- admission and growth (the scheduler) --------------------------------------------------------
+
+    def never_fits(self, req: Request) -> str | None:
+        """Why ``req`` could not fit even holding the whole cache alone (it is refused up front), or None."""
+        ...
+
+    def match_prefix(self, req: Request) -> PrefixMatch:
+        """Cached leading blocks ``req`` can reuse (always leaving a token to compute); NO_PREFIX if none."""
+        ...
+
+    def admit(self, req: Request, num_tokens: int, prefix: PrefixMatch) -> bool:
+        """Start holding ``req`` with room for its first ``num_tokens`` tokens (``prefix`` included).
+
+        False, with nothing taken, when it does not fit now.
+        """
+        ...
+
+    def grow(self, req: Request, num_tokens: int) -> bool:
+        """Make room for ``num_tokens`` tokens of a held request; False (nothing taken) if none is left."""
+        ...
+
+    def free(self, rid: str) -> None:
+        """Stop holding a request (no-op if it holds nothing)."""
+        ...
+
+    def num_holders(self) -> int:
+        """Requests holding KV now."""
+        ...
+
+    # -- prefix cache (the engine) -------------------------------------------------------------------
+
+    def cache_computed(self, reqs: Iterable[Request]) -> None:
+        """After a step: index the requests' full, computed blocks for reuse (no-op without a prefix cache)."""
+        ...
+
+    def set_prefix_caching(self, enabled: bool) -> None:
+        """Switch prefix caching (no-op where the layout has none)."""
+        ...
+
+    # -- addressing (the model runner) ---------------------------------------------------------------
+
+    def slot(self, rid: str, pos: int) -> int:
+        """The slot of token ``pos`` of held request ``rid``."""
+        ...
+
+    def slots(self, rid: str, positions: torch.Tensor) -> torch.Tensor:
+        """The slots of tokens ``positions`` (int64, CPU) of held request ``rid``, vectorised."""
+        ...
+
+    def run_index(self, rids: Sequence[str], context: Sequence[int], num_runs: int) -> torch.Tensor:
+        """Where to read each request's first ``context[i]`` tokens, as ``num_runs`` runs of ``block_size``.
+
+        ``[len(rids) * num_runs]`` int64 on the CPU: block ids when :attr:`aligned_runs`, else each run's
+        first slot. Runs past a request's context may point anywhere inside the pool (they are masked).
+        """
+        ...
+
+    # -- views (snapshots) ---------------------------------------------------------------------------
+
+    def totals(self, holders: Mapping[str, Request]) -> KVTotals:
+        """Accounting now; ``holders`` are the requests holding KV, by id (for their computed tokens)."""
+        ...
+
+    def holding(self, req: Request) -> KVHolding:
+        """Where held request ``req`` sits, for its row in the snapshot."""
+        ...
+
+    def segments(self, holders: Mapping[str, Request]) -> tuple[ArenaSegment, ...]:
+        """The address space as reservations and holes, in address order (empty for a block pool)."""
+        ...
+
+
 class PagedKV:
-    """Block tables over a :class:`BlockPool`."""
+    """Block tables over a :class:`BlockPool`: blocks are taken as tokens arrive, shared by prefix hash."""
 
     layout = "paged"
+    aligned_runs = True
 
-    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = False) -> None:
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = False,
+                 sliding_window: int | None = None) -> None:
         self.block_size = block_size
         self.pool = BlockPool(num_blocks, block_size, enable_prefix_caching)
         self.tables: dict[str, list[int]] = {}
         self.num_slots = num_blocks * block_size
+        self.sliding_window = sliding_window
+
+    @classmethod
+    def from_spec(cls, spec: KVSpec) -> PagedKV:
+        return cls(spec.num_slots // spec.block_size, spec.block_size, spec.prefix_caching, spec.sliding_window)
 
     def table(self, rid: str) -> list[int]:
         return self.tables.get(rid, [])
+
+    # -- the pool's own operations (the interface below is built on them) ------------------------------
 
     def prefix_hits(self, hashes: Sequence[int], num_tokens: int) -> list[int]:
         """Cached blocks matching the request's leading full blocks; at least one token is left to compute."""
@@ -173,11 +304,6 @@ class PagedKV:
         self.tables[rid] = [*table, *hits, *new]
         return True
 
-    def free(self, rid: str) -> None:
-        table = self.tables.pop(rid, None)
-        if table:
-            self.pool.free(table)
-
     def register_full_blocks(self, rid: str, hashes: Sequence[int], num_computed: int) -> None:
         """Index the request's full, computed blocks for prefix reuse."""
         if not self.pool.enable_prefix_caching:
@@ -186,8 +312,79 @@ class PagedKV:
         for i in range(min(num_computed // self.block_size, len(hashes), len(table))):
             self.pool.register(table[i], hashes[i])
 
-    def holders(self) -> int:
+    # -- KVManager -------------------------------------------------------------------------------------
+
+    def never_fits(self, req: Request) -> str | None:
+        return paged_never_fits(self.num_slots, len(req.prompt), req.max_tokens)
+
+    def match_prefix(self, req: Request) -> PrefixMatch:
+        if not self.pool.enable_prefix_caching:
+            return NO_PREFIX
+        req.update_block_hashes(self.block_size)
+        hits = self.prefix_hits(req.block_hashes, req.num_tokens)
+        return PrefixMatch(tuple(hits), len(hits) * self.block_size) if hits else NO_PREFIX
+
+    def admit(self, req: Request, num_tokens: int, prefix: PrefixMatch) -> bool:
+        return self.allocate(req.request_id, num_tokens, prefix.blocks)
+
+    def grow(self, req: Request, num_tokens: int) -> bool:
+        return self.allocate(req.request_id, num_tokens)
+
+    def free(self, rid: str) -> None:
+        table = self.tables.pop(rid, None)
+        if table:
+            self.pool.free(table)
+
+    def num_holders(self) -> int:
         return len(self.tables)
+
+    def cache_computed(self, reqs: Iterable[Request]) -> None:
+        if not self.pool.enable_prefix_caching:
+            return
+        for req in reqs:
+            if req.request_id in self.tables:
+                req.update_block_hashes(self.block_size)
+                self.register_full_blocks(req.request_id, req.block_hashes, req.num_computed)
+
+    def set_prefix_caching(self, enabled: bool) -> None:
+        self.pool.set_prefix_caching(enabled)
+
+    def slot(self, rid: str, pos: int) -> int:
+        bs = self.block_size
+        return self.tables[rid][pos // bs] * bs + pos % bs
+
+    def slots(self, rid: str, positions: torch.Tensor) -> torch.Tensor:
+        bs = self.block_size
+        table = torch.tensor(self.tables[rid], dtype=torch.long)
+        return table[positions // bs] * bs + positions % bs
+
+    def run_index(self, rids: Sequence[str], context: Sequence[int], num_runs: int) -> torch.Tensor:
+        rows: list[int] = []
+        for rid in rids:
+            t = self.tables[rid][:num_runs]
+            rows += t
+            rows += [0] * (num_runs - len(t))  # padding points at block 0 and is masked off
+        return torch.tensor(rows, dtype=torch.long)
+
+    def totals(self, holders: Mapping[str, Request]) -> KVTotals:
+        pool = self.pool
+        return paged_totals(
+            block_size=self.block_size, total_blocks=pool.num_blocks, used_blocks=pool.num_used,
+            cached_blocks=pool.num_cached_free,
+            tables=[(t, holders[rid].num_computed) for rid, t in self.tables.items() if rid in holders],
+        )
+
+    def holding(self, req: Request) -> KVHolding:
+        bs, refs, n = self.block_size, self.pool.ref_count, req.num_computed
+        # the next query (position num_tokens - 1) attends to positions >= num_tokens - window
+        window_start = req.num_tokens - (self.sliding_window or req.num_tokens)
+        return KVHolding(blocks=tuple(
+            BlockView(b, min(max(n - i * bs, 0), bs), refs[b] > 1, (i + 1) * bs > window_start)
+            for i, b in enumerate(self.table(req.request_id))
+        ))
+
+    def segments(self, holders: Mapping[str, Request]) -> tuple[ArenaSegment, ...]:
+        return ()
 
 
 @dataclass
@@ -202,14 +399,22 @@ class ContiguousKV:
     """A first-fit arena of token slots, one contiguous reservation per request."""
 
     layout = "contiguous"
+    aligned_runs = False
 
-    def __init__(self, num_slots: int, policy: Reservation, max_model_len: int) -> None:
+    def __init__(self, num_slots: int, policy: Reservation, max_model_len: int, block_size: int = 16) -> None:
         if num_slots < 1:
             raise ValueError("the KV budget holds no slot; raise kv_budget_mb")
         self.num_slots = num_slots
         self.policy = policy
         self.max_model_len = max_model_len
+        self.block_size = block_size
         self.reservations: dict[str, Reserved] = {}
+
+    @classmethod
+    def from_spec(cls, spec: KVSpec) -> ContiguousKV:
+        return cls(spec.num_slots, spec.reservation, spec.max_model_len, spec.block_size)
+
+    # -- the arena's own operations ----------------------------------------------------------------------
 
     def reservation_size(self, prompt_len: int, max_tokens: int) -> int:
         """Slots reserved for a request: exact, next power of two, or the model's max length."""
@@ -227,9 +432,6 @@ class ContiguousKV:
                 return None
         self.reservations[rid] = Reserved(pos, size)
         return pos
-
-    def free(self, rid: str) -> None:
-        self.reservations.pop(rid, None)
 
     def start(self, rid: str) -> int:
         return self.reservations[rid].start
@@ -257,11 +459,81 @@ class ContiguousKV:
     def largest_hole(self) -> int:
         return max((n for _, n in self.holes()), default=0)
 
-    def holders(self) -> int:
+    # -- KVManager -------------------------------------------------------------------------------------
+
+    def never_fits(self, req: Request) -> str | None:
+        return contiguous_never_fits(self.num_slots, self.policy, self.max_model_len, len(req.prompt), req.max_tokens)
+
+    def match_prefix(self, req: Request) -> PrefixMatch:
+        return NO_PREFIX  # a reservation is private: nothing to share
+
+    def admit(self, req: Request, num_tokens: int, prefix: PrefixMatch) -> bool:
+        # the whole reservation up front, whatever the first chunk needs
+        size = self.reservation_size(len(req.prompt), req.max_tokens)
+        return self.reserve(req.request_id, size) is not None
+
+    def grow(self, req: Request, num_tokens: int) -> bool:
+        return True  # reserved for its whole length at admission
+
+    def free(self, rid: str) -> None:
+        self.reservations.pop(rid, None)
+
+    def num_holders(self) -> int:
         return len(self.reservations)
 
+    def cache_computed(self, reqs: Iterable[Request]) -> None:
+        return None
 
-KVManager = PagedKV | ContiguousKV
+    def set_prefix_caching(self, enabled: bool) -> None:
+        return None
+
+    def slot(self, rid: str, pos: int) -> int:
+        return self.reservations[rid].start + pos
+
+    def slots(self, rid: str, positions: torch.Tensor) -> torch.Tensor:
+        return positions + self.reservations[rid].start
+
+    def run_index(self, rids: Sequence[str], context: Sequence[int], num_runs: int) -> torch.Tensor:
+        # runs of block_size slots from each reservation's start: one copy per run, like a block
+        bs = self.block_size
+        starts = torch.tensor([self.reservations[rid].start for rid in rids], dtype=torch.long)
+        offsets = torch.arange(0, num_runs * bs, bs)
+        held = offsets[None, :] < torch.tensor(context, dtype=torch.long)[:, None]
+        # runs past a row's own context (shorter rows of the group) read slot 0 and are masked off
+        return torch.where(held, starts[:, None] + offsets, 0).view(-1)
+
+    def totals(self, holders: Mapping[str, Request]) -> KVTotals:
+        return contiguous_totals(
+            block_size=self.block_size, total_slots=self.num_slots,
+            reservations=[(r.start, r.length, holders[rid].num_computed if rid in holders else 0)
+                          for rid, r in self.reservations.items()],
+        )
+
+    def holding(self, req: Request) -> KVHolding:
+        r = self.reservations.get(req.request_id)
+        return KVHolding(arena_start=r.start, arena_reserved=r.length) if r is not None else KVHolding()
+
+    def segments(self, holders: Mapping[str, Request]) -> tuple[ArenaSegment, ...]:
+        segs = [ArenaSegment(r.start, r.length, rid, holders[rid].num_computed if rid in holders else 0)
+                for rid, r in self.reservations.items()]
+        segs += [ArenaSegment(s, n) for s, n in self.holes()]
+        return tuple(sorted(segs, key=lambda s: s.start))
+
+
+# The layouts by the name profiles use (EngineConfig.kv); a new layout adds itself here.
+LAYOUTS: dict[str, Callable[[KVSpec], KVManager]] = {
+    PagedKV.layout: PagedKV.from_spec,
+    ContiguousKV.layout: ContiguousKV.from_spec,
+}
+
+
+def new_kv_manager(layout: str, spec: KVSpec) -> KVManager:
+    """A fresh, empty layout by name."""
+    try:
+        make = LAYOUTS[layout]
+    except KeyError:
+        raise ValueError(f"unknown KV layout {layout!r}; expected one of {', '.join(sorted(LAYOUTS))}") from None
+    return make(spec)
 
 
 def slots_for_budget(budget_bytes: int, bytes_per_token: int, block_size: int) -> int:

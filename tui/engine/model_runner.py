@@ -1,4 +1,4 @@
-"""One batched forward per engine step, over either KV layout.
+"""The torch backend of :class:`tui.engine.runner.ModelRunner`: one batched forward per engine step.
 
 Each layer's KV lives in one flat tensor of token slots, ``[num_slots, kv_heads, head_dim]``, the same
 for both layouts (the paged view is ``[num_blocks, block_size, kv_heads, head_dim]``). A step:
@@ -14,7 +14,11 @@ for both layouts (the paged view is ``[num_blocks, block_size, kv_heads, head_di
      the query heads sharing a KV head ride the query-length axis, so GQA makes no K/V copy;
    - each prefill chunk on its own: a fresh prompt attends over its own K/V (causal), a later chunk
      over the context gathered from the cache;
-3. returns the logits of the last token of every request whose chunk reaches its end.
+3. takes the logits of the last token of every request whose chunk reaches its end and samples
+   (greedy, or from the request's own seeded generator).
+
+The layout is only ever asked for addresses (:class:`tui.engine.kv.KVManager`: ``slot``, ``slots``,
+``run_index``), so any layout works; ``aligned_runs`` picks the cheaper read for block-aligned runs.
 
 Padding rows (finished members of a static batch) attend over their context like any decode, write
 their K/V to one scratch slot past the pool, and are never sampled.
@@ -25,13 +29,15 @@ in because no GPU was available to measure one against it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-from tui.engine.kv import ContiguousKV, KVManager, PagedKV, cdiv
+from tui.engine.kv import KVManager, cdiv
 from tui.engine.model import DecoderModel
+from tui.engine.runner import StepResult
 from tui.engine.scheduler import ScheduledChunk
 from tui.engine.sequence import Request
 
@@ -50,7 +56,7 @@ class _DecodeGroup:
 
     start: int
     end: int
-    index: torch.Tensor  # paged: [rows * blocks] block ids; contiguous: [rows * length] slots
+    index: torch.Tensor  # [rows * runs]: block ids (aligned runs) or each run's first slot
     length: int  # padded context length of the group
     mask: torch.Tensor | None  # [rows, 1, 1, length] True where a slot holds context; None: all do
 
@@ -62,7 +68,7 @@ class _StepMeta:
     slot_mapping: torch.Tensor  # [T] where each token's K/V goes
     groups: list[_DecodeGroup]
     prefills: list[_Prefill]
-    paged: bool
+    aligned: bool  # runs are whole blocks: read the cache as [blocks, block_size, ...]
 
 
 # A separate decode group costs a few kernel launches; split only when the padding it saves is larger
@@ -81,8 +87,8 @@ def _length_groups(ctx: list[int]) -> list[tuple[int, int]]:
     return groups
 
 
-class ModelRunner:
-    """Owns the KV tensors and turns a scheduler output into logits."""
+class TorchModelRunner:
+    """Owns the KV tensors; runs the model over a step's chunks and samples (a ``ModelRunner``)."""
 
     def __init__(self, model: DecoderModel, num_slots: int, block_size: int) -> None:
         self.model = model
@@ -104,12 +110,17 @@ class ModelRunner:
         self._kbuf = torch.empty(0, device=self.device, dtype=self.dtype)
         self._vbuf = torch.empty(0, device=self.device, dtype=self.dtype)
         # when a list, each step's prepared forward inputs are appended (the benchmark replays them)
-        self.trace: list[tuple] | None = None
+        self.trace: list[tuple[torch.Tensor, torch.Tensor, _StepMeta, torch.Tensor]] | None = None
 
     # -- public --------------------------------------------------------------------------------------
 
-    def execute(self, chunks: list[ScheduledChunk], kv: KVManager) -> tuple[list[Request], torch.Tensor]:
-        """Run one step; the requests that sample a token now and their logits ``[N, vocab]``."""
+    def execute(self, chunks: Sequence[ScheduledChunk], kv: KVManager) -> StepResult:
+        """Run one step: forward, then sample one token for every request whose chunk reached its end."""
+        reqs, logits = self.forward(chunks, kv)
+        return StepResult(reqs, self._sample(reqs, logits))
+
+    def forward(self, chunks: Sequence[ScheduledChunk], kv: KVManager) -> tuple[list[Request], torch.Tensor]:
+        """Run the model over one step; the requests that sample a token now and their logits ``[N, vocab]``."""
         # decodes longest context first, so rows of similar length can be attended as one group
         decodes = sorted((c for c in chunks if c.num_new == 1), key=lambda c: -c.request.num_computed)
         prefills = [c for c in chunks if c.num_new != 1]
@@ -127,7 +138,7 @@ class ModelRunner:
                 continue
             tokens.append(r.output[s - len(r.prompt)] if s >= len(r.prompt) else r.prompt[s])
             positions.append(s)
-            slots.append(self._slot(kv, r.request_id, s))
+            slots.append(kv.slot(r.request_id, s))
             if s + 1 == r.num_tokens:
                 sample_reqs.append(r)
                 sample_idx.append(len(tokens) - 1)
@@ -138,7 +149,7 @@ class ModelRunner:
             tokens.extend(r.all_tokens[s : s + n])
             pos = torch.arange(s, s + n)
             pre_pos.append(pos)
-            pre_slots.append(self._slot_range(kv, r.request_id, pos))
+            pre_slots.append(kv.slots(r.request_id, pos))
             if s + n == r.num_tokens:
                 sample_reqs.append(r)
                 sample_idx.append(len(tokens) - 1)
@@ -158,28 +169,22 @@ class ModelRunner:
         """Run a traced step's forward again: the model and attention work alone, no bookkeeping."""
         return self.model(input_ids, positions, lambda i, q, k, v: self._attend(meta, i, q, k, v), idx)
 
+    @staticmethod
+    def _sample(reqs: list[Request], logits: torch.Tensor) -> list[int]:
+        if not reqs:
+            return []
+        tokens: list[int] = logits.argmax(dim=-1).tolist()
+        for i, req in enumerate(reqs):
+            if req.temperature > 0:
+                probs = torch.softmax(logits[i].float().cpu() / req.temperature, dim=-1)
+                tokens[i] = int(torch.multinomial(probs, 1, generator=req.generator))
+        return tokens
+
     # -- metadata ------------------------------------------------------------------------------------
-
-    @staticmethod
-    def _slot(kv: KVManager, rid: str, pos: int) -> int:
-        if isinstance(kv, ContiguousKV):
-            return kv.start(rid) + pos
-        bs = kv.block_size
-        return kv.tables[rid][pos // bs] * bs + pos % bs
-
-    @staticmethod
-    def _slot_range(kv: KVManager, rid: str, pos: torch.Tensor) -> torch.Tensor:
-        """Slots of the positions ``pos`` of one request (vectorised)."""
-        if isinstance(kv, ContiguousKV):
-            return pos + kv.start(rid)
-        bs = kv.block_size
-        table = torch.tensor(kv.tables[rid], dtype=torch.long)
-        return table[pos // bs] * bs + pos % bs
 
     def _meta(self, decodes: list[ScheduledChunk], prefills: list[ScheduledChunk], kv: KVManager,
               slot_all: torch.Tensor) -> _StepMeta:
         dev = self.device
-        paged = isinstance(kv, PagedKV)
         groups: list[_DecodeGroup] = []
         if decodes:
             ctx = [c.request.num_computed + (0 if c.padding else 1) for c in decodes]
@@ -191,29 +196,17 @@ class ModelRunner:
             s, n = c.request.num_computed, c.num_new
             index = None
             if s > 0:  # a later chunk (or a recompute) reads the context already in the cache
-                index = self._slot_range(kv, c.request.request_id, torch.arange(s + n)).to(dev)
+                index = kv.slots(c.request.request_id, torch.arange(s + n)).to(dev)
             pre.append(_Prefill(offset, n, s, index))
             offset += n
-        return _StepMeta(slot_all.to(dev), groups, pre, paged)
+        return _StepMeta(slot_all.to(dev), groups, pre, kv.aligned_runs)
 
     def _decode_group(self, decodes: list[ScheduledChunk], ctx: list[int], kv: KVManager, start: int) -> _DecodeGroup:
         dev = self.device
         bs = self.block_size  # both layouts are read in runs of block_size slots (see _gather)
         nb = cdiv(ctx[0], bs)
         length = nb * bs
-        if isinstance(kv, PagedKV):
-            rows: list[int] = []
-            for c in decodes:
-                t = kv.tables[c.request.request_id][:nb]
-                rows += t
-                rows += [0] * (nb - len(t))  # padding points at block 0 and is masked off
-            index = torch.tensor(rows, dtype=torch.long)
-        else:  # runs of block_size slots from each reservation's start: one copy per run, like a block
-            starts = torch.tensor([kv.start(c.request.request_id) for c in decodes], dtype=torch.long)
-            offsets = torch.arange(0, nb * bs, bs)
-            held = offsets[None, :] < torch.tensor(ctx, dtype=torch.long)[:, None]
-            # runs past a row's own context (shorter rows of the group) read slot 0 and are masked off
-            index = torch.where(held, starts[:, None] + offsets, 0).view(-1)
+        index = kv.run_index([c.request.request_id for c in decodes], ctx, nb)
         mask = None
         windowed = self.window is not None and ctx[0] > self.window
         if ctx[-1] != length or windowed:
@@ -228,12 +221,12 @@ class ModelRunner:
 
     # -- attention -----------------------------------------------------------------------------------
 
-    def _gather(self, cache: torch.Tensor, buf_name: str, index: torch.Tensor, paged: bool, rows: int,
+    def _gather(self, cache: torch.Tensor, buf_name: str, index: torch.Tensor, aligned: bool, rows: int,
                 length: int) -> torch.Tensor:
         """Copy the decode contexts into a reused buffer: ``[rows, length, kv_heads, head_dim]``.
 
-        ``index`` picks runs of ``block_size`` slots: paged, block ids in the ``[blocks, block_size, ...]``
-        view; contiguous, start slots in an overlapping window view (run ``i`` = slots ``i..i+bs-1``).
+        ``index`` picks runs of ``block_size`` slots: aligned, block ids in the ``[blocks, block_size, ...]``
+        view; otherwise start slots in an overlapping window view (run ``i`` = slots ``i..i+bs-1``).
         """
         need = rows * length * self.kv_heads * self.head_dim
         buf = getattr(self, buf_name)
@@ -241,7 +234,7 @@ class ModelRunner:
             buf = torch.empty(need, device=self.device, dtype=self.dtype)
             setattr(self, buf_name, buf)
         bs, h, d = self.block_size, self.kv_heads, self.head_dim
-        if paged:
+        if aligned:
             src = cache[: self.num_slots].view(-1, bs, h, d)
         else:
             src = cache.as_strided((cache.shape[0] - bs + 1, bs, h, d), (h * d, h * d, d, 1))
@@ -256,8 +249,8 @@ class ModelRunner:
         out = torch.empty_like(q)
         for g in meta.groups:
             rows = g.end - g.start
-            kk = self._gather(kc, "_kbuf", g.index, meta.paged, rows, g.length)
-            vv = self._gather(vc, "_vbuf", g.index, meta.paged, rows, g.length)
+            kk = self._gather(kc, "_kbuf", g.index, meta.aligned, rows, g.length)
+            vv = self._gather(vc, "_vbuf", g.index, meta.aligned, rows, g.length)
             # one query token per row: fold each KV head's group of query heads into the query-length
             # axis, [rows, kv_heads, group, D], so no K/V copy is made for grouped-query attention
             qg = q[g.start : g.end].view(rows, self.kv_heads, -1, self.head_dim)

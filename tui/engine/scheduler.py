@@ -1,7 +1,7 @@
 """Who runs in the next engine step: static (request-level) and continuous (iteration-level) batching.
 
 Both schedulers share the waiting queue (arrival order; preempted requests go back to its head) and
-a KV manager of either layout, and return the same :class:`SchedulerOutput`: which requests compute
+a KV manager (any layout, through :class:`tui.engine.kv.KVManager` alone), and return the same :class:`SchedulerOutput`: which requests compute
 how many tokens this step, starting at their ``num_computed``.
 
 - :class:`StaticScheduler` (FasterTransformer semantics): a batch starts when ``static_batch_size``
@@ -23,7 +23,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tui.engine.kv import ContiguousKV, KVManager, PagedKV
+from tui.engine.capacity import budget_never_fits
+from tui.engine.kv import KVManager
 from tui.engine.sequence import Request, Status
 from tui.profile import EngineConfig
 
@@ -79,13 +80,15 @@ class Scheduler:
 
     def is_idle(self) -> bool:
         """No request holds KV (a mode switch may rebuild the layout now)."""
-        return not self.running and self.kv.holders() == 0
+        return not self.running and self.kv.num_holders() == 0
 
-    def can_ever_fit(self, req: Request) -> bool:
-        """Whether the request fits the KV cache if it held the whole cache alone."""
-        if isinstance(self.kv, ContiguousKV):
-            return self.kv.reservation_size(len(req.prompt), req.max_tokens) <= self.kv.num_slots
-        return req.max_total_tokens <= self.kv.num_slots
+    def holders(self) -> dict[str, Request]:
+        """Requests that hold KV now, by id."""
+        return {r.request_id: r for r in self.running}
+
+    def never_fits(self, req: Request) -> str | None:
+        """Why this policy could never schedule ``req`` (whatever the KV cache holds), or None."""
+        return None
 
     # -- mutations -----------------------------------------------------------------------------------
 
@@ -112,43 +115,37 @@ class Scheduler:
 
     def _admit_kv(self, req: Request, budget: int | None) -> int | None:
         """Give a waiting request its KV for the first chunk; the chunk length, or None if it must wait."""
-        kv = self.kv
-        hits: list[int] = []
-        if isinstance(kv, PagedKV) and kv.pool.enable_prefix_caching:
-            req.update_block_hashes(kv.block_size)
-            hits = kv.prefix_hits(req.block_hashes, req.num_tokens)
-        computed = len(hits) * kv.block_size if isinstance(kv, PagedKV) else 0
+        prefix = self.kv.match_prefix(req)
+        computed = prefix.num_tokens
         num_new = req.num_tokens - computed
         if budget is not None:
             if num_new > budget and not self.cfg.enable_chunked_prefill:
                 return None
             num_new = min(num_new, budget)
-        if isinstance(kv, PagedKV):
-            if not kv.allocate(req.request_id, computed + num_new, hits):
-                return None
-        elif kv.reserve(req.request_id, kv.reservation_size(len(req.prompt), req.max_tokens)) is None:
+        if not self.kv.admit(req, computed + num_new, prefix):
             return None
         req.num_computed = computed
         return num_new
+
+    def blocks_held(self, req: Request) -> int:
+        """KV blocks ``req`` holds now (for its events)."""
+        return self.kv.holding(req).num_blocks(self.kv.block_size)
 
     def _start(self, req: Request) -> None:
         assert self.waiting[0] is req
         self.waiting.popleft()
         req.status = Status.RUNNING
+        now = self.clock()
+        req.record(now, "admitted" if req.first_admitted_time is None else "readmitted",
+                   blocks=self.blocks_held(req))
         if req.first_admitted_time is None:
-            req.first_admitted_time = self.clock()
+            req.first_admitted_time = now
         self.running.append(req)
-
-    def _grow(self, req: Request, num_tokens: int) -> bool:
-        """Make room for ``num_tokens`` tokens of a running request (contiguous: already reserved)."""
-        if isinstance(self.kv, PagedKV):
-            return self.kv.allocate(req.request_id, num_tokens)
-        return True
 
     def _make_room(self, req: Request, num_new: int, out: SchedulerOutput) -> bool:
         """Grow ``req`` by ``num_new`` tokens, preempting the most recently admitted running requests
         until it fits; False when ``req`` itself had to go."""
-        while not self._grow(req, req.num_computed + num_new):
+        while not self.kv.grow(req, req.num_computed + num_new):
             victim = self.running[-1]  # running is in admission order
             self._preempt(victim)
             out.preempted.append(victim)
@@ -164,11 +161,15 @@ class Scheduler:
         req.num_computed = 0
         req.preemptions += 1
         self.num_preemptions += 1
+        req.record(self.clock(), "preempted", tokens=len(req.output), detail="KV full: recomputed on re-admission")
         self.waiting.appendleft(req)
 
 
 class ContinuousScheduler(Scheduler):
     """Iteration-level scheduling with a token budget, chunked prefill and recompute preemption."""
+
+    def never_fits(self, req: Request) -> str | None:
+        return budget_never_fits(self.cfg, len(req.prompt), req.max_tokens)
 
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()
@@ -207,6 +208,10 @@ class StaticScheduler(Scheduler):
 
     def is_idle(self) -> bool:
         return not self.batch and super().is_idle()
+
+    def holders(self) -> dict[str, Request]:
+        # finished members keep their KV until the whole batch ends
+        return {**super().holders(), **{r.request_id: r for r in self.batch}}
 
     def remove(self, req: Request) -> None:
         if req in self.batch:

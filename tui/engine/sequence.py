@@ -3,11 +3,23 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
 
-from tui.engine.kv import block_hash
+from tui.engine.params import SamplingParams
+from tui.engine.snapshot import RequestEvent
+
+MAX_EVENTS = 64  # per request; past it each new event replaces the last (a very long life is elided)
+
+
+def block_hash(parent: int | None, tokens: Sequence[int]) -> int:
+    """Hash of a full block, chained to its parent's so equal blocks after different prefixes differ.
+
+    Python hashes ints and tuples of ints the same way in every process, so this is deterministic.
+    """
+    return hash((parent, tuple(tokens)))
 
 
 class Status(enum.Enum):
@@ -28,11 +40,8 @@ class Request:
 
     request_id: str
     prompt: list[int]
-    max_tokens: int
+    params: SamplingParams
     arrival_time: float
-    temperature: float = 0.0
-    seed: int | None = None
-    ignore_eos: bool = True
     eos_token_ids: frozenset[int] = frozenset()  # all of them end the request (vLLM: unless ignore_eos)
     original_prompt_len: int = 0
     output: list[int] = field(default_factory=list)
@@ -43,13 +52,30 @@ class Request:
     finish_reason: str | None = None
     block_hashes: list[int] = field(default_factory=list)  # full blocks of all_tokens, chained
     generator: torch.Generator | None = None
+    events: list[RequestEvent] = field(default_factory=list)  # its transitions, oldest first
 
     def __post_init__(self) -> None:
         if not self.original_prompt_len:
             self.original_prompt_len = len(self.prompt)
-        if self.temperature > 0:
+        if self.params.temperature > 0:
             self.generator = torch.Generator()
-            self.generator.manual_seed(self.seed if self.seed is not None else 0)
+            self.generator.manual_seed(self.params.seed if self.params.seed is not None else 0)
+
+    def record(self, t: float, kind: str, *, tokens: int = 0, blocks: int = 0, detail: str = "") -> None:
+        """Note a transition (the kinds and fields are described on :class:`RequestEvent`)."""
+        event = RequestEvent(t, kind, tokens, blocks, detail)
+        if len(self.events) < MAX_EVENTS:
+            self.events.append(event)
+        else:
+            self.events[-1] = event
+
+    @property
+    def max_tokens(self) -> int:
+        return self.params.max_tokens
+
+    @property
+    def temperature(self) -> float:
+        return self.params.temperature
 
     @property
     def all_tokens(self) -> list[int]:
@@ -86,8 +112,9 @@ class Request:
     def append_token(self, token: int) -> str | None:
         """Add an output token; the finish reason if that ends the request."""
         self.output.append(token)
-        if not self.ignore_eos and token in self.eos_token_ids:
+        params = self.params
+        if not params.ignore_eos and token in self.eos_token_ids:
             return "stop"
-        if len(self.output) >= self.max_tokens:
+        if len(self.output) >= params.max_tokens:
             return "length"
         return None

@@ -3,10 +3,14 @@
 Nothing here imports torch or Textual. ``EngineSnapshot.to_dict()`` is what the control API's state route
 returns as JSON and ``EngineSnapshot.from_dict()`` rebuilds it on the client side, so a view can be
 fed a live engine, a recorded run or a fixed test fixture through the same path.
+
+:func:`paged_totals` and :func:`contiguous_totals` are the one derivation of :class:`KVTotals`: the
+engine's layouts and the seeded test fixtures (``tui.testing.synthetic``) both call them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -109,6 +113,57 @@ class KVTotals:
         if self.layout != "contiguous" or not self.free_slots:
             return 0.0
         return 1.0 - self.largest_hole / self.free_slots
+
+
+def paged_totals(
+    *,
+    block_size: int,
+    total_blocks: int,
+    used_blocks: int,
+    cached_blocks: int,
+    tables: Sequence[tuple[Sequence[int], int]],
+) -> KVTotals:
+    """Totals of a block pool.
+
+    ``tables``: each holder's block table (block ids in logical order) with its computed tokens;
+    ``used_blocks``: blocks held by anyone, each counted once (a prefix-shared block sits in several
+    tables); ``cached_blocks``: free blocks that still hold a reusable prefix (they count as free).
+    A block holds ``min(computed - i * block_size, block_size)`` tokens at table position ``i``.
+    """
+    bs = block_size
+    if sum(len(t) for t, _ in tables) != used_blocks:  # some block is shared: count its tokens once
+        fills: dict[int, int] = {}
+        for table, n in tables:
+            for i, b in enumerate(table):
+                fills[b] = max(fills.get(b, 0), min(max(n - i * bs, 0), bs))
+        used = sum(fills.values())
+    else:  # the common case, kept O(requests) because it runs after every step
+        used = sum(min(n, len(t) * bs) for t, n in tables)
+    free_blocks = total_blocks - used_blocks
+    return KVTotals(
+        layout="paged", total_slots=total_blocks * bs, used_slots=used, reserved_slots=used_blocks * bs,
+        block_size=bs, total_blocks=total_blocks, used_blocks=used_blocks, free_blocks=free_blocks,
+        cached_blocks=cached_blocks, largest_hole=0, free_slots=free_blocks * bs,
+    )
+
+
+def contiguous_totals(*, block_size: int, total_slots: int, reservations: Sequence[tuple[int, int, int]]) -> KVTotals:
+    """Totals of a contiguous arena; ``reservations`` as ``(start, length, slots holding a token)``.
+
+    The holes are the gaps between reservations (and after the last); the largest one bounds the next
+    reservation that can be placed.
+    """
+    largest, pos, reserved, used = 0, 0, 0, 0
+    for start, length, filled in sorted(reservations):
+        largest = max(largest, start - pos)
+        pos = start + length
+        reserved += length
+        used += filled
+    largest = max(largest, total_slots - pos)
+    return KVTotals(
+        layout="contiguous", total_slots=total_slots, used_slots=used, reserved_slots=reserved,
+        block_size=block_size, largest_hole=largest, free_slots=total_slots - reserved,
+    )
 
 
 @dataclass(frozen=True)

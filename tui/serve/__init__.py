@@ -1,6 +1,7 @@
 """``kvtui serve``: the local engine behind an OpenAI-compatible API, ``/metrics`` and a control API.
 
-``app`` (routes, ``serve_main``), ``engine_loop`` + ``engine_proc`` (the engine in its own process),
-``generate`` (one request's stream), ``openai_api`` (the wire format), ``prom`` (metrics), ``local``
-(``LocalServer``: the server as a child process of the dashboard or the recorder).
+``app`` (the HTTP side, ``serve_main``), ``routes`` (every path, once), ``engine_loop`` +
+``engine_proc`` (the engine in its own process), ``generate`` (one request's stream), ``openai_api``
+(the wire format), ``prom`` (metrics), ``local`` (``LocalServer``: the server as a child process of the
+dashboard or the recorder), ``control_client`` (the one client of the control API).
 """

@@ -29,7 +29,7 @@ import socket
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from types import FrameType
 from typing import Any
 
@@ -41,6 +41,7 @@ from starlette.responses import JSONResponse as StarletteJSONResponse
 from starlette.responses import Response
 from starlette.routing import Route
 
+from tui.engine.snapshot import EngineSnapshot
 from tui.gpu import GpuSampler
 from tui.profile import (
     EngineMode,
@@ -167,7 +168,7 @@ async def _json_object(request: Request) -> dict[str, Any]:
     return body
 
 
-def _state_body(snap: Any, gpu: list[dict[str, Any]]) -> dict[str, Any]:
+def _state_body(snap: EngineSnapshot, gpu: list[dict[str, Any]]) -> dict[str, Any]:
     return {"engine": snap.to_dict(), "gpu": gpu}
 
 
@@ -195,8 +196,7 @@ async def _generate(request: Request, *, chat: bool) -> Response:
                               encode_chat=info.tokenizer.encode_chat,
                               vocab_size=info.vocab_size, max_model_len=info.max_model_len)
     request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
-    queue = st.engine.add_request(request_id, params.prompt_token_ids, params.max_tokens,
-                                  temperature=params.temperature, seed=params.seed, ignore_eos=params.ignore_eos)
+    queue = st.engine.add_request(request_id, params.prompt_token_ids, params.sampling)
     gen = Generation(st.engine, st.metrics, st.counters, info, request_id, params, queue, received)
     try:
         return await gen.respond(request.receive)
@@ -421,7 +421,7 @@ def create_app(
 
 
 
-def _count_preemptions(metrics: ServerMetrics) -> Any:
+def _count_preemptions(metrics: ServerMetrics) -> Callable[[int, EngineInfo], None]:
     def on_step(preempted: int, info: EngineInfo) -> None:
         metrics.preemptions.labels(info.model_name).inc(preempted)
 

@@ -29,6 +29,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tui.engine.params import SamplingParams
 from tui.engine.snapshot import EngineSnapshot, StepTiming
 from tui.profile import DefensesConfig, EngineConfig, EngineMode
 
@@ -342,16 +343,7 @@ class EngineLoop:
 
     # -- the commands ----------------------------------------------------------------------------------
 
-    def add_request(
-        self,
-        request_id: str,
-        prompt_token_ids: list[int],
-        max_tokens: int,
-        *,
-        temperature: float = 0.0,
-        seed: int | None = None,
-        ignore_eos: bool = False,
-    ) -> asyncio.Queue:
+    def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams) -> asyncio.Queue:
         """Send a request to the engine; returns the queue its :class:`Output` s arrive on.
 
         Not answered: a refusal (the backlog breaker, a request that can never fit, malformed input)
@@ -364,8 +356,7 @@ class EngineLoop:
         # registered before sending, so no output can arrive before its queue exists
         self._sinks[request_id] = _Sink(queue, self._epoch)
         try:
-            self._send(("cmd", None, "add", (request_id, prompt_token_ids, max_tokens, temperature, seed,
-                                              ignore_eos)))
+            self._send(("cmd", None, "add", (request_id, prompt_token_ids, params)))
         except (OSError, ValueError, RuntimeError) as e:
             self._sinks.pop(request_id, None)
             raise EngineUnavailable(f"the engine process is not reachable: {e}") from None

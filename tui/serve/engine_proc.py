@@ -10,7 +10,7 @@ API server and its engine core, for the same reason.
 Messages (pickled over a ``multiprocessing.connection.Connection``):
 
 - parent → here: ``(config, defenses)`` once, then ``("cmd", seq | None, name, args)``; ``seq`` None
-  wants no reply.
+  wants no reply. ``add`` carries ``(request_id, prompt_token_ids, SamplingParams)``.
 - here → parent: ``("ready", info)`` or ``("failed", (kind, message))`` once (kind ``config``
   when the engine refused its config); then ``("out", outputs,
   preempted)`` after each step that produced something, with outputs as ``(request_id,
@@ -28,14 +28,21 @@ import signal
 import sys
 import traceback
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from tui.engine.params import SamplingParams
+from tui.engine.snapshot import EngineSnapshot, StepTiming
+from tui.profile import DefensesConfig, EngineConfig, EngineMode
+
+if TYPE_CHECKING:  # imported where it is built: the engine module loads torch
+    from tui.engine.engine import Engine
 
 # When the engine has requests but a step does nothing (a static batch waiting for its window),
 # wait this long for a command before stepping again, instead of spinning.
 IDLE_STEP_WAIT_S = 0.001
 
 
-def engine_info(engine: Any) -> dict[str, Any]:
+def engine_info(engine: Engine) -> dict[str, Any]:
     tok = engine.tokenizer
     return {
         "model_name": engine.model_name,
@@ -66,7 +73,7 @@ class NotPaused(Exception):
 class EngineCore:
     """The loop around one Engine (replaced whole by ``reset``)."""
 
-    def __init__(self, conn: Connection, engine: Any) -> None:
+    def __init__(self, conn: Connection, engine: Engine) -> None:
         self.conn = conn
         self.engine = engine
         self.stopping = False
@@ -78,16 +85,15 @@ class EngineCore:
 
     # -- commands --------------------------------------------------------------------------------
 
-    def _snapshot(self) -> Any:
+    def _snapshot(self) -> EngineSnapshot:
         return self.engine.snapshot()
 
-    def _set_paused(self, paused: bool) -> Any:
+    def _set_paused(self, paused: bool) -> EngineSnapshot:
         self.engine.paused = paused
         return self._snapshot()
 
-    def cmd_add(self, rid: str, ids: list[int], max_tokens: int, temperature: float, seed: int | None,
-                ignore_eos: bool) -> None:
-        self.engine.add_request(rid, ids, max_tokens, temperature=temperature, seed=seed, ignore_eos=ignore_eos)
+    def cmd_add(self, rid: str, ids: list[int], params: SamplingParams) -> None:
+        self.engine.add_request(rid, ids, params)
 
     def cmd_abort(self, rid: str) -> None:
         self.engine.abort(rid)
@@ -96,37 +102,37 @@ class EngineCore:
         for rid in list(self.engine.requests):
             self.engine.abort(rid)
 
-    def cmd_pause(self) -> Any:
+    def cmd_pause(self) -> EngineSnapshot:
         return self._set_paused(True)
 
-    def cmd_resume(self) -> Any:
+    def cmd_resume(self) -> EngineSnapshot:
         return self._set_paused(False)
 
-    def cmd_step(self) -> Any:
+    def cmd_step(self) -> EngineSnapshot:
         if not self.paused:
             raise NotPaused("the engine is running; pause it before stepping")
         self.step()
         return self._snapshot()
 
-    def cmd_mode(self, mode: Any) -> Any:
+    def cmd_mode(self, mode: EngineMode) -> EngineSnapshot:
         self.engine.switch_mode(mode)
         return self._snapshot()
 
-    def cmd_defenses(self, defenses: Any) -> Any:
+    def cmd_defenses(self, defenses: DefensesConfig) -> EngineSnapshot:
         self.engine.set_defenses(defenses)
         return self._snapshot()
 
-    def cmd_reset(self, config: Any, defenses: Any) -> Any:
+    def cmd_reset(self, config: EngineConfig, defenses: DefensesConfig) -> tuple[EngineSnapshot, dict[str, Any]]:
         from tui.engine.engine import Engine
 
         fresh = Engine(config, defenses)  # may raise: the old engine stays
         self.engine = fresh  # a fresh engine starts unpaused
         return self._snapshot(), engine_info(fresh)
 
-    def cmd_snapshot(self) -> Any:
+    def cmd_snapshot(self) -> EngineSnapshot:
         return self._snapshot()
 
-    def cmd_steps_since(self, step: int) -> Any:
+    def cmd_steps_since(self, step: int) -> list[StepTiming]:
         return list(self.engine.steps_since(step))
 
     def cmd_stop(self) -> None:

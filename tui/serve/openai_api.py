@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tui.engine.chat import plain_prompt
+from tui.engine.params import SamplingParams
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions; used for chat too (documented)
 MAX_STOP_STRINGS = 16
@@ -59,15 +60,12 @@ def error_body(message: str, type: str, param: str | None = None, code: str | No
 
 @dataclass(frozen=True)
 class GenerationParams:
-    """One validated generation request, ready for the engine."""
+    """One validated generation request: what the engine gets (``sampling``) and what the HTTP side keeps."""
 
     chat: bool
     prompt_token_ids: list[int]
-    max_tokens: int
-    temperature: float
-    seed: int | None
-    stop: tuple[str, ...]
-    ignore_eos: bool
+    sampling: SamplingParams
+    stop: tuple[str, ...]  # applied here, on the text (the engine sees token ids only)
     stream: bool
     include_usage: bool
 
@@ -322,14 +320,13 @@ def parse_completion(
     if options is not None and not isinstance(options, dict):
         raise _bad("'stream_options' must be an object", "stream_options")
     include_usage = _get_bool(options or {}, "include_usage", False)
+    stop = _stop_strings(body)
+    ignore_eos = _get_bool(body, "ignore_eos", False)  # vLLM's extension, and vLLM's default
     return GenerationParams(
         chat=chat,
         prompt_token_ids=prompt_ids,
-        max_tokens=max_tokens,
-        temperature=temperature,
-        seed=seed,
-        stop=_stop_strings(body),
-        ignore_eos=_get_bool(body, "ignore_eos", False),
+        sampling=SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=seed, ignore_eos=ignore_eos),
+        stop=stop,
         stream=stream,
         include_usage=include_usage,
     )

@@ -49,14 +49,24 @@ BASE = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_
             num_key_value_heads=2, max_position_embeddings=512, bos_token_id=0, eos_token_id=[1, 6])
 
 
-def train_tokenizer(bos: bool) -> Any:
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+def train_tokenizer(bos: bool, sentencepiece: bool = False) -> Any:
+    """A byte-level BPE (GPT-2 / Llama 3 / Qwen style), or with ``sentencepiece`` the Llama 2 / Mistral
+    style: "▁" for spaces and byte fallback."""
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=360, special_tokens=SPECIALS,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    if sentencepiece:
+        tok = Tokenizer(models.BPE(byte_fallback=True, unk_token="<unk>"))
+        tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+        tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                         decoders.Strip(" ", 1, 0)])
+        specials, alphabet = [*SPECIALS, "<unk>"], [f"<0x{i:02X}>" for i in range(256)]
+    else:
+        tok = Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        specials, alphabet = SPECIALS, pre_tokenizers.ByteLevel.alphabet()
+    trainer = trainers.BpeTrainer(vocab_size=360, special_tokens=specials, initial_alphabet=alphabet,
+                                  show_progress=False)
     tok.train_from_iterator(CORPUS * 3, trainer)
     if bos:  # the Llama family: the post-processor prepends BOS
         tok.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B",
@@ -66,13 +76,17 @@ def train_tokenizer(bos: bool) -> Any:
     return tok
 
 
-def save_tokenizer(path: Path, bos: bool, template: str | None) -> None:
+def save_tokenizer(path: Path, bos: bool, template: str | None, sentencepiece: bool = False) -> None:
     from transformers import PreTrainedTokenizerFast
 
     kwargs: dict[str, Any] = {"bos_token": "<s>", "eos_token": "</s>"}
     if template is not None:
         kwargs["chat_template"] = template
-    PreTrainedTokenizerFast(tokenizer_object=train_tokenizer(bos), **kwargs).save_pretrained(path)
+    PreTrainedTokenizerFast(tokenizer_object=train_tokenizer(bos, sentencepiece), **kwargs).save_pretrained(path)
+    if sentencepiece:  # as Mistral's own checkpoints name it
+        tc = json.loads((path / "tokenizer_config.json").read_text())
+        tc["tokenizer_class"] = "LlamaTokenizer"
+        (path / "tokenizer_config.json").write_text(json.dumps(tc, indent=2))
 
 
 ARCHS: dict[str, dict[str, Any]] = {
@@ -91,7 +105,7 @@ ARCHS: dict[str, dict[str, Any]] = {
                   rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
                                    "original_max_position_embeddings": 128}),
     # a window shorter than the test sequences
-    "mistral": dict(cls="MistralConfig", bos=True, template=LLAMA_CHAT, tie_word_embeddings=False, sliding_window=12,
+    "mistral": dict(cls="MistralConfig", bos=True, template=LLAMA_CHAT, sentencepiece=True, tie_word_embeddings=False, sliding_window=12,
                     rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
 }
 
@@ -100,6 +114,7 @@ def build_checkpoint(path: Path, arch: str, seed: int = 0) -> Path:
     spec = dict(ARCHS[arch])
     cls = getattr(transformers, spec.pop("cls"))
     bos, template, old_rope = spec.pop("bos"), spec.pop("template"), spec.pop("old_rope", None)
+    sentencepiece = spec.pop("sentencepiece", False)
     cfg = cls(**BASE, **spec)
     torch.manual_seed(seed)
     model = transformers.AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
@@ -112,7 +127,7 @@ def build_checkpoint(path: Path, arch: str, seed: int = 0) -> Path:
             else:
                 p.normal_(0, 0.25)
     model.save_pretrained(path)
-    save_tokenizer(path, bos, template)
+    save_tokenizer(path, bos, template, sentencepiece)
     if old_rope is not None:
         raw = json.loads((path / "config.json").read_text())
         raw.pop("rope_parameters", None)

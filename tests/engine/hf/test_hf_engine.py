@@ -12,7 +12,10 @@ from hf_tiny import hf_model, hf_tokenizer
 
 from tui.engine.checkpoint import load_checkpoint
 from tui.engine.engine import Engine
+from tui.engine.params import SamplingParams
 from tui.profile import DefensesConfig, EngineConfig, EngineMode
+
+pytestmark = pytest.mark.slow  # checkpoints compared against transformers
 
 MODES = ["static+contiguous", "static+paged", "continuous+contiguous", "continuous+paged"]
 TEXT = "Continuous batching: Grüße 🚀 and the lazy dog jumps over a paged cache of blocks."
@@ -27,7 +30,7 @@ def full_logits_match(path: Path, ids: list[int]) -> None:
 
 @pytest.mark.parametrize("arch", ["llama", "llama_bias", "qwen2", "qwen3", "mistral"])
 def test_full_forward_logits_match_transformers(hf_checkpoints, arch):
-    ids = hf_tokenizer(hf_checkpoints[arch])(TEXT * 2)["input_ids"]
+    ids = hf_tokenizer(hf_checkpoints[arch])(TEXT * 3)["input_ids"]
     assert len(ids) > 64  # past llama3's original context, yarn's ramp and mistral's window
     full_logits_match(hf_checkpoints[arch], ids)
 
@@ -95,7 +98,7 @@ def run_engine(path: Path, mode: str, prompts: dict[str, list[int]], max_tokens:
 
         eng.kv.prefix_hits = counted
     for rid, ids in prompts.items():
-        eng.add_request(rid, ids, max_tokens, ignore_eos=False)
+        eng.add_request(rid, ids, SamplingParams(max_tokens=max_tokens, temperature=0.0))
     got: dict[str, list[int]] = {rid: [] for rid in prompts}
     for _ in range(2000):
         if not eng.has_unfinished():
@@ -126,7 +129,7 @@ def test_greedy_tokens_match_generate_in_every_mode(hf_checkpoints, arch):
 
 def test_block_view_marks_blocks_behind_the_sliding_window(hf_checkpoints):
     eng = Engine(EngineConfig(model_path=str(hf_checkpoints["mistral"]), device="cpu", threads=1, kv="paged"))
-    eng.add_request("r", list(range(10, 50)), 5)  # 40 + 1 tokens after one step; window 12: 29.. are read next
+    eng.add_request("r", list(range(10, 50)), SamplingParams.exact(5))  # 40 + 1 tokens after one step; window 12: 29.. are read next
     eng.step()
     (view,) = [r for r in eng.snapshot().requests if r.request_id == "r"]
     assert [b.in_window for b in view.blocks] == [False, True, True]
@@ -152,14 +155,14 @@ def test_ignore_eos_generates_past_every_eos_id(hf_checkpoints, tmp_path):
     shutil.copytree(hf_checkpoints["llama"], path)
     prompt = hf_tokenizer(path)("Paris is")["input_ids"]
     eng = Engine(EngineConfig(model_path=str(path), device="cpu", threads=1))
-    eng.add_request("r", prompt, 8, ignore_eos=True)
+    eng.add_request("r", prompt, SamplingParams.exact(8))
     tokens = [t for _ in range(20) if eng.has_unfinished() for o in eng.step().outputs for t in o.new_token_ids]
     raw = json.loads((path / "config.json").read_text())
     raw["eos_token_id"] = [1, tokens[2]]  # the third greedy token becomes an EOS id
     (path / "config.json").write_text(json.dumps(raw))
     for ignore, want in ((True, tokens), (False, tokens[:3])):
         eng = Engine(EngineConfig(model_path=str(path), device="cpu", threads=1))
-        eng.add_request("r", prompt, 8, ignore_eos=ignore)
+        eng.add_request("r", prompt, SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=ignore))
         outs = [o for _ in range(20) if eng.has_unfinished() for o in eng.step().outputs]
         assert [t for o in outs for t in o.new_token_ids] == want
         assert outs[-1].finish_reason == ("length" if ignore else "stop")

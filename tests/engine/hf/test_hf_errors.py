@@ -12,6 +12,8 @@ from tui import cli
 from tui.engine.checkpoint import check_checkpoint, load_checkpoint
 from tui.engine.hf_config import CheckpointError
 
+pytestmark = pytest.mark.slow  # tiny checkpoints built with transformers
+
 
 def edit_config(path: Path, **changes) -> None:
     raw = json.loads((path / "config.json").read_text())
@@ -106,3 +108,12 @@ def test_a_bad_checkpoint_exits_2_at_startup(copy_checkpoint, capsys, tmp_path, 
     assert err == f"kvtui: {path / 'tokenizer.json'}: missing; kvtui reads the checkpoint's fast tokenizer " \
                   "(written by tokenizer.save_pretrained)"
     assert not (tmp_path / "out").exists()
+
+
+def test_model_path_and_served_name_flags_reach_the_engine_config(hf_checkpoints):
+    path = str(hf_checkpoints["qwen3"])
+    for argv in (["serve", "--model-path", path, "--served-model-name", "mine"],
+                 ["--model-path", path, "--served-model-name", "mine"]):
+        args = cli.build_parser().parse_args(argv)
+        prof = cli.with_checkpoint(args, cli.load_named_profile(None), local=True)
+        assert (prof.engine.model_path, prof.engine.served_model_name) == (path, "mine")

@@ -11,6 +11,8 @@ from tui.engine.checkpoint import served_name
 from tui.engine.tokenizer import HFTokenizer
 from tui.serve.openai_api import ApiError, TextAssembler, parse_completion
 
+pytestmark = pytest.mark.slow  # tiny checkpoints built with transformers
+
 TEXTS = ["Paris is the capital", " leading space", "Grüße aus Köln 🚀 東京", "def add(a, b):\n    return a + b\n",
          "<|im_start|>user\nhi<|im_end|>"]
 CHATS = [
@@ -49,7 +51,7 @@ def test_tokenizer_json_decides_bos_as_in_transformers_5(copy_checkpoint):
     assert ours(path).encode("Paris is") == ids
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "mistral"])
 def test_chat_prompt_equals_apply_chat_template(hf_checkpoints, arch):
     path = hf_checkpoints[arch]
     ref, tok = hf_tokenizer(path), ours(path)
@@ -83,13 +85,15 @@ def test_every_eos_id_from_config_generation_config_and_tokenizer(copy_checkpoin
     assert tok.eos_token_ids == {1, 5, 6} and tok.eos_token_id == 1
 
 
-def test_incremental_text_never_splits_a_character(hf_checkpoints):
-    path = hf_checkpoints["llama"]
+@pytest.mark.parametrize("arch", ["llama", "mistral"])  # byte-level BPE; SentencePiece style ("▁", <unk>)
+def test_incremental_text_never_splits_a_character(hf_checkpoints, arch):
+    path = hf_checkpoints[arch]
     tok = ours(path)
-    ids = tok.encode("Grüße 🚀 東京 naïve")[1:]
+    ids = tok.encode("Grüße 🚀 東京 naïve 😀ñ")[1:]  # 😀, ñ: not in the training text
     asm = TextAssembler(tok.decode, eos_token_ids=tok.eos_token_ids)
     pieces = [asm.add([i]) for i in ids] + [asm.add([], final=True)]
-    assert "".join(pieces) == hf_tokenizer(path).decode(ids) and not any("\ufffd" in p for p in pieces)
+    assert "".join(pieces) == hf_tokenizer(path).decode(ids, skip_special_tokens=True)
+    assert not any("\ufffd" in p for p in pieces)
 
 
 def test_served_name_from_the_hub_cache_layout(tmp_path):

@@ -1,8 +1,9 @@
 """Seeded, self-consistent dashboard data with no engine behind it.
 
 The snapshot tests, the UI benchmark and a demo all draw these: the same seed always gives the same
-snapshot (``random.Random(seed)``, no wall clock), and the KV totals are computed from the requests
-exactly as an engine would report them, so a drawing bug cannot hide behind inconsistent data.
+snapshot (``random.Random(seed)``, no wall clock), and the KV totals come from the requests through
+the very functions the engine's layouts report with (``paged_totals`` / ``contiguous_totals``), so the
+fixtures cannot drift from the engine and a drawing bug cannot hide behind inconsistent data.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from tui.engine.snapshot import (
     ArenaSegment,
     BlockView,
     EngineSnapshot,
-    KVTotals,
     RequestView,
     StepTiming,
+    contiguous_totals,
+    paged_totals,
 )
 from tui.gpu import GpuSample
 from tui.metrics.types import Percentiles, ServerGauges, WindowStats
@@ -100,19 +102,12 @@ def paged_engine(
                 waited_s=round(0.1 * (j + 1) + rng.random(), 2),
             )
         )
-    used_blocks = len(held_fill)
-    cached = min(len(free_ids), 8 if shared_prefix_blocks else 0)
-    totals = KVTotals(
-        layout="paged",
-        total_slots=total_blocks * block_size,
-        used_slots=sum(held_fill.values()),
-        reserved_slots=used_blocks * block_size,
+    totals = paged_totals(
         block_size=block_size,
         total_blocks=total_blocks,
-        used_blocks=used_blocks,
-        free_blocks=total_blocks - used_blocks - cached,
-        cached_blocks=cached,
-        free_slots=(total_blocks - used_blocks) * block_size,
+        used_blocks=len(held_fill),  # each block once, shared prefix included
+        cached_blocks=min(len(free_ids), 8 if shared_prefix_blocks else 0),  # free, holding an old prefix
+        tables=[(tuple(b.block_id for b in r.blocks), r.computed_tokens) for r in requests if r.blocks],
     )
     running = sum(r.state != "waiting" for r in requests)
     return EngineSnapshot(
@@ -189,16 +184,10 @@ def contiguous_engine(
                 waited_s=round(0.5 * (j + 1), 2),
             )
         )
-    holes = [s.length for s in segments if s.owner is None]
-    reserved_slots = sum(s.length for s in segments if s.owner is not None)
-    totals = KVTotals(
-        layout="contiguous",
-        total_slots=total_slots,
-        used_slots=sum(s.used for s in segments if s.owner is not None),
-        reserved_slots=reserved_slots,
+    totals = contiguous_totals(
         block_size=block_size,
-        largest_hole=max(holes, default=0),
-        free_slots=total_slots - reserved_slots,
+        total_slots=total_slots,
+        reservations=[(s.start, s.length, s.used) for s in segments if s.owner is not None],
     )
     running = sum(r.state != "waiting" for r in requests)
     return EngineSnapshot(

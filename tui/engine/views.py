@@ -1,0 +1,55 @@
+"""Engine objects as the plain rows of a snapshot (:mod:`tui.engine.snapshot`).
+
+The layout-specific part of a row (block table or reservation) comes from the layout itself
+(:meth:`tui.engine.kv.KVManager.holding`), so this code never asks which layout it draws.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from tui.engine.kv import KVManager
+from tui.engine.sequence import Request, Status
+from tui.engine.snapshot import RequestState, RequestView
+
+
+def request_state(req: Request) -> RequestState:
+    """The state a view shows: a running request still computing its prompt is "prefilling"."""
+    if req.status is Status.FINISHED:
+        return "finished"
+    if req.status is Status.RUNNING:
+        return "prefilling" if req.num_computed < req.num_tokens - 1 else "running"
+    return "preempted" if req.status is Status.PREEMPTED else "waiting"
+
+
+def request_view(req: Request, kv: KVManager, now: float, holds: bool) -> RequestView:
+    """One request's row; ``holds``: it holds KV now (so ``kv`` knows where)."""
+    where = kv.holding(req) if holds else None
+    admitted = req.first_admitted_time
+    return RequestView(
+        request_id=req.request_id,
+        state=request_state(req),
+        prompt_tokens=len(req.prompt),
+        output_tokens=len(req.output),
+        max_tokens=req.max_tokens,
+        preemptions=req.preemptions,
+        computed_tokens=req.num_computed,
+        blocks=where.blocks if where else (),
+        arena_start=where.arena_start if where else None,
+        arena_reserved=where.arena_reserved if where else 0,
+        waited_s=max(0.0, (admitted if admitted is not None else now) - req.arrival_time),
+        events=tuple(req.events),
+    )
+
+
+def request_views(requests: Iterable[Request], kv: KVManager, holders: Mapping[str, Request],
+                  now: float) -> tuple[RequestView, ...]:
+    """Rows for ``requests`` in the order given, each request once (the first time it appears)."""
+    views: list[RequestView] = []
+    seen: set[str] = set()
+    for req in requests:
+        if req.request_id in seen:
+            continue
+        seen.add(req.request_id)
+        views.append(request_view(req, kv, now, holds=req.request_id in holders))
+    return tuple(views)
