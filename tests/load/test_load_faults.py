@@ -102,7 +102,7 @@ def _check_honest_end(code: int, err: str, out: Path, killed_at: float, what: st
     assert run["cells"][0]["partial"] is True
     table = read_records(out).to_pydict()
     idx = [i for i, w in zip(table["index"], table["warmup"], strict=True) if not w]
-    assert sorted(idx) == list(range(len(idx))) and len(idx) >= 8  # every scheduled request, once
+    assert sorted(idx) == list(range(len(idx))) and len(idx) >= 3  # every scheduled request, once
     sends = [t for t in table["send_t"] if t is not None]
     assert max(sends) <= killed_at + 1.0, f"still sending {max(sends) - killed_at:.2f} s after the kill"
     assert (out / "server.log").is_file() and (out / "requests.parquet").is_file()
