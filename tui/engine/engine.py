@@ -189,6 +189,7 @@ class Engine:
             self.num_rejected += 1
             raise RequestRejected("rejected_too_long", why)
         self.requests[request_id] = req
+        req.record(req.arrival_time, "queued", tokens=len(prompt))
         self.scheduler.add(req)
 
     def _never_fits(self, req: Request, sched: Scheduler) -> str | None:
@@ -260,11 +261,20 @@ class Engine:
             result = self.runner.execute(sched.chunks, self.kv)
             if result.elapsed_s is not None:
                 modelled = result.elapsed_s - (time.perf_counter() - t_run)
+            now = self.clock()
             for c in sched.chunks:
                 if not c.padding:
-                    c.request.num_computed += c.num_new
+                    req = c.request
+                    # A decode computes just the newest output token; anything else is (re)computing
+                    # the prompt, or after a preemption prompt and output, in chunks.
+                    decode = bool(req.output) and req.num_computed == req.num_tokens - 1
+                    req.num_computed += c.num_new
+                    if not decode:
+                        req.record(now, "prefill", tokens=c.num_new, blocks=self.scheduler.blocks_held(req))
             for req, token in zip(result.requests, result.token_ids, strict=True):
                 reason = req.append_token(token)
+                if len(req.output) == 1:
+                    req.record(now, "first_token", tokens=1, blocks=self.scheduler.blocks_held(req))
                 if reason:
                     self._finish(req, reason)
                 outputs.append(RequestOutput(req.request_id, [token], reason is not None, reason,
@@ -305,10 +315,18 @@ class Engine:
     def _finish(self, req: Request, reason: str) -> None:
         self._mark_finished(req, reason)
         self.scheduler.on_finished(req)
+        self._record_end(req, reason)
 
     def _finish_outside_step(self, req: Request, reason: str) -> None:
         self._mark_finished(req, reason)
+        self._record_end(req, reason)
         self._pending.append(RequestOutput(req.request_id, [], True, reason, len(req.prompt), len(req.output)))
+
+    def _record_end(self, req: Request, reason: str) -> None:
+        """The last event of a request's life (a static batch member keeps its KV until the batch ends)."""
+        kind = {"timeout": "timed_out", "aborted": "aborted", "rejected_too_long": "rejected"}.get(reason, "finished")
+        held = self.scheduler.blocks_held(req) if req.request_id in self.scheduler.holders() else 0
+        req.record(self.clock(), kind, tokens=len(req.output), blocks=held, detail=reason)
 
     def _expire_waiting(self) -> None:
         """Finish never-admitted requests past the wait timeout (reported by the step that runs this)."""

@@ -154,6 +154,10 @@ class KVHolding:
     arena_start: int | None = None
     arena_reserved: int = 0
 
+    def num_blocks(self, block_size: int) -> int:
+        """Blocks held: the block table's length, or the reservation in blocks of ``block_size``."""
+        return len(self.blocks) or -(-self.arena_reserved // block_size)
+
 
 @dataclass(frozen=True)
 class KVSpec:

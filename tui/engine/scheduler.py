@@ -126,12 +126,19 @@ class Scheduler:
         req.num_computed = computed
         return num_new
 
+    def blocks_held(self, req: Request) -> int:
+        """KV blocks ``req`` holds now (for its events)."""
+        return self.kv.holding(req).num_blocks(self.kv.block_size)
+
     def _start(self, req: Request) -> None:
         assert self.waiting[0] is req
         self.waiting.popleft()
         req.status = Status.RUNNING
+        now = self.clock()
+        req.record(now, "admitted" if req.first_admitted_time is None else "readmitted",
+                   blocks=self.blocks_held(req))
         if req.first_admitted_time is None:
-            req.first_admitted_time = self.clock()
+            req.first_admitted_time = now
         self.running.append(req)
 
     def _make_room(self, req: Request, num_new: int, out: SchedulerOutput) -> bool:
@@ -153,6 +160,7 @@ class Scheduler:
         req.num_computed = 0
         req.preemptions += 1
         self.num_preemptions += 1
+        req.record(self.clock(), "preempted", tokens=len(req.output), detail="KV full: recomputed on re-admission")
         self.waiting.appendleft(req)
 
 

@@ -38,6 +38,7 @@ def request_view(req: Request, kv: KVManager, now: float, holds: bool) -> Reques
         arena_start=where.arena_start if where else None,
         arena_reserved=where.arena_reserved if where else 0,
         waited_s=max(0.0, (admitted if admitted is not None else now) - req.arrival_time),
+        events=tuple(req.events),
     )
 
 
