@@ -17,7 +17,7 @@ import selectors
 import time
 
 
-class IdleTimingSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
+class IdleTimingSelector(selectors.DefaultSelector):
     """The platform's default selector, adding up the seconds spent waiting in ``select``."""
 
     def __init__(self) -> None:
