@@ -1,7 +1,8 @@
 """The compact wire form of the engine state: block tables as runs, deltas, and views.
 
-``GET /kvtui/v1/state`` with no parameters answers the form it always has (every block an object,
-:meth:`EngineSnapshot.to_dict`). A client that asks ``?encoding=compact`` gets instead:
+The control API's state route (``routes.STATE``) with no parameters answers the form it always has
+(every block an object, :meth:`EngineSnapshot.to_dict`). A client that asks ``?encoding=compact`` gets
+instead:
 
 - block tables as runs (:class:`BlockTable`): ``block_ids`` ``[first, count, ...]`` for consecutive
   ids, ``fill`` ``[value, count, ...]``, and ``shared``/``window`` likewise (left out when no block
