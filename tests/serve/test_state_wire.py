@@ -9,6 +9,7 @@ import itertools
 import json
 
 import httpx
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -129,6 +130,7 @@ def still(snap: EngineSnapshot) -> EngineSnapshot:
     return dataclasses.replace(snap, busy_fraction=0.0)
 
 
+@pytest.mark.slow  # a real server and engine process
 async def test_the_server_answers_compact_deltas_and_views(fresh_server):
     """Against the real server and engine: paused, so the engine holds still between the answers."""
     control = ControlClient(fresh_server.root)
