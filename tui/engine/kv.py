@@ -27,6 +27,7 @@ from typing import Protocol
 
 import torch
 
+from tui.engine.capacity import contiguous_never_fits, paged_never_fits, reservation_slots
 from tui.engine.sequence import Request
 from tui.engine.snapshot import ArenaSegment, BlockView, KVTotals, contiguous_totals, paged_totals
 from tui.profile import Reservation
@@ -314,10 +315,7 @@ class PagedKV:
     # -- KVManager -------------------------------------------------------------------------------------
 
     def never_fits(self, req: Request) -> str | None:
-        total = req.max_total_tokens
-        if total <= self.num_slots:
-            return None
-        return f"prompt + max_tokens = {total} tokens can never fit the KV cache ({self.num_slots} slots)"
+        return paged_never_fits(self.num_slots, len(req.prompt), req.max_tokens)
 
     def match_prefix(self, req: Request) -> PrefixMatch:
         if not self.pool.enable_prefix_caching:
@@ -420,12 +418,7 @@ class ContiguousKV:
 
     def reservation_size(self, prompt_len: int, max_tokens: int) -> int:
         """Slots reserved for a request: exact, next power of two, or the model's max length."""
-        exact = prompt_len + max_tokens
-        if self.policy == "exact":
-            return exact
-        if self.policy == "pow2":
-            return min(1 << (exact - 1).bit_length(), max(self.max_model_len, exact))
-        return max(self.max_model_len, exact)
+        return reservation_slots(self.policy, self.max_model_len, prompt_len, max_tokens)
 
     def reserve(self, rid: str, size: int) -> int | None:
         """Place a reservation at the first hole that fits; its start slot, or None if none fits."""
@@ -469,15 +462,7 @@ class ContiguousKV:
     # -- KVManager -------------------------------------------------------------------------------------
 
     def never_fits(self, req: Request) -> str | None:
-        total = req.max_total_tokens
-        reserved = self.reservation_size(len(req.prompt), req.max_tokens)
-        if reserved <= self.num_slots:
-            return None
-        if self.policy == "exact":
-            return f"prompt + max_tokens = {total} tokens can never fit the KV cache ({self.num_slots} slots)"
-        # the real cause is the reservation policy, not the request's own length
-        return (f"the contiguous layout with reservation = {self.policy!r} reserves {reserved} slots "
-                f"for this request ({total} tokens), more than the KV cache's {self.num_slots}")
+        return contiguous_never_fits(self.num_slots, self.policy, self.max_model_len, len(req.prompt), req.max_tokens)
 
     def match_prefix(self, req: Request) -> PrefixMatch:
         return NO_PREFIX  # a reservation is private: nothing to share

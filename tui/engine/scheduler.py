@@ -23,6 +23,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from tui.engine.capacity import budget_never_fits
 from tui.engine.kv import KVManager
 from tui.engine.sequence import Request, Status
 from tui.profile import EngineConfig
@@ -168,10 +169,7 @@ class ContinuousScheduler(Scheduler):
     """Iteration-level scheduling with a token budget, chunked prefill and recompute preemption."""
 
     def never_fits(self, req: Request) -> str | None:
-        total, budget = req.max_total_tokens, self.cfg.max_num_batched_tokens
-        if not self.cfg.enable_chunked_prefill and total > budget:  # a recompute needs it all in one step
-            return f"prompt + max_tokens = {total} exceeds max_num_batched_tokens {budget} and chunked prefill is off"
-        return None
+        return budget_never_fits(self.cfg, len(req.prompt), req.max_tokens)
 
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()

@@ -45,6 +45,11 @@ MAX_PENDING = 1024
 # not sent after the stage (they would only measure the backlog of the client itself).
 END_SLACK_S = 0.5
 
+# A pacer catching up sends back to back but yields to the loop at least every YIELD_EVERY_S; one more
+# than FAR_BEHIND_S behind its schedule yields after every send (see _pace).
+YIELD_EVERY_S = 0.005
+FAR_BEHIND_S = 0.1
+
 
 def default_max_pending(max_concurrency: int | None) -> int:
     """The pending-request bound for a profile: ``MAX_PENDING``, never below ``max_concurrency``, and
@@ -266,11 +271,13 @@ class LoadRunner:
         sched = self._schedule
         assert sched is not None
         i = 0  # sent by this start(); indices continue across start()/stop() (the dashboard restarts)
+        yielded = loop.time()  # when the pacer last gave the loop to others
         while not self._stopping and (num_requests is None or i < num_requests):
             if end is not None and loop.time() > end + END_SLACK_S:
                 break  # the stage's time is up: deadlines a slow client never reached are not sent after it
             if len(self._tasks) >= self.max_pending:
                 await self._wait_for_room()
+                yielded = loop.time()
                 continue  # re-check: stopped, or the end passed while waiting
             due = sched.peek()
             if end is not None and due > end:
@@ -279,6 +286,7 @@ class LoadRunner:
                 due = end  # paused with an end: wake at the end (or when poked)
             if loop.time() < due:
                 await self._sleep_until(due)
+                yielded = loop.time()
                 continue  # re-read: the rate may have changed, or we were stopped
             if due == end and sched.peek() > end:
                 break
@@ -286,9 +294,15 @@ class LoadRunner:
             index = self.scheduled
             self._launch(self.workload.spec(index), self._new_record(index, mono_to_wall(due)))
             i += 1
-            # Behind schedule the next deadline is already due: without this the loop would never
-            # yield, and nothing else (the requests themselves, a Ctrl-C handler) would run.
-            await asyncio.sleep(0)
+            # Behind schedule the next deadline is already due, and without a yield nothing else (the
+            # requests themselves, a Ctrl-C handler) would run. A pacer slightly behind catches up in
+            # bursts (yielding every few ms); one far behind — the client itself is the bottleneck —
+            # yields after every send, so it sends only as fast as the loop turns and the loop stays
+            # responsive: what it cannot send in time goes out late, its lag recorded.
+            now_t = loop.time()
+            if now_t - due > FAR_BEHIND_S or now_t - yielded >= YIELD_EVERY_S:
+                await asyncio.sleep(0)
+                yielded = loop.time()
 
     def _new_record(self, index: int, scheduled_t: float, warmup: bool = False) -> RequestRecord:
         stage = "warmup" if warmup else self.stage

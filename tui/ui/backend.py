@@ -171,6 +171,9 @@ class Backend:
     async def step(self) -> None:
         self.set_status("no engine connected: nothing to step", "warn")
 
+    async def restart_engine(self) -> None:
+        self.set_status("no local engine to restart", "warn")
+
     async def toggle_defense(self, name: DefenseName) -> None:
         self.publish(defenses=toggled_defenses(self.defenses, name, self.profile))
 
