@@ -10,6 +10,7 @@ import json
 import random
 
 import httpx
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -135,6 +136,7 @@ def still(snap: EngineSnapshot) -> EngineSnapshot:
     return dataclasses.replace(snap, busy_fraction=0.0)
 
 
+@pytest.mark.slow  # a real server and engine process
 async def test_the_server_answers_compact_deltas_and_views(fresh_server):
     """Against the real server and engine: paused, so the engine holds still between the answers."""
     control = ControlClient(fresh_server.root)
