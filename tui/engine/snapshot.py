@@ -94,6 +94,8 @@ class BlockTable(Sequence[BlockView]):
 
     def block_ids(self) -> list[int]:
         """Every block id in logical order."""
+        if 2 * self._len == len(self.id_runs):  # every run one block long (a scattered pool): the firsts
+            return list(self.id_runs[0::2])
         out: list[int] = []
         for i in range(0, len(self.id_runs), 2):
             first = self.id_runs[i]

@@ -127,7 +127,8 @@ _SCHEMA: dict[str, Any] = {
     "tpot_p50_ms": pl.Float64, "tpot_p90_ms": pl.Float64, "tpot_p99_ms": pl.Float64,
     "itl_p50_ms": pl.Float64, "itl_p99_ms": pl.Float64,
     "e2el_p50_ms": pl.Float64, "e2el_p99_ms": pl.Float64,
-    "dispatch_lag_p99_ms": pl.Float64, "client_wait_p99_ms": pl.Float64, "wall_s": pl.Float64,
+    "dispatch_lag_p99_ms": pl.Float64, "client_wait_p99_ms": pl.Float64, "client_busy_pct": pl.Float64,
+    "wall_s": pl.Float64,
     "req_per_s": pl.Float64, "output_tok_per_s": pl.Float64, "goodput_req_per_s": pl.Float64,
     "failed": pl.Int64, "failures": pl.String,
     **{f"fail_{s}": pl.Int64 for s in FAILURE_STATUSES},
@@ -174,6 +175,7 @@ def _row(stage: str, mode: str, r: pl.DataFrame, steps: pl.DataFrame | None, gpu
         "itl_p50_ms": _ms(p["itl"].p50), "itl_p99_ms": _ms(p["itl"].p99),
         "e2el_p50_ms": _ms(p["e2el"].p50), "e2el_p99_ms": _ms(p["e2el"].p99),
         "dispatch_lag_p99_ms": _ms(lag.p99), "client_wait_p99_ms": _ms(client_wait.p99), "wall_s": wall,
+        "client_busy_pct": 100 * note["client_busy"] if note.get("client_busy") is not None else None,
         "req_per_s": stats.rate(ok.height, wall),
         "output_tok_per_s": stats.rate(out_tokens, wall),
         "goodput_req_per_s": stats.goodput(ttft, tpot, e2el, slo, wall),
@@ -246,8 +248,15 @@ def reconciliation_lines(df: pl.DataFrame) -> list[str]:
     return lines
 
 
+# At this share of the wall time on a CPU (``client_busy_pct``, measured by the load client's
+# ``LoopBusyMeter``), the client's event loop has no room left to read chunks as they arrive: the run
+# measured the client, not the server.
+CLIENT_BOUND_BUSY = 0.9
+
+
 def client_delay_lines(df: pl.DataFrame, min_ms: float = 5.0, share: float = 0.1) -> list[str]:
-    """Warnings for cells where the client itself was slow (late sends, or queueing inside the HTTP client).
+    """Warnings for cells where the client itself was slow (late sends, or queueing inside the HTTP client)
+    or client-bound (its event loop busy :data:`CLIENT_BOUND_BUSY` of the wall time or more).
 
     TTFT and E2EL are measured from the send, as vLLM's benchmark does, so a client that cannot keep up
     inflates them; this names the cells where its delay is above ``min_ms`` and ``share`` of TTFT P50.
@@ -261,6 +270,13 @@ def client_delay_lines(df: pl.DataFrame, min_ms: float = 5.0, share: float = 0.1
             lines.append(
                 f"{row['stage']} / {row['mode']}: the client was slow (dispatch lag P99 {lag:.1f} ms, time inside "
                 f"the HTTP client before sending P99 {wait:.1f} ms, vs TTFT P50 {ttft:.1f} ms); latencies include it"
+            )
+        busy = row.get("client_busy_pct")
+        if busy is not None and busy >= 100 * CLIENT_BOUND_BUSY:
+            lines.append(
+                f"{row['stage']} / {row['mode']}: CLIENT-BOUND: the load client's event loop was busy {busy:.0f}% "
+                f"of the wall time, so the client, not the server, limited throughput and latencies; "
+                f"lower the rate or run the client on a less loaded machine"
             )
     return lines
 
