@@ -33,6 +33,9 @@ class _Shapes:
         self.shapes.append([(c.num_new, c.request.num_computed) for c in chunks])
         return self.inner.execute(chunks, kv)
 
+    def swap(self, plans):
+        return self.inner.swap(plans)
+
 
 def _cost_model() -> CostModel:
     hw = load_hardware("H100-SXM")

@@ -29,8 +29,10 @@ from tui.ui.app import KVTuiApp
 from tui.ui.backend import nudge_rate
 from tui.ui.lines import TextLines
 from tui.ui.poller import LiveBackend
+from tui.ui.scheduler_view import RequestTable
 from tui.ui.server_view import ServerView
 from tui.ui.status_line import StatusLine
+from tui.ui.timeline import TimelineScreen
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "load"))
 from loadfake_server import FakeConfig, FakeServer
@@ -95,6 +97,33 @@ async def test_pause_and_step_the_local_engine_with_keys(fresh_engine: LocalServ
         await until(pilot, lambda: not engine_of(app).paused)
         await pilot.press("space")
         await until(pilot, lambda: not app.backend.load.running)
+
+
+async def test_a_request_timeline_from_the_live_engine(fresh_engine: LocalServer):
+    """The events the engine records reach the timeline through the state JSON."""
+    app = KVTuiApp(LiveBackend(PROFILE, base_url=fresh_engine.base_url), live=True)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await until(pilot, lambda: engine_of(app) is not None)
+        await pilot.press("space")
+        await until(pilot, lambda: any(r.output_tokens > 1 for r in engine_of(app).requests))
+        await pilot.press("space", "p")
+        await until(pilot, lambda: engine_of(app).paused and not app.backend.load.running)
+        first = engine_of(app).requests[0]
+        table = app.query_one(RequestTable)
+        table.focus()
+        await pilot.pause()
+        assert table.selected == first.request_id
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, TimelineScreen))
+        await pilot.pause()
+        text = app.screen.query_one(TextLines).plain
+        assert [e.kind for e in first.events][:3] == ["queued", "admitted", "prefill"]
+        for label in ("queued", "admitted", "prefill chunk", "24 tokens"):
+            assert label in text
+        if first.output_tokens:
+            assert "first token" in text and "TTFT" in text
+        await pilot.press("escape", "p")
+        await until(pilot, lambda: not engine_of(app).paused)
 
 
 async def test_keys_switch_the_mode_and_the_defenses(fresh_engine: LocalServer):
@@ -260,3 +289,43 @@ async def test_a_dead_local_server_shows_in_the_status_line():
             assert app.backend.latest.status_level == "error"
     finally:
         server.stop()
+
+
+def _engine_pid(server_pid: int) -> int:
+    """The engine-core process under a `kvtui serve` process (found in /proc by parent id)."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                if ppid == server_pid and b"engine_proc" in (entry / "cmdline").read_bytes():
+                    return int(entry.name)
+    raise AssertionError("no engine process")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="walks /proc")
+async def test_a_dead_engine_shows_in_the_status_line_and_R_restarts_it():
+    import os
+    import signal
+
+    server = LocalServer(PROFILE).start()
+    backend = LiveBackend(PROFILE, base_url=server.base_url, server=server)
+    try:
+        app = KVTuiApp(backend, live=True)
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: engine_of(app) is not None)
+            os.kill(_engine_pid(server._proc.pid), signal.SIGKILL)
+            await until(pilot, lambda: "the local engine died" in app.backend.latest.status)
+            status = app.backend.latest.status
+            assert "SIGKILL" in status and "press R to restart" in status
+            await pilot.press("R")
+            await until(pilot, lambda: "restarted" in app.backend.latest.status, timeout=120)
+            assert backend.server is not None and backend.server is not server and backend.server.alive
+            first = engine_of(app).step
+            await pilot.press("space")  # the fresh engine serves load
+            await until(pilot, lambda: engine_of(app).step > first)
+            await pilot.press("q")
+    finally:
+        server.stop()
+        if backend.server is not None:
+            backend.server.stop()

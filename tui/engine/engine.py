@@ -17,6 +17,7 @@ the future, e.g. from another clock, is taken as "now"). ``StepTiming.t`` is wal
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import deque
 from collections.abc import Callable
@@ -38,7 +39,7 @@ from tui.engine.sim.clock import RealClock, SimClock
 from tui.engine.snapshot import EngineSnapshot, KVTotals, StepTiming
 from tui.engine.tokenizer import ByteTokenizer, Tokenizer
 from tui.engine.views import request_views
-from tui.profile import DefensesConfig, EngineConfig, EngineMode, to_dict
+from tui.profile import DefensesConfig, EngineConfig, EngineMode, PreemptionMode, to_dict
 
 FINISH_REASONS = ("length", "stop", "aborted", "timeout", "rejected_backlog", "rejected_too_long")
 _GPU_HEADROOM_BYTES = 1 << 30  # activations and allocator slack left outside the KV budget
@@ -109,6 +110,8 @@ class Engine:
         self._busy: deque[tuple[float, float]] = deque()
         self.step_index = 0
         self._preemptions_before = 0  # preemptions counted by schedulers replaced at a mode switch
+        self._swaps_before = 0
+        self.swapped_bytes = 0  # KV bytes copied device<->host, cumulative
         self.num_rejected = 0
         self.num_timed_out = 0
 
@@ -139,7 +142,10 @@ class Engine:
                 f"a KV budget of {config.kv_budget_mb} MB holds no {config.block_size}-token block "
                 f"({self.bytes_per_token} bytes per token); raise kv_budget_mb"
             )
-        self.runner: ModelRunner = TorchModelRunner(self.model, self.num_slots, config.block_size)
+        # the host pool swapped-out KV waits in: swap_space_gb of the same per-token layout, whole blocks
+        self.host_blocks = int(config.swap_space_gb * (1 << 30)) // self.bytes_per_token // config.block_size
+        self.runner: ModelRunner = TorchModelRunner(self.model, self.num_slots, config.block_size,
+                                                    self.host_blocks * config.block_size)
         self.device_label = (
             f"cuda:{self.device.index or 0} ({torch.cuda.get_device_name(self.device)})"
             if self.device.type == "cuda" else "cpu"
@@ -163,6 +169,7 @@ class Engine:
         if self.num_slots < config.block_size:
             raise ValueError(f"the simulated KV cache holds no {config.block_size}-token block "
                              f"({self.bytes_per_token} bytes per token); raise the KV budget")
+        self.host_blocks = int(config.swap_space_gb * (1 << 30)) // self.bytes_per_token // config.block_size
         self.runner = sim.runner
         self.device_label = sim.device_label
 
@@ -179,7 +186,7 @@ class Engine:
         return new_kv_manager(mode.kv, KVSpec(
             num_slots=self.num_slots, block_size=cfg.block_size, max_model_len=self.max_model_len,
             reservation=cfg.reservation, prefix_caching=self.defenses.prefix_caching,
-            sliding_window=self.sliding_window,
+            sliding_window=self.sliding_window, host_blocks=self.host_blocks,
         ))
 
     def _new_scheduler(self, mode: EngineMode) -> Scheduler:
@@ -228,6 +235,7 @@ class Engine:
             self.num_rejected += 1
             raise RequestRejected("rejected_too_long", why)
         self.requests[request_id] = req
+        req.record(req.arrival_time, "queued", tokens=len(prompt))
         self.scheduler.add(req)
 
     def _never_fits(self, req: Request, sched: Scheduler) -> str | None:
@@ -268,6 +276,7 @@ class Engine:
         if self.draining_to is None or not self.scheduler.is_idle():
             return
         self._preemptions_before += self.scheduler.num_preemptions
+        self._swaps_before += self.scheduler.num_swaps
         self.config, self.draining_to = self.config.with_mode(self.draining_to), None
         self.kv = self._new_kv(self.mode)
         self.scheduler = self._new_scheduler(self.mode)
@@ -277,6 +286,14 @@ class Engine:
                 self.waiting.remove(req)
                 self.num_rejected += 1
                 self._finish_outside_step(req, "rejected_too_long")
+
+    def set_preemption_mode(self, mode: PreemptionMode) -> None:
+        """Switch recompute <-> swap at once: later preemptions follow it; requests already swapped out
+        are still copied back when they fit."""
+        if mode not in ("recompute", "swap"):
+            raise ValueError(f"preemption_mode must be 'recompute' or 'swap', got {mode!r}")
+        self.config = dataclasses.replace(self.config, preemption_mode=mode)
+        self.scheduler.cfg = self.config
 
     def set_defenses(self, defenses: DefensesConfig) -> None:
         """Apply new defenses at once (prefix caching switches on the live pool)."""
@@ -294,23 +311,41 @@ class Engine:
         sched = self.scheduler.schedule()
         prefill_tokens, decode_tokens = sched.token_counts()  # before progress moves
         modelled = 0.0  # a runner that models a device: its time minus the wall time it actually took
+        swap_s, swapped_bytes = 0.0, 0
+        if sched.swaps:  # the copies the scheduler's swaps planned; the forward waits for them
+            t_swap = self.timer()
+            copy_s = self.runner.swap(sched.swaps)
+            wall = self.timer() - t_swap
+            swap_s = wall if copy_s is None else copy_s
+            modelled += swap_s - wall
+            swapped_bytes = sum(p.num_tokens for p in sched.swaps) * self.bytes_per_token
+            self.swapped_bytes += swapped_bytes
         if sched.chunks:
             t_run = self.timer()
             result = self.runner.execute(sched.chunks, self.kv)
             if result.elapsed_s is not None:
-                modelled = result.elapsed_s - (self.timer() - t_run)
+                modelled += result.elapsed_s - (self.timer() - t_run)
+            now = self.clock()
             for c in sched.chunks:
                 if not c.padding:
-                    c.request.num_computed += c.num_new
+                    req = c.request
+                    # A decode computes just the newest output token; anything else is (re)computing
+                    # the prompt, or after a preemption prompt and output, in chunks.
+                    decode = bool(req.output) and req.num_computed == req.num_tokens - 1
+                    req.num_computed += c.num_new
+                    if not decode:
+                        req.record(now, "prefill", tokens=c.num_new, blocks=self.scheduler.blocks_held(req))
             for req, token in zip(result.requests, result.token_ids, strict=True):
                 reason = req.append_token(token)
+                if len(req.output) == 1:
+                    req.record(now, "first_token", tokens=1, blocks=self.scheduler.blocks_held(req))
                 if reason:
                     self._finish(req, reason)
                 outputs.append(RequestOutput(req.request_id, [token], reason is not None, reason,
                                              len(req.prompt), len(req.output)))
             self.kv.cache_computed(c.request for c in sched.chunks)
         self._maybe_complete_switch()
-        did_work = bool(sched.chunks or outputs or sched.preempted)
+        did_work = bool(sched.chunks or outputs or sched.preempted or sched.swaps)
         if did_work:
             self.step_index += 1
         end = self.timer()
@@ -329,6 +364,10 @@ class Engine:
             kv_usage=totals.usage,
             kv_utilization=totals.utilization,
             fragmentation=totals.fragmentation,
+            swaps=sum(1 for p in sched.swaps if p.direction == "out"),
+            swapped_bytes=swapped_bytes,
+            swap_s=swap_s,
+            num_swapped=len(self.scheduler.swapped),
         )
         if did_work:
             self._history.append(timing)
@@ -344,10 +383,18 @@ class Engine:
     def _finish(self, req: Request, reason: str) -> None:
         self._mark_finished(req, reason)
         self.scheduler.on_finished(req)
+        self._record_end(req, reason)
 
     def _finish_outside_step(self, req: Request, reason: str) -> None:
         self._mark_finished(req, reason)
+        self._record_end(req, reason)
         self._pending.append(RequestOutput(req.request_id, [], True, reason, len(req.prompt), len(req.output)))
+
+    def _record_end(self, req: Request, reason: str) -> None:
+        """The last event of a request's life (a static batch member keeps its KV until the batch ends)."""
+        kind = {"timeout": "timed_out", "aborted": "aborted", "rejected_too_long": "rejected"}.get(reason, "finished")
+        held = self.scheduler.blocks_held(req) if req.request_id in self.scheduler.holders() else 0
+        req.record(self.clock(), kind, tokens=len(req.output), blocks=held, detail=reason)
 
     def _expire_waiting(self) -> None:
         """Finish never-admitted requests past the wait timeout (reported by the step that runs this)."""
@@ -393,7 +440,8 @@ class Engine:
         """The engine now, as plain data."""
         now = self.clock()
         holders = self.scheduler.holders()
-        shown = [*self.scheduler.running, *holders.values(), *self.waiting, *reversed(self._recent_finished)]
+        shown = [*self.scheduler.running, *holders.values(), *self.scheduler.swapped, *self.waiting,
+                 *reversed(self._recent_finished)]
         last = tuple(reversed(list(self._history)[-64:]))
         return EngineSnapshot(
             step=self.step_index,
@@ -410,6 +458,10 @@ class Engine:
             num_preemptions=self.num_preemptions,
             num_rejected=self.num_rejected,
             num_timed_out=self.num_timed_out,
+            num_swapped=len(self.scheduler.swapped),
+            num_swaps=self._swaps_before + self.scheduler.num_swaps,
+            swapped_bytes=self.swapped_bytes,
+            preemption_mode=self.config.preemption_mode,
             busy_fraction=self.busy_fraction(),
             defenses=to_dict(self.defenses),
             device=self.device_label,

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from tui.engine.engine import Engine
-from tui.engine.kv import KVManager
+from tui.engine.kv import KVManager, SwapPlan
 from tui.engine.params import SamplingParams
 from tui.engine.runner import ModelRunner, StepResult
 from tui.engine.scheduler import ScheduledChunk
@@ -55,6 +55,9 @@ class ShapeRecorder:
         result = self.inner.execute(chunks, kv)
         self.shapes.append((shape, len(result.requests)))
         return result
+
+    def swap(self, plans: Sequence[SwapPlan]) -> float | None:
+        return self.inner.swap(plans)
 
 
 PREFILLS = (16, 32, 64, 128, 256, 384, 512, 768, 1024, 1536)

@@ -9,6 +9,9 @@ from dataclasses import dataclass, field
 import torch
 
 from tui.engine.params import SamplingParams
+from tui.engine.snapshot import RequestEvent
+
+MAX_EVENTS = 64  # per request; past it each new event replaces the last (a very long life is elided)
 
 
 def block_hash(parent: int | None, tokens: Sequence[int]) -> int:
@@ -23,6 +26,7 @@ class Status(enum.Enum):
     WAITING = "waiting"
     RUNNING = "running"  # admitted: prefilling or decoding
     PREEMPTED = "preempted"  # back in the waiting queue, its KV dropped, to be recomputed
+    SWAPPED = "swapped"  # its KV copied out to the host pool, to be copied back and resumed
     FINISHED = "finished"
 
 
@@ -49,6 +53,7 @@ class Request:
     finish_reason: str | None = None
     block_hashes: list[int] = field(default_factory=list)  # full blocks of all_tokens, chained
     generator: torch.Generator | None = None
+    events: list[RequestEvent] = field(default_factory=list)  # its transitions, oldest first
 
     def __post_init__(self) -> None:
         if not self.original_prompt_len:
@@ -56,6 +61,14 @@ class Request:
         if self.params.temperature > 0:
             self.generator = torch.Generator()
             self.generator.manual_seed(self.params.seed if self.params.seed is not None else 0)
+
+    def record(self, t: float, kind: str, *, tokens: int = 0, blocks: int = 0, detail: str = "") -> None:
+        """Note a transition (the kinds and fields are described on :class:`RequestEvent`)."""
+        event = RequestEvent(t, kind, tokens, blocks, detail)
+        if len(self.events) < MAX_EVENTS:
+            self.events.append(event)
+        else:
+            self.events[-1] = event
 
     @property
     def max_tokens(self) -> int:

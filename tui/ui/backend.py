@@ -15,6 +15,7 @@ from typing import get_args
 from tui.errors import root_url
 from tui.load.arrivals import ArrivalKind
 from tui.profile import DefensesConfig, LengthDist, Profile, WorkloadConfig
+from tui.serve.state_wire import View
 from tui.ui.messages import DefenseName
 from tui.ui.model import DashboardSnapshot, LoadState, StatusLevel, TargetInfo
 
@@ -90,6 +91,8 @@ class Backend:
             )
         self.latest: DashboardSnapshot = first
         self.on_update: Callable[[], None] | None = None
+        # The requests the scheduler table shows (None: all): the poller asks for those in detail.
+        self.request_view: View | None = None
 
     # -- publishing ------------------------------------------------------------------------------
 
@@ -110,6 +113,10 @@ class Backend:
     @property
     def defenses(self) -> DefensesConfig:
         return self.latest.defenses
+
+    def set_request_view(self, start: int, stop: int, detail: frozenset[str] = frozenset()) -> None:
+        """The table shows requests ``start..stop-1`` (and wants ``detail`` ids in full)."""
+        self.request_view = View(start, stop, detail)
 
     # -- lifecycle (live backends override) --------------------------------------------------------
 
@@ -158,11 +165,23 @@ class Backend:
         current = engine.kv if engine is not None else self.profile.engine.kv
         await self.set_mode(None, "contiguous" if current == "paged" else "paged")
 
+    async def toggle_preemption(self) -> None:
+        """Swap if the engine preempts by recompute, else recompute."""
+        engine = self.latest.engine
+        current = engine.preemption_mode if engine is not None else self.profile.engine.preemption_mode
+        await self.set_preemption_mode("recompute" if current == "swap" else "swap")
+
+    async def set_preemption_mode(self, mode: str) -> None:
+        self.set_status("no engine connected: the preemption mode cannot change", "warn")
+
     async def toggle_pause(self) -> None:
         self.set_status("no engine connected: nothing to pause", "warn")
 
     async def step(self) -> None:
         self.set_status("no engine connected: nothing to step", "warn")
+
+    async def restart_engine(self) -> None:
+        self.set_status("no local engine to restart", "warn")
 
     async def toggle_defense(self, name: DefenseName) -> None:
         self.publish(defenses=toggled_defenses(self.defenses, name, self.profile))

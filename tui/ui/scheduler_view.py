@@ -27,9 +27,9 @@ from textual.geometry import Region, Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from tui.engine.snapshot import ArenaSegment, EngineSnapshot, KVTotals, RequestView
+from tui.engine.snapshot import ArenaSegment, BlockTable, EngineSnapshot, KVTotals, RequestView
 from tui.ui.lines import Packed, TextLines
-from tui.ui.messages import OpenRequest
+from tui.ui.messages import OpenRequest, ViewChanged
 from tui.ui.paint import eighth, line_strip, owner_colour, style
 
 ID_W, STATE_W, NUM_W = 12, 10, 6
@@ -40,14 +40,20 @@ STATE_COLOURS = {
     "prefilling": "#56b6c2",
     "running": "#98c379",
     "preempted": "#e06c75",
+    "swapped": "#c678dd",
     "finished": "#5c6370",
 }
+BRIEF = Style(color="#5c6370", italic=True)  # a request the poller has not fetched in detail yet
 SELECTED = Style(color="#282c34", bgcolor="#e5c07b", bold=True)  # the request under the cursor
 GLYPH_FULL, GLYPH_SHARED, GLYPH_PART_USED, GLYPH_RESERVED, GLYPH_HOLE = "█", "▓", "▒", "░", "·"
 
 
 def _fmt_int(n: int) -> str:
     return f"{n:,}"
+
+
+def _bytes(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
 def _pct(x: float) -> str:
@@ -67,6 +73,21 @@ def header_pieces(snap: EngineSnapshot) -> list[Text]:
     pieces += [Text(f"running {snap.num_running}"), Text(f"waiting {snap.num_waiting}"),
                Text(f"preemptions {snap.num_preemptions}"), Text(f"rejected {snap.num_rejected}"),
                Text(f"timed out {snap.num_timed_out}"), Text(f"on {snap.device}", style="dim")]
+    if snap.preemption_mode == "swap":
+        pieces[-1:-1] = swap_pieces(snap)
+    return pieces
+
+
+def swap_pieces(snap: EngineSnapshot) -> list[Text]:
+    """Swap preemption: requests in the host pool, its use, and a mark when the last step stalled on copies."""
+    tot = snap.totals
+    pieces = [Text(f"swapped {snap.num_swapped}", style="#c678dd"),
+              Text(f"host pool {_fmt_int(tot.host_used_blocks)}/{_fmt_int(tot.host_total_blocks)} blocks"),
+              Text(f"copied {_bytes(snap.swapped_bytes)} device↔host")]
+    last = snap.last_steps[0] if snap.last_steps else None
+    if last is not None and last.swap_s > 0:
+        pieces.append(Text(f" step {last.step} stalled {1e3 * last.swap_s:.1f} ms on swap ",
+                           style="bold #282c34 on #c678dd"))
     return pieces
 
 
@@ -154,45 +175,127 @@ def arena_map(snap: EngineSnapshot, width: int, rows: int) -> list[list[Segment]
     return _cells_to_lines(cells, width)
 
 
-def pool_map(snap: EngineSnapshot, width: int, rows: int) -> list[list[Segment]]:
-    """The paged block pool by block id: who holds each block, shared blocks marked."""
-    nblocks = max(1, snap.totals.total_blocks)
-    reqs = snap.requests
-    # List comprehensions, not np.fromiter over generators: this runs per update over every block.
-    ids = np.array([b.block_id for r in reqs for b in r.blocks], dtype=np.int64)
-    holder = np.repeat(np.arange(len(reqs), dtype=np.int64), [len(r.blocks) for r in reqs])
-    shared_ids = np.array([b.block_id for r in reqs for b in r.blocks if b.shared], dtype=np.int64)
-    keep = (ids >= 0) & (ids < nblocks)
+class PoolCells(NamedTuple):
+    """The paged pool aggregated into map cells: cell ``c`` stands for blocks ``blocks(c)``.
+
+    ``per_cell`` blocks make one cell (1 while the pool fits the map; the last cell may hold fewer);
+    ``held``: blocks of each cell held by some request; ``shared``: a cell holds a block with more
+    than one holder's reference; ``owner``: the index (in the snapshot's requests) of the holder of the
+    cell's first held block, -1 for a cell with none.
+    """
+
+    per_cell: int
+    total: int
+    held: np.ndarray
+    shared: np.ndarray
+    owner: np.ndarray
+
+    def blocks(self, cell: int) -> range:
+        """The block ids cell ``cell`` stands for."""
+        return range(cell * self.per_cell, min((cell + 1) * self.per_cell, self.total))
+
+    def fill(self, cell: int) -> float:
+        """The fraction of the cell's blocks that are held."""
+        return float(self.held[cell]) / len(self.blocks(cell))
+
+
+_NO_IDS = np.zeros(0, dtype=np.int64)
+
+
+def table_ids(table: BlockTable) -> tuple[np.ndarray, np.ndarray]:
+    """A block table's ids in logical order, and the ids of its shared blocks, as arrays."""
+    shared = table.shared_block_ids()
+    # One numpy call per table: numpy's per-call overhead, not the blocks, is the cost at this size.
+    return np.array(table.block_ids(), dtype=np.int64), (np.array(shared, dtype=np.int64) if shared else _NO_IDS)
+
+
+def pool_cells(snap: EngineSnapshot, max_cells: int,
+               memo: dict[str, tuple[BlockTable, np.ndarray, np.ndarray]] | None = None) -> PoolCells:
+    """Aggregate the block pool into at most ``max_cells`` cells of equal size.
+
+    Works from each block table's runs of consecutive ids (O(runs) Python, O(blocks) numpy), so 32,768
+    blocks cost about what a few hundred did. ``memo`` (request id -> table and its arrays), kept by the
+    caller from one snapshot to the next, skips the requests whose table is the same object as before:
+    a delta state keeps the tables that did not change, so most requests cost a dict lookup.
+    """
+    total = max(1, snap.totals.total_blocks)
+    per = max(1, math.ceil(total / max(1, max_cells)))
+    ncells = math.ceil(total / per)
+    memo = {} if memo is None else memo
+    id_parts: list[np.ndarray] = []
+    shared_parts: list[np.ndarray] = []
+    lengths: list[int] = []
+    for r in snap.requests:
+        table: BlockTable = r.blocks  # type: ignore[assignment]  # RequestView.blocks is always a BlockTable
+        known = memo.get(r.request_id)
+        if known is None or known[0] is not table:
+            known = memo[r.request_id] = (table, *table_ids(table))
+        id_parts.append(known[1])
+        if len(known[2]):
+            shared_parts.append(known[2])
+        lengths.append(len(known[1]))
+    if len(memo) > 2 * len(snap.requests) + 64:  # forget requests that left
+        live = {r.request_id for r in snap.requests}
+        for rid in [k for k in memo if k not in live]:
+            del memo[rid]
+    ids = np.concatenate(id_parts) if id_parts else _NO_IDS
+    shared_ids = np.concatenate(shared_parts) if shared_parts else _NO_IDS
+    holder = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
+    keep = (ids >= 0) & (ids < total)
     ids, holder = ids[keep], holder[keep]
-    owner = np.full(nblocks, -1, dtype=np.int64)
-    owner[ids[::-1]] = holder[::-1]  # later writes win: reversed, the first holder of a block wins
-    shared = np.zeros(nblocks, dtype=bool)
-    shared[shared_ids[(shared_ids >= 0) & (shared_ids < nblocks)]] = True
-    held = owner >= 0
-    ncells = max(1, min(width * rows, nblocks))
-    edges = np.linspace(0, nblocks, ncells + 1).round().astype(np.int64)
-    edges[1:] = np.maximum(edges[1:], edges[:-1] + 1)
-    held_cum = np.concatenate([[0], np.cumsum(held)])
-    shared_cum = np.concatenate([[0], np.cumsum(shared)])
-    # next_held[i]: the first held block at or after i (nblocks if none), to find each cell's owner.
-    positions = np.where(held, np.arange(nblocks), nblocks)
-    next_held = np.concatenate([np.minimum.accumulate(positions[::-1])[::-1], [nblocks]])
-    lo, hi = edges[:-1], np.minimum(edges[1:], nblocks)
-    frac = ((held_cum[hi] - held_cum[lo]) / np.maximum(hi - lo, 1)).tolist()
-    any_shared = ((shared_cum[hi] - shared_cum[lo]) > 0).tolist()
-    first_owner = owner[np.minimum(next_held[lo], nblocks - 1)].tolist()  # meaningful where frac > 0
+    # Blocks laid out as an (ncells, per) grid; the first holder (in snapshot order) of a block owns
+    # it: reversed, the first write of a block id is the last and wins.
+    owner_of = np.full(ncells * per, -1, dtype=np.int64)
+    owner_of[ids[::-1]] = holder[::-1]
+    grid = owner_of.reshape(ncells, per)
+    held_grid = grid >= 0
+    held = held_grid.sum(axis=1)
+    owner = grid[np.arange(ncells), held_grid.argmax(axis=1)]  # -1 where the cell holds nothing
+    shared_mask = np.zeros(ncells * per, dtype=bool)
+    shared_mask[shared_ids[(shared_ids >= 0) & (shared_ids < total)]] = True
+    shared = shared_mask.reshape(ncells, per).any(axis=1)
+    return PoolCells(per, total, held, shared, owner)
+
+
+def pool_map(snap: EngineSnapshot, width: int, rows: int,
+             memo: dict[str, tuple[BlockTable, np.ndarray, np.ndarray]] | None = None) -> tuple[list[list[Segment]], int]:
+    """The paged block pool by block id: who holds each cell, shared blocks marked; and blocks per cell
+    (``memo``: as :func:`pool_cells` takes it)."""
+    cells_info = pool_cells(snap, width * rows, memo)
+    per, total = cells_info.per_cell, cells_info.total
+    sizes = np.full(len(cells_info.held), per)
+    sizes[-1] = total - per * (len(sizes) - 1)
+    frac = (cells_info.held / sizes).tolist()
+    shared = cells_info.shared.tolist()
+    owners = cells_info.owner.tolist()
     cells: list[tuple[str, str]] = []
     colours: dict[int, str] = {}
-    for c in range(ncells):
-        if frac[c] == 0:
+    for c, f in enumerate(frac):
+        if f == 0:
             cells.append((GLYPH_HOLE, HOLE))
             continue
-        req = first_owner[c]
+        req = owners[c]
         colour = colours.get(req)
         if colour is None:
             colour = colours[req] = owner_colour(snap.requests[req].request_id)
-        glyph = GLYPH_SHARED if any_shared[c] else GLYPH_FULL if frac[c] >= 0.75 else GLYPH_PART_USED
+        glyph = GLYPH_SHARED if shared[c] else GLYPH_FULL if f >= 0.75 else GLYPH_PART_USED
         cells.append((glyph, colour))
+    return _cells_to_lines(cells, width), per
+
+
+def host_map(snap: EngineSnapshot, width: int, rows: int) -> list[list[Segment]]:
+    """The host pool swapped-out KV waits in (preemption_mode = "swap"), by host block id: who holds each."""
+    nblocks = max(1, snap.totals.host_total_blocks)
+    owner: dict[int, str] = {b: r.request_id for r in snap.requests for b in r.host_blocks}
+    ncells = max(1, min(width * rows, nblocks))
+    edges = np.linspace(0, nblocks, ncells + 1).round().astype(np.int64)
+    edges[1:] = np.maximum(edges[1:], edges[:-1] + 1)
+    held = sorted(owner)
+    cells: list[tuple[str, str]] = []
+    for c in range(ncells):
+        lo, hi = int(edges[c]), int(min(edges[c + 1], nblocks))
+        first = next((b for b in held[np.searchsorted(held, lo):] if b < hi), None) if held else None
+        cells.append((GLYPH_HOLE, HOLE) if first is None else (GLYPH_FULL, owner_colour(owner[first])))
     return _cells_to_lines(cells, width)
 
 
@@ -215,11 +318,13 @@ def _cells_to_lines(cells: list[tuple[str, str]], width: int) -> list[list[Segme
     return lines
 
 
-def legend_pieces(layout: str, unit: int) -> list[Text]:
-    """What the glyphs mean in the current layout."""
+def legend_pieces(layout: str, unit: int, blocks_per_cell: int = 1) -> list[Text]:
+    """What the glyphs mean in the current layout (``blocks_per_cell``: of the pool map)."""
     if layout == "paged":
         parts = [f"{GLYPH_FULL} full block", "▄ last block, height = fill", f"{GLYPH_SHARED} shared prefix (ref>1)",
                  f"{GLYPH_HOLE} free", "one cell = one block in the table"]
+        if blocks_per_cell > 1:  # the pool is larger than the map: say what a cell of the map means
+            parts.append(f"pool: one cell = {blocks_per_cell:,} blocks ({GLYPH_PART_USED} part held)")
     else:
         parts = [f"{GLYPH_FULL} used", f"{GLYPH_PART_USED} partly used", f"{GLYPH_RESERVED} reserved, unused",
                  f"{GLYPH_HOLE} hole", f"one cell = {unit} slots in the table"]
@@ -228,6 +333,26 @@ def legend_pieces(layout: str, unit: int) -> list[Text]:
 
 # ---------------------------------------------------------------------------------------------------
 # The request table
+
+
+def _flag_pieces(n: int, shared_runs: tuple[int, ...], window_runs: tuple[int, ...]) -> list[tuple[int, int, int, int]]:
+    """``(start, end, shared, in_window)`` pieces of a block table of ``n`` blocks, from its two flag runs."""
+    shared_runs = shared_runs or (0, n)
+    window_runs = window_runs or (1, n)
+    pieces: list[tuple[int, int, int, int]] = []
+    i = j = pos = 0
+    s_end, w_end = shared_runs[1], window_runs[1]
+    while pos < n:
+        end = min(s_end, w_end)
+        pieces.append((pos, end, shared_runs[i], window_runs[j]))
+        pos = end
+        if pos == s_end and i + 2 < len(shared_runs):
+            i += 2
+            s_end += shared_runs[i + 1]
+        if pos == w_end and j + 2 < len(window_runs):
+            j += 2
+            w_end += window_runs[j + 1]
+    return pieces
 
 
 class _Row(NamedTuple):
@@ -274,6 +399,7 @@ class RequestTable(ScrollView, can_focus=True):
         self._seg_used: dict[str, int] = {}
         self._base: Style | None = None
         self.selected: str | None = None  # the request under the cursor, by id (rows move between steps)
+        self._reported_view: tuple[int, int, frozenset[str]] | None = None
 
     def set_snapshot(self, snap: EngineSnapshot | None) -> None:
         """Show a new engine snapshot; only the lines on screen whose row changed are repainted."""
@@ -285,6 +411,7 @@ class RequestTable(ScrollView, can_focus=True):
         self._layout(force=True)
         if self.is_mounted:
             self._base = self.rich_style  # once per snapshot: kept lines were drawn over the old one
+        self._report_view()
         if old_snap is None or snap is None or self._geometry() != old_geometry:
             self.refresh()
             return
@@ -326,6 +453,32 @@ class RequestTable(ScrollView, can_focus=True):
 
     def on_resize(self) -> None:
         self._layout(force=False)
+        self._report_view()
+
+    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
+        super().watch_scroll_y(old_value, new_value)
+        self._report_view()
+
+    def visible_requests(self) -> tuple[int, int]:
+        """Request indices ``(start, stop)`` of the rows on screen, with a screen's margin either side
+        (a short scroll then shows rows already fetched in detail)."""
+        if not self._rows:
+            return 0, 0
+        height = max(1, self.size.height)
+        top = round(self.scroll_offset.y)
+        first = self._rows[max(0, min(len(self._rows) - 1, top - height))].request
+        last = self._rows[max(0, min(len(self._rows) - 1, top + 2 * height))].request
+        return first, last + 1
+
+    def _report_view(self) -> None:
+        """Tell the app (so the poller) which requests are drawn, when that changed."""
+        if not self.is_mounted:
+            return
+        start, stop = self.visible_requests()
+        view = (start, stop, frozenset([self.selected]) if self.selected else frozenset())
+        if view != self._reported_view:
+            self._reported_view = view
+            self.post_message(ViewChanged(*view))
 
     def _content_width(self) -> int:
         return max(PREFIX_W + 8, self.scrollable_content_region.width)
@@ -368,6 +521,7 @@ class RequestTable(ScrollView, can_focus=True):
         self.selected = request_id
         self._cache.clear()
         self.refresh()
+        self._report_view()
         snap = self.snapshot
         if request_id is None or snap is None:
             return
@@ -423,6 +577,14 @@ class RequestTable(ScrollView, can_focus=True):
         assert snap is not None
         colour = owner_colour(r.request_id)
         segs: list[Segment] = []
+        if not r.detail:  # outside the view the poller asked for: drawn for a moment after a scroll
+            if chunk:
+                return [Segment(" " * (PREFIX_W - 2) + "↳ ", style("#5c6370"))]
+            rid = r.request_id if len(r.request_id) <= ID_W else "…" + r.request_id[-(ID_W - 1) :]
+            return [Segment(rid.ljust(ID_W) + " ", style(colour, bold=True)),
+                    Segment(r.state.ljust(STATE_W) + " ", style(STATE_COLOURS.get(r.state, "white"))),
+                    Segment(f"{'…':>{NUM_W}}" * 3 + "  ", style("#5c6370")),
+                    Segment(f"{len(r.blocks)} blocks · fetching", BRIEF)]
         if chunk == 0:
             rid = r.request_id if len(r.request_id) <= ID_W else "…" + r.request_id[-(ID_W - 1) :]
             id_style = SELECTED if r.request_id == self.selected else style(colour, bold=True)
@@ -440,30 +602,39 @@ class RequestTable(ScrollView, can_focus=True):
         return segs
 
     def _paged_cells(self, r: RequestView, chunk: int, colour: str, block_size: int) -> list[Segment]:
-        if not r.blocks:
+        """The row's slice of the block table, from its runs: full blocks █, shared ▓ (bold), the last
+        block's fill as an eighth-height bar, blocks behind a sliding window grey. O(runs), never one
+        object per block."""
+        table = r.blocks
+        n = len(table)
+        if not n:
             return [self._no_kv(r)]
         lo = chunk * self._cells_w
-        blocks = r.blocks[lo : lo + self._cells_w]
-        last = len(r.blocks) - 1
+        hi = min(n, lo + self._cells_w)
+        last_fill = table.fill_runs[-2]  # type: ignore[attr-defined]  # always a BlockTable
+        plain, bold, behind = style(colour), style(colour, bold=True), style(HOLE)
         runs: list[Segment] = []
-        run_glyphs, run_style = "", None
-        for j, b in enumerate(blocks, start=lo):
-            if not b.in_window:  # behind a sliding window (Mistral): held, but no query reads it
-                glyph, st = GLYPH_FULL, style("#5c6370")
-            elif b.shared:
-                glyph, st = GLYPH_SHARED, style(colour, bold=True)
-            elif j == last and b.fill < block_size:
-                glyph, st = eighth(max(b.fill, 1) / block_size), style(colour)
+
+        def add(glyphs: str, st: Style) -> None:
+            if runs and runs[-1].style is st:
+                runs[-1] = Segment(runs[-1].text + glyphs, st)
             else:
-                glyph, st = GLYPH_FULL, style(colour)
-            if st is run_style:
-                run_glyphs += glyph
+                runs.append(Segment(glyphs, st))
+
+        for a, b, shared, in_window in _flag_pieces(n, table.shared_runs, table.window_runs):  # type: ignore[attr-defined]
+            a, b = max(a, lo), min(b, hi)
+            if a >= b:
+                continue
+            if not in_window:  # behind a sliding window (Mistral): held, but no query reads it
+                add(GLYPH_FULL * (b - a), behind)
+            elif shared:
+                add(GLYPH_SHARED * (b - a), bold)
             else:
-                if run_glyphs:
-                    runs.append(Segment(run_glyphs, run_style))
-                run_glyphs, run_style = glyph, st
-        if run_glyphs:
-            runs.append(Segment(run_glyphs, run_style))
+                full_end = b - 1 if b == n and last_fill < block_size else b
+                if full_end > a:
+                    add(GLYPH_FULL * (full_end - a), plain)
+                if full_end < b:
+                    add(eighth(max(last_fill, 1) / block_size), plain)
         return runs
 
     def _contiguous_cells(self, r: RequestView, colour: str) -> list[Segment]:
@@ -489,6 +660,10 @@ class RequestTable(ScrollView, can_focus=True):
     def _no_kv(r: RequestView) -> Segment:
         if r.state == "waiting":
             return Segment(f"no KV yet · waited {r.waited_s:.1f}s", style("#7f848e"))
+        if r.state == "swapped":
+            return Segment(f"swapped out · {r.computed_tokens} tokens in host blocks "
+                           f"{', '.join(map(str, r.host_blocks[:6]))}{' …' if len(r.host_blocks) > 6 else ''}",
+                           style(STATE_COLOURS["swapped"]))
         return Segment("no KV", style("#7f848e"))
 
 
@@ -505,6 +680,7 @@ class SchedulerView(Vertical):
         super().__init__(id=id)
         self.snapshot: EngineSnapshot | None = None
         self.note = "waiting for the engine…"
+        self._pool_memo: dict[str, tuple[BlockTable, np.ndarray, np.ndarray]] = {}  # see pool_cells
 
     def compose(self) -> ComposeResult:
         yield TextLines(id="sched-summary", wrap=True)
@@ -538,13 +714,19 @@ class SchedulerView(Vertical):
             return
         width = max(10, self.content_region.width - 8)
         label = "arena" if snap.kv == "contiguous" else "pool "
-        rows = arena_map(snap, width, self.MAP_ROWS) if snap.kv == "contiguous" else pool_map(snap, width, 2)
+        per_cell = 1
+        if snap.kv == "contiguous":
+            rows = arena_map(snap, width, self.MAP_ROWS)
+        else:
+            rows, per_cell = pool_map(snap, width, 2, self._pool_memo)
         head_style = style("#abb2bf", bold=True)
         map_lines = [[Segment((label if i == 0 else "     ") + "  ", head_style), *line] for i, line in enumerate(rows)]
+        if snap.preemption_mode == "swap":  # the host pool beside the device pool
+            map_lines += [[Segment("host   ", head_style), *line] for line in host_map(snap, width, 1)]
         table = self.query_one(RequestTable)
         table.relayout()
         summary.set_lines([Packed(tuple(header_pieces(snap))), Packed(tuple(totals_pieces(snap.totals)), " · ", "    "),
-                           *map_lines, Packed(tuple(legend_pieces(snap.kv, table.unit)))])
+                           *map_lines, Packed(tuple(legend_pieces(snap.kv, table.unit, per_cell)))])
         cols = f"{'request':<{ID_W}} {'state':<{STATE_W}} {'prompt':>{NUM_W}}{'out':>{NUM_W}}{'pre':>{NUM_W}}  "
         cols += "block table" if snap.kv == "paged" else "reservation (used/reserved slots)"
         columns.set_lines([Text(cols)])

@@ -30,6 +30,8 @@ EVENT_LABELS = {
     "prefill": "prefill chunk",
     "preempted": "preempted",
     "readmitted": "re-admitted",
+    "swapped_out": "swapped out",
+    "swapped_in": "swapped in",
     "first_token": "first token",
     "finished": "finished",
     "rejected": "rejected",
@@ -37,8 +39,10 @@ EVENT_LABELS = {
     "aborted": "aborted",
 }
 EVENT_STYLES = {"preempted": "bold #e06c75", "rejected": "bold #e06c75", "timed_out": "bold #e06c75",
-                "first_token": "bold #98c379", "finished": "bold #61afef", "readmitted": "#e5c07b"}
-BAR_W = 24
+                "first_token": "bold #98c379", "finished": "bold #61afef", "readmitted": "#e5c07b",
+                "swapped_out": "bold #c678dd", "swapped_in": "#c678dd"}
+BAR_W = 20
+DETAIL_W = 28
 
 
 def find_request(engine: EngineSnapshot | None, request_id: str) -> RequestView | None:
@@ -74,17 +78,20 @@ def _against(name: str, value: float | None, slo_ms: float | None) -> Text:
     return t
 
 
-def _event_detail(e: RequestEvent, block_size: int) -> str:
-    if e.kind == "prefill":
-        return f"{e.tokens} tokens"
+def _event_detail(e: RequestEvent) -> str:
+    """The event's numbers in words (the event kinds are documented on ``RequestEvent``)."""
     if e.kind == "queued":
         return f"prompt {e.tokens} tokens"
-    if e.kind in ("finished", "first_token"):
-        return f"{e.tokens} output tokens" if e.kind == "finished" else ""
+    if e.kind == "prefill":
+        return f"{e.tokens} tokens"
+    if e.kind == "finished":
+        return f"{e.tokens} output tokens" + (f" ({e.detail})" if e.detail else "")
+    if e.kind in ("swapped_out", "swapped_in"):
+        return f"{e.tokens} tokens of KV" + (f": {e.detail}" if e.detail else "")
     return e.detail
 
 
-def timeline_text(r: RequestView, slo: SloConfig, block_size: int, gone: bool) -> list[Text]:
+def timeline_text(r: RequestView, slo: SloConfig, gone: bool) -> list[Text]:
     """The timeline's lines for one request."""
     head = Text()
     head.append(f"{r.request_id} ", style=f"bold {owner_colour(r.request_id)}")
@@ -105,12 +112,12 @@ def timeline_text(r: RequestView, slo: SloConfig, block_size: int, gone: bool) -
         return lines
     t0 = r.events[0].t
     peak = max((e.blocks for e in r.events), default=0) or 1
-    lines.append(Text(f"{'time':>9}  {'event':<14}{'':<22}{'KV blocks held after it':<{BAR_W + 8}}",
+    lines.append(Text(f"{'time':>9}  {'event':<14}{'':<{DETAIL_W}}{'KV blocks held after it':<{BAR_W + 8}}",
                       style="bold #abb2bf"))
     for e in r.events:
         line = Text(f"{'+' + fmt_s(e.t - t0) if e.t > t0 else '0':>9}  ")
         line.append(f"{EVENT_LABELS.get(e.kind, e.kind):<14}", style=EVENT_STYLES.get(e.kind, ""))
-        line.append(f"{_event_detail(e, block_size):<22}"[:22], style="#abb2bf")
+        line.append(f"{_event_detail(e):<{DETAIL_W}}"[:DETAIL_W], style="#abb2bf")
         line.append_text(gauge(e.blocks / peak, BAR_W, owner_colour(r.request_id)))
         line.append(f" {e.blocks}")
         lines.append(line)
@@ -156,5 +163,4 @@ class TimelineScreen(ModalScreen[None]):
                                                       style="dim italic")])
             return
         self.request = r
-        block_size = snap.engine.totals.block_size if snap.engine is not None else 16
-        self.query_one(TextLines).set_lines(timeline_text(r, self.slo, block_size, gone))
+        self.query_one(TextLines).set_lines(timeline_text(r, self.slo, gone))

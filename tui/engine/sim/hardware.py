@@ -39,6 +39,7 @@ class GpuSpec:
     memory_bytes: int
     interconnect_bandwidth: float  # bytes/s per direction per device, for the all-reduce
     interconnect_latency_s: float = 8e-6  # per all-reduce call (NCCL small-message latency)
+    host_bandwidth: float = 25e9  # bytes/s device<->host (KV swap): PCIe Gen4 x16 as achieved; Gen5 ~50e9
     flops_efficiency: float = 0.6
     bandwidth_efficiency: float = 0.8
     step_overhead_s: float = 4e-4
@@ -65,9 +66,9 @@ PRESETS: dict[str, GpuSpec] = {
                          source="NVIDIA A100 datasheet (SXM4 80GB)"),
     "A100-40GB": GpuSpec("A100-40GB", 312e12, 1.555e12, 40 * 10**9, 300e9,
                          source="NVIDIA A100 datasheet (SXM4 40GB)"),
-    "H100-SXM": GpuSpec("H100-SXM", 989.4e12, 3.35e12, 80 * 10**9, 450e9,
+    "H100-SXM": GpuSpec("H100-SXM", 989.4e12, 3.35e12, 80 * 10**9, 450e9, host_bandwidth=50e9,
                         source="NVIDIA H100 datasheet (SXM5)"),
-    "H200": GpuSpec("H200", 989.4e12, 4.8e12, 141 * 10**9, 450e9,
+    "H200": GpuSpec("H200", 989.4e12, 4.8e12, 141 * 10**9, 450e9, host_bandwidth=50e9,
                     source="NVIDIA H200 datasheet (SXM)"),
     "L40S": GpuSpec("L40S", 362.05e12, 0.864e12, 48 * 10**9, 32e9,
                     source="NVIDIA L40S datasheet"),

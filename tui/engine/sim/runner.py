@@ -24,7 +24,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tui.engine.kv import KVManager
+from tui.engine.kv import KVManager, SwapPlan
 from tui.engine.runner import StepResult
 from tui.engine.scheduler import ScheduledChunk
 from tui.engine.sim.clock import SimClock
@@ -55,6 +55,7 @@ class SimulatedRunner:
 
     def __init__(self, cost: CostModel, clock: SimClock, seed: int = 0, gauge_window_s: float = 1.0) -> None:
         self.cost = cost
+        self.kv_bytes_per_token = cost.model.kv_bytes_per_token / min(cost.tp, cost.model.num_kv_heads)
         self.clock = clock
         self.seed = seed
         self.gauge_window_s = gauge_window_s
@@ -99,6 +100,16 @@ class SimulatedRunner:
         self._last_release = end
         self._recent.append((end, step.time_s, step.flops, step.bytes))
         return StepResult(requests, ids)
+
+    def swap(self, plans: Sequence[SwapPlan]) -> float | None:
+        """KV copies device <-> host (swap preemption): nothing is copied; the copy time (bytes over the
+        host link) is waited out on the clock like a step, so the engine times it as it does torch's."""
+        tokens = sum(p.num_tokens for p in plans)
+        seconds = tokens * self.kv_bytes_per_token / self.cost.gpu.host_bandwidth
+        start = self.clock.now()
+        self.clock.wait_until(start + seconds)
+        self._last_release = start + seconds
+        return None
 
     def gauges(self) -> DeviceGauges:
         """Modelled SM and HBM use over the last ``gauge_window_s`` seconds of the clock."""
