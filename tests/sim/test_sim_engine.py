@@ -187,3 +187,22 @@ def test_virtual_clock_recorder_writes_a_run_marked_simulated(tmp_path: Path) ->
         assert r["ok"] == 25
     # continuous batching joins requests between steps: its TTFT is far below static batching's
     assert rows["continuous+paged"]["ttft_p50_ms"] < rows["static+contiguous"]["ttft_p50_ms"]
+
+
+def test_swap_preemption_costs_the_host_link_time() -> None:
+    """A KV cache too small for its requests, swap preemption: copies are modelled over the host link."""
+    cfg = EngineConfig(backend="simulated", model="llama-3.1-8b", hardware="H100-SXM", kv_budget_mb=64.0,
+                       max_model_len=4096, preemption_mode="swap", swap_space_gb=4.0)
+    clock = VirtualClock()
+    e = Engine(cfg, sim_clock=clock)
+    for i in range(6):
+        e.add_request(f"r{i}", [97] * 60, SamplingParams.exact(200))  # 6 x 260 tokens > 512 slots
+    swapped = []
+    while e.has_unfinished():
+        t = e.step().timing
+        if t is not None and t.swapped_bytes:
+            swapped.append(t)
+    assert swapped, "the small cache must have swapped"
+    for t in swapped:
+        assert t.swap_s == pytest.approx(t.swapped_bytes / 50e9, rel=1e-6)  # H100: PCIe Gen5, as achieved
+        assert t.duration_s >= t.swap_s
