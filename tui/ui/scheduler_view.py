@@ -40,6 +40,7 @@ STATE_COLOURS = {
     "prefilling": "#56b6c2",
     "running": "#98c379",
     "preempted": "#e06c75",
+    "swapped": "#c678dd",
     "finished": "#5c6370",
 }
 BRIEF = Style(color="#5c6370", italic=True)  # a request the poller has not fetched in detail yet
@@ -49,6 +50,10 @@ GLYPH_FULL, GLYPH_SHARED, GLYPH_PART_USED, GLYPH_RESERVED, GLYPH_HOLE = "█", "
 
 def _fmt_int(n: int) -> str:
     return f"{n:,}"
+
+
+def _bytes(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
 def _pct(x: float) -> str:
@@ -68,6 +73,21 @@ def header_pieces(snap: EngineSnapshot) -> list[Text]:
     pieces += [Text(f"running {snap.num_running}"), Text(f"waiting {snap.num_waiting}"),
                Text(f"preemptions {snap.num_preemptions}"), Text(f"rejected {snap.num_rejected}"),
                Text(f"timed out {snap.num_timed_out}"), Text(f"on {snap.device}", style="dim")]
+    if snap.preemption_mode == "swap":
+        pieces[-1:-1] = swap_pieces(snap)
+    return pieces
+
+
+def swap_pieces(snap: EngineSnapshot) -> list[Text]:
+    """Swap preemption: requests in the host pool, its use, and a mark when the last step stalled on copies."""
+    tot = snap.totals
+    pieces = [Text(f"swapped {snap.num_swapped}", style="#c678dd"),
+              Text(f"host pool {_fmt_int(tot.host_used_blocks)}/{_fmt_int(tot.host_total_blocks)} blocks"),
+              Text(f"copied {_bytes(snap.swapped_bytes)} device↔host")]
+    last = snap.last_steps[0] if snap.last_steps else None
+    if last is not None and last.swap_s > 0:
+        pieces.append(Text(f" step {last.step} stalled {1e3 * last.swap_s:.1f} ms on swap ",
+                           style="bold #282c34 on #c678dd"))
     return pieces
 
 
@@ -261,6 +281,22 @@ def pool_map(snap: EngineSnapshot, width: int, rows: int,
         glyph = GLYPH_SHARED if shared[c] else GLYPH_FULL if f >= 0.75 else GLYPH_PART_USED
         cells.append((glyph, colour))
     return _cells_to_lines(cells, width), per
+
+
+def host_map(snap: EngineSnapshot, width: int, rows: int) -> list[list[Segment]]:
+    """The host pool swapped-out KV waits in (preemption_mode = "swap"), by host block id: who holds each."""
+    nblocks = max(1, snap.totals.host_total_blocks)
+    owner: dict[int, str] = {b: r.request_id for r in snap.requests for b in r.host_blocks}
+    ncells = max(1, min(width * rows, nblocks))
+    edges = np.linspace(0, nblocks, ncells + 1).round().astype(np.int64)
+    edges[1:] = np.maximum(edges[1:], edges[:-1] + 1)
+    held = sorted(owner)
+    cells: list[tuple[str, str]] = []
+    for c in range(ncells):
+        lo, hi = int(edges[c]), int(min(edges[c + 1], nblocks))
+        first = next((b for b in held[np.searchsorted(held, lo):] if b < hi), None) if held else None
+        cells.append((GLYPH_HOLE, HOLE) if first is None else (GLYPH_FULL, owner_colour(owner[first])))
+    return _cells_to_lines(cells, width)
 
 
 def _cells_to_lines(cells: list[tuple[str, str]], width: int) -> list[list[Segment]]:
@@ -624,6 +660,10 @@ class RequestTable(ScrollView, can_focus=True):
     def _no_kv(r: RequestView) -> Segment:
         if r.state == "waiting":
             return Segment(f"no KV yet · waited {r.waited_s:.1f}s", style("#7f848e"))
+        if r.state == "swapped":
+            return Segment(f"swapped out · {r.computed_tokens} tokens in host blocks "
+                           f"{', '.join(map(str, r.host_blocks[:6]))}{' …' if len(r.host_blocks) > 6 else ''}",
+                           style(STATE_COLOURS["swapped"]))
         return Segment("no KV", style("#7f848e"))
 
 
@@ -681,6 +721,8 @@ class SchedulerView(Vertical):
             rows, per_cell = pool_map(snap, width, 2, self._pool_memo)
         head_style = style("#abb2bf", bold=True)
         map_lines = [[Segment((label if i == 0 else "     ") + "  ", head_style), *line] for i, line in enumerate(rows)]
+        if snap.preemption_mode == "swap":  # the host pool beside the device pool
+            map_lines += [[Segment("host   ", head_style), *line] for line in host_map(snap, width, 1)]
         table = self.query_one(RequestTable)
         table.relayout()
         summary.set_lines([Packed(tuple(header_pieces(snap))), Packed(tuple(totals_pieces(snap.totals)), " · ", "    "),
