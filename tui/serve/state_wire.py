@@ -200,6 +200,7 @@ def _engine_fields(snap: EngineSnapshot) -> dict[str, Any]:
         "num_preemptions": snap.num_preemptions, "num_rejected": snap.num_rejected,
         "num_timed_out": snap.num_timed_out, "busy_fraction": snap.busy_fraction,
         "defenses": dict(snap.defenses), "device": snap.device,
+        "backend": snap.backend, "sim": snap.sim,
     }
 
 
@@ -212,6 +213,7 @@ def _engine_from_fields(d: dict[str, Any], requests: tuple[RequestView, ...]) ->
         num_waiting=d["num_waiting"], num_running=d["num_running"], num_preemptions=d["num_preemptions"],
         num_rejected=d["num_rejected"], num_timed_out=d["num_timed_out"], busy_fraction=d["busy_fraction"],
         defenses=d["defenses"], device=d["device"],
+        backend=d.get("backend", "torch"), sim=d.get("sim"),
     )
 
 
