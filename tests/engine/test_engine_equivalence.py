@@ -93,6 +93,7 @@ def test_sampling_is_deterministic_per_seed(engine_factory, drive):
     assert first["b"] != other["b"]
 
 
+@pytest.mark.slow  # long contexts in many length groups, checked against the full forward
 def test_length_grouped_decode_attention_matches_full_forward(engine_factory, drive, monkeypatch):
     """Decode rows split into several context-length groups give the same logits."""
     import tui.engine.model_runner as mr

@@ -226,6 +226,7 @@ keys = st.sampled_from(
 toml_values = st.recursive(toml_scalars, lambda inner: st.dictionaries(keys, inner, max_size=4), max_leaves=12)
 
 
+@pytest.mark.slow  # 150 generated documents
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.dictionaries(keys, toml_values, max_size=5))
 def test_malformed_documents_raise_only_profile_errors(doc: dict) -> None:
@@ -307,6 +308,7 @@ def _document(section: str, name: str, value: object) -> dict:
     return doc
 
 
+@pytest.mark.slow  # 300 generated values
 @settings(max_examples=300, deadline=None)
 @given(st.sampled_from(NUMERIC_KEYS), hostile_numbers)
 def test_every_numeric_key_is_finite_and_in_range_or_one_clear_line(key: tuple, value: object) -> None:

@@ -10,9 +10,9 @@ engine's layouts and the seeded test fixtures (``tui.testing.synthetic``) both c
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Literal, overload
 
 RequestState = Literal["waiting", "prefilling", "running", "preempted", "finished"]
 
@@ -25,6 +25,131 @@ class BlockView:
     fill: int  # token slots holding a token, 0..block_size
     shared: bool = False  # reference count > 1 (a prefix-cache hit)
     in_window: bool = True  # False: wholly behind the sliding window (Mistral), no query reads it any more
+
+
+def _rle(values: Iterable[int]) -> tuple[int, ...]:
+    """Run-length pairs ``(value, count, value, count, ...)``."""
+    out: list[int] = []
+    for v in values:
+        if out and out[-2] == v:
+            out[-1] += 1
+        else:
+            out += [v, 1]
+    return tuple(out)
+
+
+def _unrle(runs: Sequence[int]) -> list[int]:
+    out: list[int] = []
+    for i in range(0, len(runs), 2):
+        out += [runs[i]] * runs[i + 1]
+    return out
+
+
+class BlockTable(Sequence[BlockView]):
+    """A request's block table held as runs: reads like a tuple of :class:`BlockView`, costs O(runs).
+
+    ``id_runs``: consecutive block ids as ``(first, count, first, count, ...)``; ``fill_runs``: the
+    per-block fill run-length encoded as ``(value, count, ...)``; ``shared_runs`` and ``window_runs``
+    likewise with 0/1 values, empty when no block is shared and when every block is in the window (the
+    usual case). The form is canonical (runs maximal, defaults empty), so two tables are equal exactly
+    when their runs are. A view that draws a few rows builds the BlockViews of those rows only (on the
+    first element access); the pool map reads ``id_runs`` directly.
+    """
+
+    __slots__ = ("_blocks", "_len", "fill_runs", "id_runs", "shared_runs", "window_runs")
+
+    def __init__(self, id_runs: Sequence[int] = (), fill_runs: Sequence[int] = (), shared_runs: Sequence[int] = (),
+                 window_runs: Sequence[int] = ()) -> None:
+        """From runs (as :meth:`runs` gives them); raises ValueError when the runs disagree in length."""
+        self.id_runs = tuple(id_runs)
+        self.fill_runs = tuple(fill_runs)
+        n = sum(self.id_runs[1::2])
+        # Canonical defaults: nothing shared, everything in the window.
+        self.shared_runs = () if not any(shared_runs[0::2]) else tuple(shared_runs)
+        self.window_runs = () if all(window_runs[0::2]) else tuple(window_runs)
+        for name, runs in (("fill", self.fill_runs), ("shared", self.shared_runs), ("window", self.window_runs)):
+            if (runs or name == "fill") and sum(runs[1::2]) != n:
+                raise ValueError(f"block table: {name} runs cover {sum(runs[1::2])} blocks, the ids {n}")
+        self._len = n
+        self._blocks: tuple[BlockView, ...] | None = None
+
+    @classmethod
+    def from_blocks(cls, blocks: Iterable[BlockView]) -> BlockTable:
+        """The runs of a sequence of BlockViews."""
+        blocks = tuple(blocks)
+        id_runs: list[int] = []
+        for b in blocks:
+            if id_runs and id_runs[-2] + id_runs[-1] == b.block_id:
+                id_runs[-1] += 1
+            else:
+                id_runs += [b.block_id, 1]
+        table = cls(id_runs, _rle(b.fill for b in blocks), _rle(int(b.shared) for b in blocks),
+                    _rle(int(b.in_window) for b in blocks))
+        table._blocks = tuple(blocks) if all(type(b) is BlockView for b in blocks) else None
+        return table
+
+    def runs(self) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+        """``(id_runs, fill_runs, shared_runs, window_runs)``."""
+        return self.id_runs, self.fill_runs, self.shared_runs, self.window_runs
+
+    def block_ids(self) -> list[int]:
+        """Every block id in logical order."""
+        out: list[int] = []
+        for i in range(0, len(self.id_runs), 2):
+            first = self.id_runs[i]
+            out += range(first, first + self.id_runs[i + 1])
+        return out
+
+    def shared_block_ids(self) -> list[int]:
+        """The ids of the blocks marked shared, from the runs."""
+        if not self.shared_runs:
+            return []
+        ids, out, pos = self.block_ids(), [], 0
+        for i in range(0, len(self.shared_runs), 2):
+            count = self.shared_runs[i + 1]
+            if self.shared_runs[i]:
+                out += ids[pos : pos + count]
+            pos += count
+        return out
+
+    def _views(self) -> tuple[BlockView, ...]:
+        if self._blocks is None:
+            n = self._len
+            shared = _unrle(self.shared_runs) if self.shared_runs else [0] * n
+            window = _unrle(self.window_runs) if self.window_runs else [1] * n
+            self._blocks = tuple(BlockView(b, f, bool(s), bool(w))
+                                 for b, f, s, w in zip(self.block_ids(), _unrle(self.fill_runs), shared, window, strict=True))
+        return self._blocks
+
+    def __len__(self) -> int:
+        return self._len
+
+    @overload
+    def __getitem__(self, index: int) -> BlockView: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[BlockView, ...]: ...
+    def __getitem__(self, index: int | slice) -> BlockView | tuple[BlockView, ...]:
+        return self._views()[index]
+
+    def __iter__(self) -> Iterator[BlockView]:
+        return iter(self._views())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, BlockTable):
+            return self.runs() == other.runs()
+        if isinstance(other, (tuple, list)):
+            return self._views() == tuple(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.runs())
+
+    def __reduce__(self) -> tuple[Any, ...]:  # pickled as its runs, never as BlockViews
+        return BlockTable, self.runs()
+
+    def __repr__(self) -> str:
+        return f"BlockTable(id_runs={self.id_runs}, fill_runs={self.fill_runs}, shared_runs={self.shared_runs}, " \
+               f"window_runs={self.window_runs})"
 
 
 @dataclass(frozen=True)
@@ -46,7 +171,13 @@ class RequestEvent:
 
 @dataclass(frozen=True)
 class RequestView:
-    """One request as the scheduler sees it."""
+    """One request as the scheduler sees it.
+
+    ``blocks`` is always a :class:`BlockTable` (a tuple of BlockViews given here is converted).
+    ``detail`` False: a request outside the client's view, sent with its id, state, and KV placement
+    only (what the pool map and the table's row count need); its counters and events are left at
+    their defaults and a view draws it as a placeholder.
+    """
 
     request_id: str
     state: RequestState
@@ -55,11 +186,23 @@ class RequestView:
     max_tokens: int
     preemptions: int = 0
     computed_tokens: int = 0  # tokens whose KV is in the cache (prefill progress)
-    blocks: tuple[BlockView, ...] = ()  # paged: the block table in logical order
+    blocks: Sequence[BlockView] = ()  # paged: the block table in logical order (a BlockTable)
     arena_start: int | None = None  # contiguous: first reserved slot
     arena_reserved: int = 0  # contiguous: slots reserved
     waited_s: float = 0.0  # time since arrival while not yet admitted
     events: tuple[RequestEvent, ...] = ()  # its life so far, oldest first
+    detail: bool = True
+
+    def __post_init__(self) -> None:
+        if type(self.blocks) is not BlockTable:  # one representation, whoever built the view
+            object.__setattr__(self, "blocks", BlockTable.from_blocks(self.blocks))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form the state route has always sent: every block as an object (``detail`` left out)."""
+        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "detail"}
+        d["blocks"] = [asdict(b) for b in self.blocks]
+        d["events"] = [asdict(e) for e in self.events]
+        return d
 
 
 @dataclass(frozen=True)
@@ -211,7 +354,15 @@ class EngineSnapshot:
         return f"{self.batching}+{self.kv}"
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The state route's JSON form (requests as :meth:`RequestView.to_dict` gives them)."""
+        # Not asdict(self): a BlockTable is no dataclass, and asdict would deep-copy it.
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["totals"] = asdict(self.totals)
+        d["segments"] = [asdict(s) for s in self.segments]
+        d["last_steps"] = [asdict(s) for s in self.last_steps]
+        d["defenses"] = dict(self.defenses)
+        d["requests"] = [r.to_dict() for r in self.requests]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> EngineSnapshot:

@@ -5,6 +5,7 @@ Routes (paths in :mod:`tui.serve.routes`)::
     POST /v1/completions, /v1/chat/completions   OpenAI-shaped, streaming (SSE) or not
     GET  /v1/models, /health, /metrics
     GET  /kvtui/v1/state                          {"engine": EngineSnapshot, "gpu": [GpuSample]}
+         ?encoding=compact[&since=ID][&view=A:B]   block tables as runs, deltas, views (state_wire)
     GET  /kvtui/v1/steps?since=N                  {"steps": [StepTiming]}
     POST /kvtui/v1/{pause,resume,step,mode,defenses,reset}
 
@@ -29,7 +30,7 @@ import socket
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from types import FrameType
 from typing import Any
 
@@ -62,6 +63,7 @@ from tui.serve.engine_loop import (
 from tui.serve.generate import ClientGone, Counters, Generation, error_response
 from tui.serve.openai_api import ApiError, models_body, parse_completion, parse_json
 from tui.serve.prom import CONTENT_TYPE, ServerMetrics
+from tui.serve.state_wire import ENCODING, StateCache, View
 
 log = logging.getLogger("kvtui.serve")
 
@@ -107,6 +109,7 @@ class ServeState:
     gpu: GpuSampler | None = None
     started: int = dataclasses.field(default_factory=lambda: int(time.time()))
     _gpu_cache: tuple[float, list[dict[str, Any]]] = (0.0, [])
+    states: StateCache = dataclasses.field(default_factory=StateCache)  # compact answers, delta bases
 
     @property
     def info(self) -> EngineInfo:
@@ -237,7 +240,26 @@ async def get_metrics(request: Request) -> Response:
 async def get_state(request: Request) -> Response:
     _check_auth(request)
     st = _state(request)
-    return JSONResponse(_state_body(await st.engine.snapshot(), await st.gpu_samples()))
+    snap, gpu = await st.engine.snapshot(), await st.gpu_samples()
+    return JSONResponse(state_answer(st.states, snap, gpu, request.query_params))
+
+
+def state_answer(states: StateCache, snap: Any, gpu: list[dict[str, Any]], query: Mapping[str, str]) -> dict[str, Any]:
+    """The state route's body for these query parameters: the original form when none asks otherwise,
+    else the compact one (a delta with ``since``, brief outside ``view``); ApiError for a bad parameter."""
+    encoding = query.get("encoding")
+    if encoding is None:  # the original form, for clients that ask nothing
+        return _state_body(snap, gpu)
+    if encoding != ENCODING:
+        raise ApiError(400, f"'encoding' must be {ENCODING!r}, got {encoding[:40]!r}", param="encoding")
+    view = None
+    if "view" in query:
+        try:
+            view = View.parse(query["view"], query.get("detail", ""))
+        except ValueError:
+            raise ApiError(400, f"'view' must be START:STOP request indices, got {query['view'][:40]!r}",
+                           param="view") from None
+    return states.body(snap, gpu, since=query.get("since"), view=view)
 
 
 async def get_steps(request: Request) -> Response:

@@ -6,8 +6,10 @@ becomes a :class:`ControlError` whose text is one line for the user (from :mod:`
 the HTTP status when the server answered (None when nothing answered: the server may be gone).
 
 The client borrows an ``httpx.AsyncClient`` (the caller's, with its headers, pool and proxy rules) or
-makes its own; JSON is decoded off the event loop, since a few hundred requests' block tables take
-milliseconds to decode and the dashboard's loop draws frames.
+makes its own; JSON is decoded off the event loop, since a thousand requests' block tables take
+milliseconds to decode and the dashboard's loop draws frames. :meth:`ControlClient.state` asks for the
+compact form (:mod:`tui.serve.state_wire`): block tables as runs, and after the first answer only what
+changed since the last one, optionally only the requests in a view.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from tui.errors import describe_http_error
 from tui.gpu import GpuSample
 from tui.profile import DefensesConfig, EngineConfig, to_dict
 from tui.serve import routes
+from tui.serve.state_wire import ENCODING, StateDecoder, View
 
 RESET_TIMEOUT_S = 120.0  # a reset builds a new engine (and may load a checkpoint)
 
@@ -37,9 +40,9 @@ class EngineState:
 
     @classmethod
     def from_json(cls, body: bytes) -> EngineState:
-        """Decode a state body (raises ValueError, KeyError or TypeError when it is not one)."""
-        data = json.loads(body)
-        return cls(EngineSnapshot.from_dict(data["engine"]), tuple(GpuSample(**g) for g in data.get("gpu", ())))
+        """Decode a full state body, original or compact (raises ValueError, KeyError or TypeError when it is
+        not one)."""
+        return cls(*StateDecoder().decode(json.loads(body)))
 
 
 class ControlError(Exception):
@@ -74,7 +77,9 @@ class ControlClient:
         self.timeout_s = timeout_s
         self._owned = client is None
         self._client = client if client is not None else httpx.AsyncClient(trust_env=False, timeout=10.0)
-        self._last_state: tuple[bytes, EngineState] | None = None
+        self._decoder = StateDecoder()  # the last compact state: the base of the next delta
+        self._state_lock = asyncio.Lock()  # one delta base: state calls one at a time
+        self._last: EngineState | None = None
 
     async def aclose(self) -> None:
         if self._owned:
@@ -89,14 +94,26 @@ class ControlClient:
         except ControlError:
             return False
 
-    async def state(self, *, timeout_s: float | None = None) -> EngineState:
-        """The engine's state now. An unchanged body (an idle or paused engine) returns the same object."""
-        body = (await self._request("GET", routes.STATE, timeout_s=timeout_s)).content
-        if self._last_state is not None and self._last_state[0] == body:
-            return self._last_state[1]
-        state = await self._decode(routes.STATE, body)
-        self._last_state = (body, state)
-        return state
+    async def state(self, *, view: View | None = None, timeout_s: float | None = None) -> EngineState:
+        """The engine's state now; ``view``: only those requests in detail (the rest brief).
+
+        Asks for what changed since the last answer; requests that did not change are the same objects as
+        in the previous state, and an unchanged state (an idle or paused engine) is the same object.
+        """
+        async with self._state_lock:
+            params: dict[str, Any] = {"encoding": ENCODING, **(view.params() if view is not None else {})}
+            if self._decoder.state_id is not None:
+                params["since"] = self._decoder.state_id
+            body = (await self._request("GET", routes.STATE, params=params, timeout_s=timeout_s)).content
+            try:
+                engine, gpu = await asyncio.to_thread(self._decoder.decode, body)
+            except (ValueError, KeyError, TypeError) as e:
+                self._decoder.forget()
+                raise self._not_kvtui(routes.STATE, e) from None
+            if self._last is not None and self._last.engine == engine and self._last.gpu == gpu:
+                return self._last
+            self._last = EngineState(engine, gpu)
+            return self._last
 
     async def steps(self, since: int, *, timeout_s: float | None = None) -> list[StepTiming]:
         """The engine's step records after step ``since`` (the engine keeps a bounded history)."""

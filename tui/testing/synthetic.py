@@ -8,11 +8,13 @@ fixtures cannot drift from the engine and a drawing bug cannot hide behind incon
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 
 from tui.engine.snapshot import (
     ArenaSegment,
+    BlockTable,
     BlockView,
     EngineSnapshot,
     RequestView,
@@ -307,3 +309,80 @@ def dashboard(
         target=target or TargetInfo(kind="local", label="local engine", model="kvtui-tiny"),
         status=status,
     )
+
+
+def advance(snap: EngineSnapshot, seed: int = 0) -> EngineSnapshot:
+    """The paged engine one decode step later: every running request has one more token (a new block
+    when its last one is full), requests at ``max_tokens`` leave and as many fresh ones arrive in their
+    blocks' place, so consecutive states differ the way an engine's do (what a delta carries).
+
+    Works on the block tables' runs, so stepping a thousand requests stays cheap.
+    """
+    rng = random.Random(seed * 1_000_003 + snap.step)
+    bs = snap.totals.block_size
+    held: set[int] = set()
+    for r in snap.requests:
+        held.update(r.blocks.block_ids())  # type: ignore[attr-defined]
+    free = [b for b in range(snap.totals.total_blocks) if b not in held]
+    rng.shuffle(free)
+    requests: list[RequestView] = []
+    for r in snap.requests:  # ids stay unique: a new request is named by its step and row
+        table: BlockTable = r.blocks  # type: ignore[assignment]
+        if r.state == "waiting":
+            requests.append(r)
+            continue
+        if r.output_tokens + 1 >= r.max_tokens:  # finished: its blocks go back, a new request takes its place
+            free += table.block_ids()
+            prompt, max_tokens = r.prompt_tokens, r.max_tokens  # the same shape of request
+            need = math.ceil(prompt / bs)
+            if len(free) < need:
+                continue
+            ids = [free.pop() for _ in range(need)]
+            requests.append(RequestView(
+                request_id=f"req-{snap.step + 1}-{len(requests)}", state="prefilling",
+                prompt_tokens=prompt, output_tokens=0, max_tokens=max_tokens, computed_tokens=prompt,
+                blocks=tuple(BlockView(b, bs if j < need - 1 else prompt - (need - 1) * bs)
+                             for j, b in enumerate(ids))))
+            continue
+        id_runs, fill_runs = list(table.id_runs), list(table.fill_runs)
+        shared_runs = list(table.shared_runs)
+        if fill_runs and fill_runs[-2] < bs:  # the last block has room: one more token in it
+            if fill_runs[-1] == 1:
+                fill_runs[-2] += 1
+            else:
+                fill_runs[-1] -= 1
+                fill_runs += [fill_runs[-2] + 1, 1]
+        elif free:  # a new block
+            b = free.pop()
+            if id_runs and id_runs[-2] + id_runs[-1] == b:
+                id_runs[-1] += 1
+            else:
+                id_runs += [b, 1]
+            fill_runs += [1, 1]
+            if shared_runs:
+                shared_runs += [0, 1]
+        else:
+            requests.append(r)  # no room: it waits a step (a real engine would preempt)
+            continue
+        fills = [v for i in range(0, len(fill_runs), 2) for v in [fill_runs[i]] * fill_runs[i + 1]]
+        requests.append(dataclasses.replace(
+            r, state="running", output_tokens=r.output_tokens + 1, computed_tokens=r.computed_tokens + 1,
+            blocks=BlockTable(id_runs, _rle(fills), shared_runs, table.window_runs)))
+    used_blocks = snap.totals.total_blocks - len(free)
+    used_slots = sum(r.prompt_tokens + r.output_tokens for r in requests if len(r.blocks))
+    totals = dataclasses.replace(
+        snap.totals, used_blocks=used_blocks, used_slots=min(used_slots, used_blocks * bs),
+        reserved_slots=used_blocks * bs, free_blocks=snap.totals.total_blocks - used_blocks,
+        free_slots=(snap.totals.total_blocks - used_blocks) * bs)
+    return dataclasses.replace(snap, step=snap.step + 1, requests=tuple(requests), totals=totals,
+                               num_running=sum(r.state != "waiting" for r in requests))
+
+
+def _rle(values: list[int]) -> list[int]:
+    out: list[int] = []
+    for v in values:
+        if out and out[-2] == v:
+            out[-1] += 1
+        else:
+            out += [v, 1]
+    return out

@@ -28,7 +28,7 @@ from tui.ui.gpu import GpuPane
 from tui.ui.help_screen import HelpScreen
 from tui.ui.latency import LatencyPane
 from tui.ui.load_control import LoadControl
-from tui.ui.messages import OpenRequest, RunAction, SetRate, SnapshotReady
+from tui.ui.messages import OpenRequest, RunAction, SetRate, SnapshotReady, ViewChanged
 from tui.ui.mode_bar import ModeBar
 from tui.ui.model import DashboardSnapshot
 from tui.ui.scheduler_view import SchedulerView
@@ -222,6 +222,10 @@ class KVTuiApp(App[int]):
     @on(SetRate)
     def _on_set_rate(self, msg: SetRate) -> None:
         self.backend.set_rate(msg.rate)
+
+    @on(ViewChanged)
+    def _on_view_changed(self, msg: ViewChanged) -> None:
+        self.backend.set_request_view(msg.start, msg.end, msg.detail)
 
     @on(OpenRequest)
     def _on_open_request(self, msg: OpenRequest) -> None:

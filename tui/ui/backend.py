@@ -15,6 +15,7 @@ from typing import get_args
 from tui.errors import root_url
 from tui.load.arrivals import ArrivalKind
 from tui.profile import DefensesConfig, LengthDist, Profile, WorkloadConfig
+from tui.serve.state_wire import View
 from tui.ui.messages import DefenseName
 from tui.ui.model import DashboardSnapshot, LoadState, StatusLevel, TargetInfo
 
@@ -90,6 +91,8 @@ class Backend:
             )
         self.latest: DashboardSnapshot = first
         self.on_update: Callable[[], None] | None = None
+        # The requests the scheduler table shows (None: all): the poller asks for those in detail.
+        self.request_view: View | None = None
 
     # -- publishing ------------------------------------------------------------------------------
 
@@ -110,6 +113,10 @@ class Backend:
     @property
     def defenses(self) -> DefensesConfig:
         return self.latest.defenses
+
+    def set_request_view(self, start: int, stop: int, detail: frozenset[str] = frozenset()) -> None:
+        """The table shows requests ``start..stop-1`` (and wants ``detail`` ids in full)."""
+        self.request_view = View(start, stop, detail)
 
     # -- lifecycle (live backends override) --------------------------------------------------------
 

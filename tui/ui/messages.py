@@ -39,3 +39,13 @@ class OpenRequest(Message):
     def __init__(self, request_id: str) -> None:
         super().__init__()
         self.request_id = request_id
+
+
+class ViewChanged(Message):
+    """The scheduler table shows other requests: indices ``start..end-1`` of the engine snapshot's
+    requests (with a screen of margin), and ``detail`` ids wanted in full wherever they are. The poller
+    asks the engine for these requests in detail and the rest brief."""
+
+    def __init__(self, start: int, end: int, detail: frozenset[str]) -> None:
+        super().__init__()
+        self.start, self.end, self.detail = start, end, detail  # not ``stop``: a Message method

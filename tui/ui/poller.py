@@ -114,7 +114,7 @@ class LiveBackend(Backend):
         period = 1.0 / POLL_HZ
         while True:
             started = loop.time()
-            await self._poll_once()
+            await self.poll_once()
             self.polls += 1
             await asyncio.sleep(max(0.0, period - (loop.time() - started)))
 
@@ -169,14 +169,18 @@ class LiveBackend(Backend):
 
     # -- polling -----------------------------------------------------------------------------------
 
-    async def _poll_once(self) -> None:
+    async def poll_once(self) -> None:
+        """One poll: the engine state (or a remote server's gauges), the window's statistics, a chart point
+        when due; published as one snapshot. ``run()`` calls it at ``POLL_HZ``; the UI benchmark at its own rate."""
         loop = asyncio.get_running_loop()
         now_loop = loop.time()
         changes: dict[str, Any] = {}
         asked = self.local or now_loop >= self._next_metrics
         try:
             if self.control is not None:
-                state = await self.control.state()
+                # Only the requests the table shows in detail: the rest cost the engine's state body
+                # a few bytes each, and an update only the requests that changed since the last one.
+                state = await self.control.state(view=self.request_view)
                 engine, gpu = state.engine, state.gpu
                 old = self.latest.engine
                 changes["engine"] = old if engine == old else engine

@@ -29,7 +29,7 @@ from textual.strip import Strip
 
 from tui.engine.snapshot import ArenaSegment, EngineSnapshot, KVTotals, RequestView
 from tui.ui.lines import Packed, TextLines
-from tui.ui.messages import OpenRequest
+from tui.ui.messages import OpenRequest, ViewChanged
 from tui.ui.paint import eighth, line_strip, owner_colour, style
 
 ID_W, STATE_W, NUM_W = 12, 10, 6
@@ -42,6 +42,7 @@ STATE_COLOURS = {
     "preempted": "#e06c75",
     "finished": "#5c6370",
 }
+BRIEF = Style(color="#5c6370", italic=True)  # a request the poller has not fetched in detail yet
 SELECTED = Style(color="#282c34", bgcolor="#e5c07b", bold=True)  # the request under the cursor
 GLYPH_FULL, GLYPH_SHARED, GLYPH_PART_USED, GLYPH_RESERVED, GLYPH_HOLE = "█", "▓", "▒", "░", "·"
 
@@ -154,46 +155,104 @@ def arena_map(snap: EngineSnapshot, width: int, rows: int) -> list[list[Segment]
     return _cells_to_lines(cells, width)
 
 
-def pool_map(snap: EngineSnapshot, width: int, rows: int) -> list[list[Segment]]:
-    """The paged block pool by block id: who holds each block, shared blocks marked."""
-    nblocks = max(1, snap.totals.total_blocks)
-    reqs = snap.requests
-    # List comprehensions, not np.fromiter over generators: this runs per update over every block.
-    ids = np.array([b.block_id for r in reqs for b in r.blocks], dtype=np.int64)
-    holder = np.repeat(np.arange(len(reqs), dtype=np.int64), [len(r.blocks) for r in reqs])
-    shared_ids = np.array([b.block_id for r in reqs for b in r.blocks if b.shared], dtype=np.int64)
-    keep = (ids >= 0) & (ids < nblocks)
-    ids, holder = ids[keep], holder[keep]
-    owner = np.full(nblocks, -1, dtype=np.int64)
-    owner[ids[::-1]] = holder[::-1]  # later writes win: reversed, the first holder of a block wins
-    shared = np.zeros(nblocks, dtype=bool)
-    shared[shared_ids[(shared_ids >= 0) & (shared_ids < nblocks)]] = True
-    held = owner >= 0
-    ncells = max(1, min(width * rows, nblocks))
-    edges = np.linspace(0, nblocks, ncells + 1).round().astype(np.int64)
-    edges[1:] = np.maximum(edges[1:], edges[:-1] + 1)
-    held_cum = np.concatenate([[0], np.cumsum(held)])
-    shared_cum = np.concatenate([[0], np.cumsum(shared)])
-    # next_held[i]: the first held block at or after i (nblocks if none), to find each cell's owner.
-    positions = np.where(held, np.arange(nblocks), nblocks)
-    next_held = np.concatenate([np.minimum.accumulate(positions[::-1])[::-1], [nblocks]])
-    lo, hi = edges[:-1], np.minimum(edges[1:], nblocks)
-    frac = ((held_cum[hi] - held_cum[lo]) / np.maximum(hi - lo, 1)).tolist()
-    any_shared = ((shared_cum[hi] - shared_cum[lo]) > 0).tolist()
-    first_owner = owner[np.minimum(next_held[lo], nblocks - 1)].tolist()  # meaningful where frac > 0
+class PoolCells(NamedTuple):
+    """The paged pool aggregated into map cells: cell ``c`` stands for blocks ``blocks(c)``.
+
+    ``per_cell`` blocks make one cell (1 while the pool fits the map; the last cell may hold fewer);
+    ``held``: blocks of each cell held by some request; ``shared``: a cell holds a block with more
+    than one holder's reference; ``owner``: the index (in the snapshot's requests) of the holder of the
+    cell's first held block, -1 for a cell with none.
+    """
+
+    per_cell: int
+    total: int
+    held: np.ndarray
+    shared: np.ndarray
+    owner: np.ndarray
+
+    def blocks(self, cell: int) -> range:
+        """The block ids cell ``cell`` stands for."""
+        return range(cell * self.per_cell, min((cell + 1) * self.per_cell, self.total))
+
+    def fill(self, cell: int) -> float:
+        """The fraction of the cell's blocks that are held."""
+        return float(self.held[cell]) / len(self.blocks(cell))
+
+
+def pool_cells(snap: EngineSnapshot, max_cells: int) -> PoolCells:
+    """Aggregate the block pool into at most ``max_cells`` cells of equal size.
+
+    Works from each block table's runs of consecutive ids: O(runs) Python and O(blocks) numpy, so
+    32,768 blocks cost about what a few hundred did.
+    """
+    total = max(1, snap.totals.total_blocks)
+    per = max(1, math.ceil(total / max(1, max_cells)))
+    ncells = math.ceil(total / per)
+    starts: list[int] = []
+    counts: list[int] = []
+    holders: list[int] = []
+    shared_at: list[int] = []  # shared blocks as (position, count) in the flattened tables
+    position = 0
+    for i, r in enumerate(snap.requests):
+        table = r.blocks
+        runs = table.id_runs  # type: ignore[attr-defined]  # RequestView.blocks is always a BlockTable
+        if runs:
+            starts += runs[0::2]
+            counts += runs[1::2]
+            holders += [i] * (len(runs) // 2)
+            shared_runs = table.shared_runs  # type: ignore[attr-defined]
+            at = position
+            for k in range(0, len(shared_runs), 2):
+                if shared_runs[k]:
+                    shared_at += [at, shared_runs[k + 1]]
+                at += shared_runs[k + 1]
+            position += len(table)
+    count = np.array(counts, dtype=np.int64)
+    # Each block's id: its run's first id plus its offset in the run.
+    ids = np.arange(position) + np.repeat(np.array(starts, dtype=np.int64) - (np.cumsum(count) - count), count)
+    holder = np.repeat(np.array(holders, dtype=np.int64), count)
+    marks = np.zeros(position + 1, dtype=np.int64)  # +1 at a shared run's start, -1 after its end
+    np.add.at(marks, shared_at[0::2], 1)
+    np.add.at(marks, [p + c for p, c in zip(shared_at[0::2], shared_at[1::2], strict=True)], -1)
+    is_shared = np.cumsum(marks[:-1]) > 0
+    keep = (ids >= 0) & (ids < total)
+    ids, holder, is_shared = ids[keep], holder[keep], is_shared[keep]
+    # Blocks laid out as an (ncells, per) grid; the first holder (in snapshot order) of a block owns
+    # it: reversed, the first write of a block id is the last and wins.
+    owner_of = np.full(ncells * per, -1, dtype=np.int64)
+    owner_of[ids[::-1]] = holder[::-1]
+    grid = owner_of.reshape(ncells, per)
+    held_grid = grid >= 0
+    held = held_grid.sum(axis=1)
+    owner = grid[np.arange(ncells), held_grid.argmax(axis=1)]  # -1 where the cell holds nothing
+    shared_mask = np.zeros(ncells * per, dtype=bool)
+    shared_mask[ids[is_shared]] = True
+    shared = shared_mask.reshape(ncells, per).any(axis=1)
+    return PoolCells(per, total, held, shared, owner)
+
+
+def pool_map(snap: EngineSnapshot, width: int, rows: int) -> tuple[list[list[Segment]], int]:
+    """The paged block pool by block id: who holds each cell, shared blocks marked; and blocks per cell."""
+    cells_info = pool_cells(snap, width * rows)
+    per, total = cells_info.per_cell, cells_info.total
+    sizes = np.full(len(cells_info.held), per)
+    sizes[-1] = total - per * (len(sizes) - 1)
+    frac = (cells_info.held / sizes).tolist()
+    shared = cells_info.shared.tolist()
+    owners = cells_info.owner.tolist()
     cells: list[tuple[str, str]] = []
     colours: dict[int, str] = {}
-    for c in range(ncells):
-        if frac[c] == 0:
+    for c, f in enumerate(frac):
+        if f == 0:
             cells.append((GLYPH_HOLE, HOLE))
             continue
-        req = first_owner[c]
+        req = owners[c]
         colour = colours.get(req)
         if colour is None:
             colour = colours[req] = owner_colour(snap.requests[req].request_id)
-        glyph = GLYPH_SHARED if any_shared[c] else GLYPH_FULL if frac[c] >= 0.75 else GLYPH_PART_USED
+        glyph = GLYPH_SHARED if shared[c] else GLYPH_FULL if f >= 0.75 else GLYPH_PART_USED
         cells.append((glyph, colour))
-    return _cells_to_lines(cells, width)
+    return _cells_to_lines(cells, width), per
 
 
 def _cells_to_lines(cells: list[tuple[str, str]], width: int) -> list[list[Segment]]:
@@ -215,11 +274,13 @@ def _cells_to_lines(cells: list[tuple[str, str]], width: int) -> list[list[Segme
     return lines
 
 
-def legend_pieces(layout: str, unit: int) -> list[Text]:
-    """What the glyphs mean in the current layout."""
+def legend_pieces(layout: str, unit: int, blocks_per_cell: int = 1) -> list[Text]:
+    """What the glyphs mean in the current layout (``blocks_per_cell``: of the pool map)."""
     if layout == "paged":
         parts = [f"{GLYPH_FULL} full block", "▄ last block, height = fill", f"{GLYPH_SHARED} shared prefix (ref>1)",
                  f"{GLYPH_HOLE} free", "one cell = one block in the table"]
+        if blocks_per_cell > 1:  # the pool is larger than the map: say what a cell of the map means
+            parts.append(f"pool: one cell = {blocks_per_cell:,} blocks ({GLYPH_PART_USED} part held)")
     else:
         parts = [f"{GLYPH_FULL} used", f"{GLYPH_PART_USED} partly used", f"{GLYPH_RESERVED} reserved, unused",
                  f"{GLYPH_HOLE} hole", f"one cell = {unit} slots in the table"]
@@ -228,6 +289,26 @@ def legend_pieces(layout: str, unit: int) -> list[Text]:
 
 # ---------------------------------------------------------------------------------------------------
 # The request table
+
+
+def _flag_pieces(n: int, shared_runs: tuple[int, ...], window_runs: tuple[int, ...]) -> list[tuple[int, int, int, int]]:
+    """``(start, end, shared, in_window)`` pieces of a block table of ``n`` blocks, from its two flag runs."""
+    shared_runs = shared_runs or (0, n)
+    window_runs = window_runs or (1, n)
+    pieces: list[tuple[int, int, int, int]] = []
+    i = j = pos = 0
+    s_end, w_end = shared_runs[1], window_runs[1]
+    while pos < n:
+        end = min(s_end, w_end)
+        pieces.append((pos, end, shared_runs[i], window_runs[j]))
+        pos = end
+        if pos == s_end and i + 2 < len(shared_runs):
+            i += 2
+            s_end += shared_runs[i + 1]
+        if pos == w_end and j + 2 < len(window_runs):
+            j += 2
+            w_end += window_runs[j + 1]
+    return pieces
 
 
 class _Row(NamedTuple):
@@ -274,6 +355,7 @@ class RequestTable(ScrollView, can_focus=True):
         self._seg_used: dict[str, int] = {}
         self._base: Style | None = None
         self.selected: str | None = None  # the request under the cursor, by id (rows move between steps)
+        self._reported_view: tuple[int, int, frozenset[str]] | None = None
 
     def set_snapshot(self, snap: EngineSnapshot | None) -> None:
         """Show a new engine snapshot; only the lines on screen whose row changed are repainted."""
@@ -285,6 +367,7 @@ class RequestTable(ScrollView, can_focus=True):
         self._layout(force=True)
         if self.is_mounted:
             self._base = self.rich_style  # once per snapshot: kept lines were drawn over the old one
+        self._report_view()
         if old_snap is None or snap is None or self._geometry() != old_geometry:
             self.refresh()
             return
@@ -326,6 +409,32 @@ class RequestTable(ScrollView, can_focus=True):
 
     def on_resize(self) -> None:
         self._layout(force=False)
+        self._report_view()
+
+    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
+        super().watch_scroll_y(old_value, new_value)
+        self._report_view()
+
+    def visible_requests(self) -> tuple[int, int]:
+        """Request indices ``(start, stop)`` of the rows on screen, with a screen's margin either side
+        (a short scroll then shows rows already fetched in detail)."""
+        if not self._rows:
+            return 0, 0
+        height = max(1, self.size.height)
+        top = round(self.scroll_offset.y)
+        first = self._rows[max(0, min(len(self._rows) - 1, top - height))].request
+        last = self._rows[max(0, min(len(self._rows) - 1, top + 2 * height))].request
+        return first, last + 1
+
+    def _report_view(self) -> None:
+        """Tell the app (so the poller) which requests are drawn, when that changed."""
+        if not self.is_mounted:
+            return
+        start, stop = self.visible_requests()
+        view = (start, stop, frozenset([self.selected]) if self.selected else frozenset())
+        if view != self._reported_view:
+            self._reported_view = view
+            self.post_message(ViewChanged(*view))
 
     def _content_width(self) -> int:
         return max(PREFIX_W + 8, self.scrollable_content_region.width)
@@ -368,6 +477,7 @@ class RequestTable(ScrollView, can_focus=True):
         self.selected = request_id
         self._cache.clear()
         self.refresh()
+        self._report_view()
         snap = self.snapshot
         if request_id is None or snap is None:
             return
@@ -423,6 +533,14 @@ class RequestTable(ScrollView, can_focus=True):
         assert snap is not None
         colour = owner_colour(r.request_id)
         segs: list[Segment] = []
+        if not r.detail:  # outside the view the poller asked for: drawn for a moment after a scroll
+            if chunk:
+                return [Segment(" " * (PREFIX_W - 2) + "↳ ", style("#5c6370"))]
+            rid = r.request_id if len(r.request_id) <= ID_W else "…" + r.request_id[-(ID_W - 1) :]
+            return [Segment(rid.ljust(ID_W) + " ", style(colour, bold=True)),
+                    Segment(r.state.ljust(STATE_W) + " ", style(STATE_COLOURS.get(r.state, "white"))),
+                    Segment(f"{'…':>{NUM_W}}" * 3 + "  ", style("#5c6370")),
+                    Segment(f"{len(r.blocks)} blocks · fetching", BRIEF)]
         if chunk == 0:
             rid = r.request_id if len(r.request_id) <= ID_W else "…" + r.request_id[-(ID_W - 1) :]
             id_style = SELECTED if r.request_id == self.selected else style(colour, bold=True)
@@ -440,30 +558,39 @@ class RequestTable(ScrollView, can_focus=True):
         return segs
 
     def _paged_cells(self, r: RequestView, chunk: int, colour: str, block_size: int) -> list[Segment]:
-        if not r.blocks:
+        """The row's slice of the block table, from its runs: full blocks █, shared ▓ (bold), the last
+        block's fill as an eighth-height bar, blocks behind a sliding window grey. O(runs), never one
+        object per block."""
+        table = r.blocks
+        n = len(table)
+        if not n:
             return [self._no_kv(r)]
         lo = chunk * self._cells_w
-        blocks = r.blocks[lo : lo + self._cells_w]
-        last = len(r.blocks) - 1
+        hi = min(n, lo + self._cells_w)
+        last_fill = table.fill_runs[-2]  # type: ignore[attr-defined]  # always a BlockTable
+        plain, bold, behind = style(colour), style(colour, bold=True), style(HOLE)
         runs: list[Segment] = []
-        run_glyphs, run_style = "", None
-        for j, b in enumerate(blocks, start=lo):
-            if not b.in_window:  # behind a sliding window (Mistral): held, but no query reads it
-                glyph, st = GLYPH_FULL, style("#5c6370")
-            elif b.shared:
-                glyph, st = GLYPH_SHARED, style(colour, bold=True)
-            elif j == last and b.fill < block_size:
-                glyph, st = eighth(max(b.fill, 1) / block_size), style(colour)
+
+        def add(glyphs: str, st: Style) -> None:
+            if runs and runs[-1].style is st:
+                runs[-1] = Segment(runs[-1].text + glyphs, st)
             else:
-                glyph, st = GLYPH_FULL, style(colour)
-            if st is run_style:
-                run_glyphs += glyph
+                runs.append(Segment(glyphs, st))
+
+        for a, b, shared, in_window in _flag_pieces(n, table.shared_runs, table.window_runs):  # type: ignore[attr-defined]
+            a, b = max(a, lo), min(b, hi)
+            if a >= b:
+                continue
+            if not in_window:  # behind a sliding window (Mistral): held, but no query reads it
+                add(GLYPH_FULL * (b - a), behind)
+            elif shared:
+                add(GLYPH_SHARED * (b - a), bold)
             else:
-                if run_glyphs:
-                    runs.append(Segment(run_glyphs, run_style))
-                run_glyphs, run_style = glyph, st
-        if run_glyphs:
-            runs.append(Segment(run_glyphs, run_style))
+                full_end = b - 1 if b == n and last_fill < block_size else b
+                if full_end > a:
+                    add(GLYPH_FULL * (full_end - a), plain)
+                if full_end < b:
+                    add(eighth(max(last_fill, 1) / block_size), plain)
         return runs
 
     def _contiguous_cells(self, r: RequestView, colour: str) -> list[Segment]:
@@ -538,13 +665,17 @@ class SchedulerView(Vertical):
             return
         width = max(10, self.content_region.width - 8)
         label = "arena" if snap.kv == "contiguous" else "pool "
-        rows = arena_map(snap, width, self.MAP_ROWS) if snap.kv == "contiguous" else pool_map(snap, width, 2)
+        per_cell = 1
+        if snap.kv == "contiguous":
+            rows = arena_map(snap, width, self.MAP_ROWS)
+        else:
+            rows, per_cell = pool_map(snap, width, 2)
         head_style = style("#abb2bf", bold=True)
         map_lines = [[Segment((label if i == 0 else "     ") + "  ", head_style), *line] for i, line in enumerate(rows)]
         table = self.query_one(RequestTable)
         table.relayout()
         summary.set_lines([Packed(tuple(header_pieces(snap))), Packed(tuple(totals_pieces(snap.totals)), " · ", "    "),
-                           *map_lines, Packed(tuple(legend_pieces(snap.kv, table.unit)))])
+                           *map_lines, Packed(tuple(legend_pieces(snap.kv, table.unit, per_cell)))])
         cols = f"{'request':<{ID_W}} {'state':<{STATE_W}} {'prompt':>{NUM_W}}{'out':>{NUM_W}}{'pre':>{NUM_W}}  "
         cols += "block table" if snap.kv == "paged" else "reservation (used/reserved slots)"
         columns.set_lines([Text(cols)])

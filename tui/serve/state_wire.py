@@ -1,0 +1,271 @@
+"""The compact wire form of the engine state: block tables as runs, deltas, and views.
+
+The control API's state route (``routes.STATE``) with no parameters answers the form it always has
+(every block an object, :meth:`EngineSnapshot.to_dict`). A client that asks ``?encoding=compact`` gets
+instead:
+
+- block tables as runs (:class:`BlockTable`): ``block_ids`` ``[first, count, ...]`` for consecutive
+  ids, ``fill`` ``[value, count, ...]``, and ``shared``/``window`` likewise (left out when no block
+  is shared / every block is in the window). Defaults of every field are left out.
+- a ``state_id`` naming this answer. ``&since=STATE_ID`` asks for what changed since an answer the
+  client holds: each request is then its bare id when nothing about it changed, or an object with
+  its id, the fields that changed and ``unset`` (fields back at their default). A state id, not a
+  step number, because a paused engine takes new requests without stepping; ids carry a token of
+  the server instance so a restarted server never answers a delta against a base it never sent. A
+  ``since`` the server no longer remembers gets the full compact form (``delta`` absent).
+- ``&view=START:STOP`` (request indices in the snapshot's order, ``&detail=ID,ID`` for a few more):
+  requests outside the view are sent brief, only their id, state and KV placement (what the pool
+  map and the table's row count need), and decode with ``detail=False``.
+
+:class:`StateCache` is the server's side (it remembers the request objects of its last answers);
+:class:`StateDecoder` the client's (it keeps the last state and rebuilds only requests that changed,
+so an unchanged request is the same object from one update to the next and a view can skip it).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections import OrderedDict
+from dataclasses import asdict
+from typing import Any
+
+from tui.engine.snapshot import (
+    ArenaSegment,
+    BlockTable,
+    EngineSnapshot,
+    KVTotals,
+    RequestEvent,
+    RequestView,
+    StepTiming,
+)
+from tui.gpu import GpuSample
+
+ENCODING = "compact"
+REMEMBERED_STATES = 8  # answers the server keeps as delta bases (a few clients, a few polls each)
+
+# Request fields sent as they are (the rest are encoded below); brief requests keep only BRIEF_KEYS.
+_SCALARS = ("state", "prompt_tokens", "output_tokens", "max_tokens", "preemptions", "computed_tokens",
+            "arena_start", "arena_reserved", "waited_s")
+_DEFAULTS: dict[str, Any] = {"preemptions": 0, "computed_tokens": 0, "arena_start": None, "arena_reserved": 0,
+                             "waited_s": 0.0}
+BRIEF_KEYS = frozenset({"request_id", "state", "block_ids", "shared", "arena_start", "arena_reserved", "brief"})
+
+
+class View:
+    """Which requests a client draws: indices ``start..stop-1`` of the snapshot's order, plus ``detail`` ids."""
+
+    __slots__ = ("detail", "start", "stop")
+
+    def __init__(self, start: int, stop: int, detail: frozenset[str] = frozenset()) -> None:
+        self.start, self.stop, self.detail = max(0, start), max(0, stop), detail
+
+    @classmethod
+    def parse(cls, view: str, detail: str = "") -> View:
+        """From the query's ``view=START:STOP`` and ``detail=ID,ID``; raises ValueError otherwise."""
+        start, sep, stop = view.partition(":")
+        if not sep:
+            raise ValueError(f"'view' must be START:STOP (request indices), got {view[:40]!r}")
+        return cls(int(start), int(stop), frozenset(i for i in detail.split(",") if i))
+
+    def params(self) -> dict[str, str]:
+        """The query parameters that ask for this view."""
+        p = {"view": f"{self.start}:{self.stop}"}
+        if self.detail:
+            p["detail"] = ",".join(sorted(self.detail))
+        return p
+
+    def shows(self, index: int, request_id: str) -> bool:
+        return self.start <= index < self.stop or request_id in self.detail
+
+
+# ---------------------------------------------------------------------------------------------------
+# One request
+
+
+def encode_request(r: RequestView, *, brief: bool = False) -> dict[str, Any]:
+    """A request as a compact JSON object (defaults left out); ``brief``: only :data:`BRIEF_KEYS`."""
+    table = r.blocks if isinstance(r.blocks, BlockTable) else BlockTable.from_blocks(r.blocks)
+    if brief or not r.detail:  # most requests of a large engine: built directly, it runs per poll
+        d: dict[str, Any] = {"request_id": r.request_id, "state": r.state, "brief": True}
+        if len(table):
+            d["block_ids"] = list(table.id_runs)
+            if table.shared_runs:
+                d["shared"] = list(table.shared_runs)
+        if r.arena_start is not None:
+            d["arena_start"] = r.arena_start
+        if r.arena_reserved:
+            d["arena_reserved"] = r.arena_reserved
+        return d
+    d = {"request_id": r.request_id}
+    for name in _SCALARS:
+        value = getattr(r, name)
+        if name in _DEFAULTS and value == _DEFAULTS[name]:
+            continue
+        d[name] = value
+    if len(table):
+        d["block_ids"] = list(table.id_runs)
+        d["fill"] = list(table.fill_runs)
+        if table.shared_runs:
+            d["shared"] = list(table.shared_runs)
+        if table.window_runs:
+            d["window"] = list(table.window_runs)
+    if r.events:
+        d["events"] = [[e.t, e.kind, e.tokens, e.blocks, e.detail] for e in r.events]
+    return d
+
+
+def decode_request(d: dict[str, Any], block_size: int) -> RequestView:
+    """The RequestView of :func:`encode_request`'s object (a brief one's blocks read as full)."""
+    ids = d.get("block_ids", ())
+    n = sum(ids[1::2])
+    brief = bool(d.get("brief"))
+    fill = d.get("fill") or ((block_size, n) if brief and n else ())
+    return RequestView(
+        request_id=d["request_id"],
+        state=d["state"],
+        prompt_tokens=d.get("prompt_tokens", 0),
+        output_tokens=d.get("output_tokens", 0),
+        max_tokens=d.get("max_tokens", 0),
+        preemptions=d.get("preemptions", 0),
+        computed_tokens=d.get("computed_tokens", 0),
+        blocks=BlockTable(ids, fill, d.get("shared", ()), d.get("window", ())),
+        arena_start=d.get("arena_start"),
+        arena_reserved=d.get("arena_reserved", 0),
+        waited_s=d.get("waited_s", 0.0),
+        events=tuple(RequestEvent(*e) for e in d.get("events", ())),
+        detail=not brief,
+    )
+
+
+def request_delta(old: dict[str, Any], new: dict[str, Any]) -> str | dict[str, Any]:
+    """What turns ``old`` into ``new``: the bare id when equal, else the changed fields and ``unset``."""
+    if old == new:
+        return new["request_id"]
+    d = {k: v for k, v in new.items() if old.get(k, _MISSING) != v}
+    d["request_id"] = new["request_id"]
+    gone = [k for k in old if k not in new]
+    if gone:
+        d["unset"] = gone
+    return d
+
+
+def apply_request_delta(old: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:
+    """``old`` with a changed request's entry applied (the inverse of :func:`request_delta`)."""
+    merged = {**old, **entry}
+    for k in merged.pop("unset", ()):
+        merged.pop(k, None)
+    return merged
+
+
+_MISSING = object()
+
+
+# ---------------------------------------------------------------------------------------------------
+# The whole state
+
+
+def _engine_fields(snap: EngineSnapshot) -> dict[str, Any]:
+    """Everything but the requests, compact (segments as ``[start, length, owner, used]``)."""
+    return {
+        "step": snap.step, "batching": snap.batching, "kv": snap.kv, "paused": snap.paused,
+        "draining_to": snap.draining_to, "totals": asdict(snap.totals),
+        "segments": [[s.start, s.length, s.owner, s.used] for s in snap.segments],
+        "last_steps": [asdict(s) for s in snap.last_steps],
+        "num_waiting": snap.num_waiting, "num_running": snap.num_running,
+        "num_preemptions": snap.num_preemptions, "num_rejected": snap.num_rejected,
+        "num_timed_out": snap.num_timed_out, "busy_fraction": snap.busy_fraction,
+        "defenses": dict(snap.defenses), "device": snap.device,
+    }
+
+
+def _engine_from_fields(d: dict[str, Any], requests: tuple[RequestView, ...]) -> EngineSnapshot:
+    return EngineSnapshot(
+        step=d["step"], batching=d["batching"], kv=d["kv"], paused=d["paused"], draining_to=d["draining_to"],
+        requests=requests, totals=KVTotals(**d["totals"]),
+        segments=tuple(ArenaSegment(*s) for s in d["segments"]),
+        last_steps=tuple(StepTiming(**s) for s in d["last_steps"]),
+        num_waiting=d["num_waiting"], num_running=d["num_running"], num_preemptions=d["num_preemptions"],
+        num_rejected=d["num_rejected"], num_timed_out=d["num_timed_out"], busy_fraction=d["busy_fraction"],
+        defenses=d["defenses"], device=d["device"],
+    )
+
+
+class StateCache:
+    """The server's side: compact state bodies, full or as deltas against an answer it remembers."""
+
+    def __init__(self, remembered: int = REMEMBERED_STATES) -> None:
+        self._token = secrets.token_hex(4)  # this server instance: ids of another never match
+        self._serial = 0
+        self._remembered = remembered
+        self._sent: OrderedDict[str, dict[str, dict[str, Any]]] = OrderedDict()  # state id -> request objects
+
+    def body(self, snap: EngineSnapshot, gpu: list[dict[str, Any]], *, since: str | None = None,
+             view: View | None = None) -> dict[str, Any]:
+        """The compact answer for ``snap`` (a delta when ``since`` names an answer still remembered)."""
+        encoded = [encode_request(r, brief=view is not None and not view.shows(i, r.request_id))
+                   for i, r in enumerate(snap.requests)]
+        self._serial += 1
+        state_id = f"{self._token}-{self._serial}"
+        by_id = {d["request_id"]: d for d in encoded}
+        engine = _engine_fields(snap)
+        engine["encoding"] = ENCODING
+        engine["state_id"] = state_id
+        base = self._sent.get(since) if since is not None else None
+        if base is None:
+            engine["requests"] = encoded
+        else:
+            engine["delta"] = since
+            engine["requests"] = [request_delta(base[d["request_id"]], d) if d["request_id"] in base else d
+                                  for d in encoded]
+        self._sent[state_id] = by_id
+        while len(self._sent) > self._remembered:
+            self._sent.popitem(last=False)
+        return {"engine": engine, "gpu": gpu}
+
+
+class StateDecoder:
+    """The client's side: decodes any state body (legacy, compact, delta) into an EngineSnapshot.
+
+    It keeps the last compact state so the next answer can be a delta, and rebuilds only the requests
+    whose entry changed: the others are the very objects of the previous snapshot.
+    """
+
+    def __init__(self) -> None:
+        self.state_id: str | None = None
+        self._snap: EngineSnapshot | None = None
+        self._objects: dict[str, dict[str, Any]] = {}  # request id -> its merged compact object
+        self._views: dict[str, RequestView] = {}
+
+    def forget(self) -> None:
+        """Drop the base (the next request asks for a full state)."""
+        self.state_id, self._snap, self._objects, self._views = None, None, {}, {}
+
+    def decode(self, body: bytes | dict[str, Any]) -> tuple[EngineSnapshot, tuple[GpuSample, ...]]:
+        """Decode a state body (raises ValueError, KeyError or TypeError when it is not one)."""
+        data = json.loads(body) if isinstance(body, (bytes, bytearray, str)) else body
+        gpu = tuple(GpuSample(**g) for g in data.get("gpu", ()))
+        engine = data["engine"]
+        if engine.get("encoding") != ENCODING:  # a server that sends the original form
+            self.forget()
+            return EngineSnapshot.from_dict(engine), gpu
+        return self._decode_compact(engine), gpu
+
+    def _decode_compact(self, engine: dict[str, Any]) -> EngineSnapshot:
+        block_size = engine["totals"].get("block_size", 16)
+        delta = engine.get("delta")
+        if delta is not None and delta != self.state_id:
+            raise ValueError(f"a delta against state {delta!r}, but this client holds {self.state_id!r}")
+        objects: dict[str, dict[str, Any]] = {}
+        views: dict[str, RequestView] = {}
+        old_objects, old_views = (self._objects, self._views) if delta is not None else ({}, {})
+        for entry in engine["requests"]:
+            if isinstance(entry, str):  # unchanged since the base
+                objects[entry], views[entry] = old_objects[entry], old_views[entry]
+                continue
+            rid = entry["request_id"]
+            obj = apply_request_delta(old_objects[rid], entry) if rid in old_objects else entry
+            objects[rid], views[rid] = obj, decode_request(obj, block_size)
+        snap = _engine_from_fields(engine, tuple(views.values()))
+        self.state_id, self._snap, self._objects, self._views = engine["state_id"], snap, objects, views
+        return snap
