@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import math
 import signal
 import time
 import uuid
@@ -29,14 +30,17 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
+from tui.engine.capacity import never_fits  # pure: no torch, no engine
 from tui.errors import api_key_hint, one_line, root_url
+from tui.load.headroom import new_timed_loop
 from tui.load.runner import LoadRunner, make_target
 from tui.load.target import OpenAITarget, PreflightError
+from tui.load.workload import Workload
 from tui.metrics.prom import parse_server_gauges
 from tui.metrics.summary import client_delay_lines, reconciliation_lines, to_markdown, to_rich
 from tui.metrics.types import ServerGauges
 from tui.metrics.window import RollingWindow
-from tui.profile import EngineMode, Profile, Stage, dump_profile
+from tui.profile import EngineMode, Profile, ProfileError, Stage, dump_profile
 from tui.records.clock import now
 from tui.records.parquet import PartWriter, read_records
 from tui.records.request import RequestRecord
@@ -46,9 +50,10 @@ from tui.serve.control_client import ControlClient, ControlError
 if TYPE_CHECKING:
     from tui.serve.local import LocalServer
 
-GRACE_S = 0.5  # how long in-flight requests may finish after Ctrl-C (the whole stop stays under 2 s)
+GRACE_S = 0.25  # how long in-flight requests may finish after Ctrl-C (the whole stop stays under 2 s)
 FLUSH_EVERY_S = 1.0  # records reach disk at least this often
 POLL_EVERY_S = 1.0  # engine steps and GPU samples are fetched this often (local target)
+WATCH_EVERY_S = 0.25  # the local server and its engine are checked this often while load runs
 DEAD_AFTER_CONNECT_ERRORS = 5  # this many connection failures in a row, none ok between: the server is gone
 REMOTE_MODE = "remote"
 
@@ -98,13 +103,18 @@ class Recorder:
             else:
                 base_url = self.profile.target.base_url or ""
                 root = root_url(base_url)
-            code = asyncio.run(self._run_async(base_url, root))
+            # on a loop that times its own idle waits, so each cell records how busy the client was
+            with asyncio.Runner(loop_factory=new_timed_loop) as runner:
+                code = runner.run(self._run_async(base_url, root))
         except KeyboardInterrupt:
             self.interrupted = True
             code = 130
         except FatalTargetError as e:
             self.fatal = str(e)
             code = 1
+        except ProfileError as e:  # the engine refused the profile, or no request of it can be served
+            self.fatal = str(e)
+            code = 2
         finally:
             signal.signal(signal.SIGTERM, old_term)
             if self._server is not None:
@@ -123,8 +133,8 @@ class Recorder:
         self.err.print("[dim]starting the local engine server...[/dim]")
         try:
             server.start()
-        except KeyboardInterrupt:
-            raise
+        except (KeyboardInterrupt, ProfileError):
+            raise  # a config the engine refused is the profile's fault: exit 2, the file named
         except Exception as e:
             raise FatalTargetError(f"the local engine server did not start: {one_line(e)}") from None
         return server
@@ -148,6 +158,8 @@ class Recorder:
                 await target.preflight()
             except PreflightError as e:
                 raise FatalTargetError(str(e)) from None
+            if control is not None:
+                await self._check_feasible(target, control)
             modes = [m.label for m in self.profile.record.modes] if local else [REMOTE_MODE]
             cells = [(stage, mode) for stage in self.profile.run_stages() for mode in modes]
             for stage, mode in cells:
@@ -201,8 +213,10 @@ class Recorder:
                 step_base = await self._engine_step(control, step_base)
         before = await self._gauges(target, root)
         kv_samples: list[float] = []  # a remote server's own KV gauge, when it has one
+        watchdog = None
         if control is not None:
             poller = asyncio.create_task(self._poll_engine(control, stage.name, mode, step_base))
+            watchdog = asyncio.create_task(self._watch_local(control))
         else:
             poller = asyncio.create_task(self._poll_server_kv(target, root, kv_samples))
         stop_wait = asyncio.create_task(self._stop.wait())
@@ -222,10 +236,11 @@ class Recorder:
                 await sent
         finally:
             stop_wait.cancel()
-            if poller is not None:
-                poller.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await poller
+            for task in (poller, watchdog):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
         if control is not None:
             with contextlib.suppress(ControlError):
                 await self._collect_steps(control, stage.name, mode, self._steps_seen)
@@ -240,6 +255,7 @@ class Recorder:
             note["server_kv_peak"] = max(kv_samples)
         note["partial"] = self._stop.is_set()
         note["ended_t"] = now()
+        note["client_busy"] = runner.loop_busy()
         w = window.stats()  # counts and percentiles from the one place that keeps them
         p99 = f"{w.ttft.p99 * 1e3:.0f} ms" if w.ttft.p99 is not None else "-"
         self.err.print(
@@ -261,7 +277,7 @@ class Recorder:
             self._connect_errors += 1
             server = self._server
             if server is not None and not server.alive:
-                self._fail(f"the local engine server died: {rec.reason}" + _server_tail(server))
+                self._fail(self._death_line(f"the local engine server {server.death}"))
             elif self._connect_errors >= DEAD_AFTER_CONNECT_ERRORS:
                 self._fail(f"the target stopped answering: {rec.reason}")
         elif rec.status == "http_401":
@@ -281,11 +297,59 @@ class Recorder:
         try:
             state = await control.reset(self.profile.engine.with_mode(mode), self.profile.defenses)
         except ControlError as e:
+            down = await self._local_death(control)
+            if down:
+                raise FatalTargetError(self._death_line(down)) from None
             if e.unreachable:
                 raise FatalTargetError(f"cannot reset the local engine into {mode_label}: {e}") from None
             raise FatalTargetError(f"the local engine refused a reset into {mode_label}: {e}") from None
         self._steps_seen = state.engine.step
         return self._steps_seen
+
+    async def _local_death(self, control: ControlClient) -> str | None:
+        """What died, when the local server or its engine has: None while both live."""
+        server = self._server
+        if server is not None and not server.alive:
+            return f"the local engine server {server.death}"
+        why = await control.engine_down()
+        if why is None and server is not None and not server.alive:  # it died while we asked
+            return f"the local engine server {server.death}"
+        return why
+
+    def _death_line(self, what: str) -> str:
+        """One line: what died, and the last lines the server logged (its account of it)."""
+        tail = ""
+        if self._server is not None:
+            lines = [ln.strip() for ln in self._server.log_tail(40) if ln.strip()][-3:]
+            if lines:
+                tail = "; last lines of server.log: " + " | ".join(lines)
+        return f"{what}{tail}"
+
+    async def _watch_local(self, control: ControlClient) -> None:
+        """Stop the run within a second of the local server or its engine dying."""
+        while True:
+            await asyncio.sleep(WATCH_EVERY_S)
+            why = await self._local_death(control)
+            if why:
+                self._fail(self._death_line(why))
+                return
+
+    async def _check_feasible(self, target: OpenAITarget, control: ControlClient) -> None:
+        """Before any load: which requests of each stage the engine can ever serve, under each mode.
+
+        None of a cell's requests servable is a profile error (exit 2, the file and the key named);
+        some is a warning saying how many will be rejected.
+        """
+        try:
+            resp = await target.client.get(f"{target.base_url}/models", timeout=10.0)
+            max_model_len = int(resp.json()["data"][0]["max_model_len"])
+            num_slots = (await control.state()).engine.totals.total_slots
+        except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError, ControlError):
+            return  # the reset and the load will say what is wrong with the server
+        for problem in infeasible_cells(self.profile, max_model_len, num_slots):
+            if problem.servable == 0:
+                raise ProfileError(problem.message(self.profile.source))
+            self.err.print(f"kvtui: warning: {problem.message(self.profile.source)}", markup=False, highlight=False)
 
     async def _engine_step(self, control: ControlClient, default: int) -> int:
         with contextlib.suppress(ControlError):
@@ -314,7 +378,7 @@ class Recorder:
         try:
             # Stopping (Ctrl-C, a fault): a swamped or dead server must not hold the exit up.
             stopping = self._stop is not None and self._stop.is_set()
-            resp = await target.client.get(f"{root}/metrics", timeout=0.5 if stopping else 10.0)
+            resp = await target.client.get(f"{root}/metrics", timeout=0.25 if stopping else 10.0)
         except httpx.HTTPError:
             return ServerGauges()
         if resp.status_code != 200:
@@ -401,11 +465,52 @@ def _raise_interrupt(signum, frame):  # SIGTERM outside the event loop behaves l
     raise KeyboardInterrupt
 
 
-def _server_tail(server: LocalServer) -> str:
-    with contextlib.suppress(Exception):
-        lines = [line for line in server.log_tail(3) if line.strip()]
-        return f" (its last log line: {lines[-1].strip()})" if lines else ""
-    return ""
+@dataclasses.dataclass(frozen=True)
+class Infeasible:
+    """Requests of one stage that one mode can never serve."""
+
+    stage: str
+    mode: str
+    servable: int
+    checked: int
+    reason: str  # the engine's own words, for the shortest request that cannot be served
+    key: str  # the profile key to change
+
+    def message(self, source: str) -> str:
+        if self.servable == 0:
+            return (f"{source}: {self.key}: no request of stage {self.stage!r} can ever be served under "
+                    f"{self.mode}: {self.reason}")
+        return (f"{source}: stage {self.stage!r} under {self.mode}: {self.checked - self.servable} of "
+                f"{self.checked} requests can never be served and will be rejected ({self.reason}; see {self.key})")
+
+
+FEASIBILITY_SAMPLE = 2000  # requests per stage checked (each is i.i.d. from its index: a fair sample)
+
+
+def infeasible_cells(profile: Profile, max_model_len: int, num_slots: int) -> list[Infeasible]:
+    """Every (stage, mode) of ``profile`` where some request can never be served by its engine config."""
+    workload = Workload(profile.workload, "char")
+    out = []
+    for stage in profile.run_stages():
+        n = stage.num_requests or math.ceil(stage.rate * (stage.duration_s or 0)) or 1
+        lengths = [workload.lengths(i) for i in range(min(n, FEASIBILITY_SAMPLE))]
+        for mode in profile.record.modes:
+            cfg = profile.engine.with_mode(mode)
+            fails = [(p + o, p, o) for p, o in lengths if never_fits(cfg, num_slots, max_model_len, p, o)]
+            if not fails:
+                continue
+            _, p, o = min(fails)
+            reason = never_fits(cfg, num_slots, max_model_len, p, o) or ""
+            if "max_model_len" in reason and "reservation" not in reason:
+                key = "engine.max_model_len"
+            elif "reservation" in reason:
+                key = "engine.reservation"
+            elif "chunked prefill" in reason:
+                key = "engine.enable_chunked_prefill"
+            else:
+                key = "engine.kv_budget_mb"
+            out.append(Infeasible(stage.name, mode.label, len(lengths) - len(fails), len(lengths), reason, key))
+    return out
 
 
 def _failures(failed: dict[str, int]) -> str:

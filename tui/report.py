@@ -25,7 +25,7 @@ from tui.metrics.summary import (
     to_rich,
 )
 from tui.profile import Profile, ProfileError, SloConfig, load_profile
-from tui.records.parquet import read_records
+from tui.records.parquet import DamagedRecords, read_records
 
 
 @dataclass
@@ -115,7 +115,11 @@ def report_main(dirs: list[Path]) -> int:
             print(f"kvtui report: {d} is not a recorded run (no requests.parquet); record one with "
                   "kvtui --record --out DIR", file=sys.stderr)
             return 2
-    runs = [load_run(Path(d)) for d in dirs]
+    try:
+        runs = [load_run(Path(d)) for d in dirs]
+    except DamagedRecords as e:
+        print(f"kvtui report: {e}", file=sys.stderr)
+        return 1
     for run in runs:
         _print_run(console, run)
     if len(runs) == 2:

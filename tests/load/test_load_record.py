@@ -213,3 +213,18 @@ def test_records_of_an_older_run_without_a_column_still_read(tmp_path):
     table = read_records(tmp_path)
     assert table.num_rows == 1 and table.column("wire_t").null_count == 1
     assert table.column("status").to_pylist() == ["ok"]
+
+
+def test_report_on_a_truncated_records_file_is_one_line(tmp_path, capsys):
+    from tui.records.parquet import SCHEMAS
+
+    run = tmp_path / "run"
+    run.mkdir()
+    path = run / "requests.parquet"
+    schema = SCHEMAS["requests"]
+    pq.write_table(schema.empty_table(), path)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])  # cut short, as a full disk or a killed copy leaves it
+    assert report_main([run]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "requests.parquet: damaged records" in err and "Traceback" not in err

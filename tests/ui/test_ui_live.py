@@ -289,3 +289,43 @@ async def test_a_dead_local_server_shows_in_the_status_line():
             assert app.backend.latest.status_level == "error"
     finally:
         server.stop()
+
+
+def _engine_pid(server_pid: int) -> int:
+    """The engine-core process under a `kvtui serve` process (found in /proc by parent id)."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                if ppid == server_pid and b"engine_proc" in (entry / "cmdline").read_bytes():
+                    return int(entry.name)
+    raise AssertionError("no engine process")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="walks /proc")
+async def test_a_dead_engine_shows_in_the_status_line_and_R_restarts_it():
+    import os
+    import signal
+
+    server = LocalServer(PROFILE).start()
+    backend = LiveBackend(PROFILE, base_url=server.base_url, server=server)
+    try:
+        app = KVTuiApp(backend, live=True)
+        async with app.run_test(size=SIZE) as pilot:
+            await until(pilot, lambda: engine_of(app) is not None)
+            os.kill(_engine_pid(server._proc.pid), signal.SIGKILL)
+            await until(pilot, lambda: "the local engine died" in app.backend.latest.status)
+            status = app.backend.latest.status
+            assert "SIGKILL" in status and "press R to restart" in status
+            await pilot.press("R")
+            await until(pilot, lambda: "restarted" in app.backend.latest.status, timeout=120)
+            assert backend.server is not None and backend.server is not server and backend.server.alive
+            first = engine_of(app).step
+            await pilot.press("space")  # the fresh engine serves load
+            await until(pilot, lambda: engine_of(app).step > first)
+            await pilot.press("q")
+    finally:
+        server.stop()
+        if backend.server is not None:
+            backend.server.stop()

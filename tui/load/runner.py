@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from tui.load.arrivals import ArrivalProcess, Schedule
+from tui.load.headroom import LoopBusyMeter
 from tui.load.target import OpenAITarget
 from tui.load.workload import TextUnit, Workload
 from tui.profile import Profile, WorkloadConfig
@@ -44,6 +45,11 @@ MAX_PENDING = 1024
 # A client this far behind when a timed stage ends stops there: the deadlines it never reached are
 # not sent after the stage (they would only measure the backlog of the client itself).
 END_SLACK_S = 0.5
+
+# A pacer catching up sends back to back but yields to the loop at least every YIELD_EVERY_S; one more
+# than FAR_BEHIND_S behind its schedule yields after every send (see _pace).
+YIELD_EVERY_S = 0.005
+FAR_BEHIND_S = 0.1
 
 
 def default_max_pending(max_concurrency: int | None) -> int:
@@ -132,6 +138,7 @@ class LoadRunner:
         # Requests whose deadline came (each gets exactly one record); completed/failed counts are the
         # window's (``RollingWindow.stats()``), not kept a second time here.
         self.scheduled = 0
+        self.loop_meter: LoopBusyMeter | None = None  # the event loop's busy share since start()
 
     # -- control -------------------------------------------------------------------------------
 
@@ -149,11 +156,18 @@ class LoadRunner:
         if self.running:
             return
         self._stopping = False
+        self.loop_meter = LoopBusyMeter()
         loop = asyncio.get_running_loop()
         start = loop.time()
         self._schedule = Schedule(self._process, self.rate, start)
         end = start + duration_s if duration_s is not None else None
         self._pacer = asyncio.create_task(self._pace(num_requests, end), name=f"pacer-{self.stage}")
+
+    def loop_busy(self) -> float | None:
+        """Share of wall time since :meth:`start` that this client's event loop was busy (None before any
+        start, or on a loop that cannot say: see :mod:`tui.load.headroom`); near 1 means the client, not the
+        server, limited what was measured."""
+        return self.loop_meter.busy() if self.loop_meter is not None else None
 
     def set_rate(self, rate: float) -> None:
         """Change the request rate now: the pending gap is rescaled, nothing is caught up (no burst)."""
@@ -266,11 +280,13 @@ class LoadRunner:
         sched = self._schedule
         assert sched is not None
         i = 0  # sent by this start(); indices continue across start()/stop() (the dashboard restarts)
+        yielded = loop.time()  # when the pacer last gave the loop to others
         while not self._stopping and (num_requests is None or i < num_requests):
             if end is not None and loop.time() > end + END_SLACK_S:
                 break  # the stage's time is up: deadlines a slow client never reached are not sent after it
             if len(self._tasks) >= self.max_pending:
                 await self._wait_for_room()
+                yielded = loop.time()
                 continue  # re-check: stopped, or the end passed while waiting
             due = sched.peek()
             if end is not None and due > end:
@@ -279,6 +295,7 @@ class LoadRunner:
                 due = end  # paused with an end: wake at the end (or when poked)
             if loop.time() < due:
                 await self._sleep_until(due)
+                yielded = loop.time()
                 continue  # re-read: the rate may have changed, or we were stopped
             if due == end and sched.peek() > end:
                 break
@@ -286,9 +303,15 @@ class LoadRunner:
             index = self.scheduled
             self._launch(self.workload.spec(index), self._new_record(index, mono_to_wall(due)))
             i += 1
-            # Behind schedule the next deadline is already due: without this the loop would never
-            # yield, and nothing else (the requests themselves, a Ctrl-C handler) would run.
-            await asyncio.sleep(0)
+            # Behind schedule the next deadline is already due, and without a yield nothing else (the
+            # requests themselves, a Ctrl-C handler) would run. A pacer slightly behind catches up in
+            # bursts (yielding every few ms); one far behind — the client itself is the bottleneck —
+            # yields after every send, so it sends only as fast as the loop turns and the loop stays
+            # responsive: what it cannot send in time goes out late, its lag recorded.
+            now_t = loop.time()
+            if now_t - due > FAR_BEHIND_S or now_t - yielded >= YIELD_EVERY_S:
+                await asyncio.sleep(0)
+                yielded = loop.time()
 
     def _new_record(self, index: int, scheduled_t: float, warmup: bool = False) -> RequestRecord:
         stage = "warmup" if warmup else self.stage

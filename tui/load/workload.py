@@ -72,8 +72,12 @@ class Workload:
         # The shared prefix is the same text for every request that uses it (prefix caching needs that).
         self._prefix = self._text(np.random.default_rng([cfg.seed, 2**31 - 1]), cfg.shared_prefix_tokens)
 
-    def spec(self, index: int) -> RequestSpec:
-        """The contents of request ``index``."""
+    def lengths(self, index: int) -> tuple[int, int]:
+        """Request ``index``'s (prompt tokens, max_tokens), without building its text (feasibility)."""
+        prompt_len, max_tokens, _, _ = self._draw(index)
+        return prompt_len, max_tokens
+
+    def _draw(self, index: int) -> tuple[int, int, bool, np.random.Generator]:
         cfg = self.cfg
         rng = np.random.default_rng([cfg.seed, index])
         prompt_len = sample_length(cfg.prompt_len, rng)
@@ -83,6 +87,12 @@ class Workload:
             prompt_len += cfg.shared_prefix_tokens  # a system prompt in front of the sampled user part
         if self.max_prompt_len is not None:
             prompt_len = min(prompt_len, self.max_prompt_len)
+        return prompt_len, max_tokens, use_prefix, rng
+
+    def spec(self, index: int) -> RequestSpec:
+        """The contents of request ``index``."""
+        cfg = self.cfg
+        prompt_len, max_tokens, use_prefix, rng = self._draw(index)
         if use_prefix:
             head = self._take(self._prefix, prompt_len)
             prompt = head + self._text(rng, prompt_len - self._units(head))

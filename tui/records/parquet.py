@@ -83,21 +83,35 @@ def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays(cols, schema=schema)
 
 
+class DamagedRecords(ValueError):
+    """A records file cannot be read (truncated, overwritten, not Parquet); the message is one line."""
+
+
+def _read(path: Path, schema: pa.Schema) -> pa.Table:
+    try:
+        return _conform(pq.read_table(path), schema)
+    except (pa.ArrowException, OSError, ValueError, KeyError) as e:
+        why = " ".join(str(e).split())[:160] or type(e).__name__
+        raise DamagedRecords(f"{path}: damaged records, not a readable Parquet table of this kind ({why})") from None
+
+
 def _read_parts(parts_dir: Path, schema: pa.Schema) -> pa.Table:
-    tables = [pq.read_table(p) for p in sorted(parts_dir.glob("part-*.parquet"))]
+    tables = [_read(p, schema) for p in sorted(parts_dir.glob("part-*.parquet"))]
     if not tables:
         return schema.empty_table()
-    return pa.concat_tables([_conform(t, schema) for t in tables])
+    return pa.concat_tables(tables)
 
 
 def read_records(run_dir: Path, name: str = "requests") -> pa.Table:
-    """A run's ``NAME.parquet``, plus any parts a crashed run left behind; empty (with schema) if none."""
+    """A run's ``NAME.parquet``, plus any parts a crashed run left behind; empty (with schema) if none.
+
+    Raises :class:`DamagedRecords` (one line naming the file) when a file cannot be read."""
     run_dir = Path(run_dir)
     schema = SCHEMAS[name]
     tables = []
     final = run_dir / f"{name}.parquet"
     if final.is_file():
-        tables.append(_conform(pq.read_table(final), schema))
+        tables.append(_read(final, schema))
     parts = run_dir / ".parts" / name
     if parts.is_dir():
         tables.append(_read_parts(parts, schema))

@@ -94,6 +94,21 @@ class ControlClient:
         except ControlError:
             return False
 
+    async def engine_down(self, *, timeout_s: float = 1.0) -> str | None:
+        """Why the server's engine cannot serve (its ``/health`` 503: "the engine process was killed
+        by SIGKILL", "draining"), or None while it is healthy or did not answer (ask the process)."""
+        try:
+            resp = await self._request("GET", routes.HEALTH, timeout_s=timeout_s)
+        except ControlError:
+            return None
+        if resp.status_code != 503:
+            return None
+        try:
+            body = resp.json()
+            return str(body.get("detail") or body.get("status") or "unhealthy")
+        except (ValueError, AttributeError):
+            return "unhealthy"
+
     async def state(self, *, view: View | None = None, timeout_s: float | None = None) -> EngineState:
         """The engine's state now; ``view``: only those requests in detail (the rest brief).
 
@@ -136,9 +151,12 @@ class ControlClient:
         """One iteration of a paused engine; a running one answers 409 (``code`` "not_paused")."""
         return await self._post(routes.STEP)
 
-    async def set_mode(self, *, batching: str | None = None, kv: str | None = None) -> EngineState:
-        """Switch the batching and/or KV layout (the running requests drain first)."""
-        body = {k: v for k, v in (("batching", batching), ("kv", kv)) if v is not None}
+    async def set_mode(self, *, batching: str | None = None, kv: str | None = None,
+                       preemption_mode: str | None = None) -> EngineState:
+        """Switch the batching and/or KV layout (the running requests drain first) and/or the
+        preemption mode (recompute or swap; at once)."""
+        body = {k: v for k, v in (("batching", batching), ("kv", kv), ("preemption_mode", preemption_mode))
+                if v is not None}
         return await self._post(routes.MODE, body)
 
     async def set_defenses(self, defenses: DefensesConfig) -> EngineState:

@@ -25,6 +25,7 @@ import httpx
 from tui.profile import Profile, ProfileError, dump_profile
 from tui.serve import routes
 from tui.serve.app import LISTENING_PREFIX, PARENT_PID_ENV
+from tui.serve.engine_loop import describe_exit
 
 _PORT_RE = re.compile(re.escape(LISTENING_PREFIX) + r"http://\[?[^\s\]]*\]?:(\d+)")
 
@@ -169,6 +170,12 @@ class LocalServer:
     @property
     def alive(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def death(self) -> str | None:
+        """How the server process ended ("exited with code 1", "was killed by SIGKILL"); None while alive."""
+        code = self._proc.poll() if self._proc is not None else None
+        return None if code is None else describe_exit(code)
 
     def check(self) -> None:
         """Raise :class:`LocalServerError` (with its last log lines) if the server has died."""

@@ -88,6 +88,7 @@ class LiveBackend(Backend):
         self._next_history = 0.0
         self._next_metrics = 0.0
         self._poll_error: str | None = None
+        self._restarting = False
         self._tasks: set[asyncio.Task] = set()
         self.polls = 0
 
@@ -169,9 +170,40 @@ class LiveBackend(Backend):
 
     # -- polling -----------------------------------------------------------------------------------
 
+    async def restart_engine(self) -> None:
+        """Stop the local server (dead or alive) and start a fresh one; the load stops."""
+        if not self.local or self.server is None:
+            self.set_status("only the embedded local engine can be restarted", "warn")
+            return
+        from tui.serve.local import LocalServer
+
+        if self.runner is not None:
+            await self.runner.aclose()
+            self.runner = None
+            self.publish(load=dataclasses.replace(self.load, running=False))
+        self._restarting = True
+        try:
+            self.set_status("restarting the local engine…")
+            old, self.server = self.server, None
+            await asyncio.to_thread(old.stop, 5.0, drain=False)
+            server = LocalServer(self.profile)
+            try:
+                await asyncio.to_thread(server.start)
+            except Exception as e:
+                self.set_status(f"the local engine did not restart: {one_line(e)}", "error")
+                return
+            self.server, self.base_url = server, server.base_url
+            self.control = ControlClient(self.root_url, client=self.client)
+            self._poll_error = None
+            self.set_status(f"local engine restarted at {self.root_url}; space starts the load")
+        finally:
+            self._restarting = False
+
     async def poll_once(self) -> None:
         """One poll: the engine state (or a remote server's gauges), the window's statistics, a chart point
         when due; published as one snapshot. ``run()`` calls it at ``POLL_HZ``; the UI benchmark at its own rate."""
+        if self._restarting:
+            return
         loop = asyncio.get_running_loop()
         now_loop = loop.time()
         changes: dict[str, Any] = {}
@@ -241,7 +273,9 @@ class LiveBackend(Backend):
         if self.local and self.server is not None and gone:
             died = _server_exit(self.server)
             if died:
-                return died
+                return died + RESTART_HINT
+        if self.local and isinstance(e, ControlError) and e.code == "no_engine":
+            return f"the local engine died: {msg}{RESTART_HINT}"
         return msg
 
     # -- load --------------------------------------------------------------------------------------
@@ -352,6 +386,12 @@ class LiveBackend(Backend):
             else:
                 self.set_status(f"engine mode {engine.mode}")
 
+    async def set_preemption_mode(self, mode: str) -> None:
+        engine = await self._control("preemption mode", lambda c: c.set_mode(preemption_mode=mode))
+        if engine is not None:
+            self.set_status(f"preemption by {engine.preemption_mode}"
+                            + (" (KV copied to host memory and back)" if engine.preemption_mode == "swap" else ""))
+
     async def toggle_pause(self) -> None:
         engine = self.latest.engine
         paused = engine is not None and engine.paused
@@ -389,6 +429,9 @@ def _defenses_label(d: DefensesConfig) -> str:
     if d.wait_timeout_s is not None:
         on.append(f"timeout {d.wait_timeout_s:g}s")
     return ", ".join(on) or "none"
+
+
+RESTART_HINT = " — press R to restart it"
 
 
 def _server_exit(server: Any) -> str | None:
