@@ -7,6 +7,17 @@ Prints, one ``name: value`` line each:
   one request at a time, the two interleaved so both see the same machine noise. Target < 2 ms.
 - ``http_vs_inprocess_throughput``: output tokens/s of a burst of concurrent streams through the
   server ÷ the same burst stepped in-process. Target ≥ 0.9.
+- ``http_stream_tokens_per_s``: output tokens/s streamed by ``kvtui serve`` to kvtui's own load client
+  (:class:`tui.load.target.OpenAITarget`, the recorder's), 256 concurrent streams (target ≥ 20,000 on
+  the simulated backend at zero step time, where neither side waits for the engine).
+- ``server_cpu_us_per_token``: CPU time of the API server process per streamed token (the HTTP path:
+  engine messages in, SSE out; target < 15); ``engine_cpu_us_per_token``: the engine process's.
+- ``client_cpu_us_per_token``: CPU time of the load client per token (SSE parse and timing; target
+  < 20); ``client_loop_busy_pct``: the share of wall time the client's event loop was busy (near 100:
+  the client, not the server, set the throughput).
+
+CPU times, not wall times, are the figures to compare on a shared machine: they are what each
+process spent, whoever else ran.
 
 The server is a real ``kvtui serve`` child process (LocalServer) on loopback; the client is httpx.
 ``--quick`` keeps it under two minutes on two cores.
@@ -17,15 +28,22 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import httpx
 
 from tui.engine.engine import Engine
 from tui.engine.params import SamplingParams
+from tui.load.headroom import LoopBusyMeter, new_timed_loop
+from tui.load.target import OpenAITarget
+from tui.load.workload import RequestSpec
 from tui.profile import EngineConfig, Profile
+from tui.records.clock import now
+from tui.records.request import RequestRecord
 from tui.serve.local import LocalServer
 
 CONFIG = EngineConfig(model="tiny", device="cpu", threads=1, kv_budget_mb=16.0, max_model_len=1024,
@@ -36,6 +54,11 @@ PROMPT_LEN = 64
 def prompt(i: int) -> str:
     text = f"request {i}: "
     return (text + "x" * PROMPT_LEN)[:PROMPT_LEN]  # byte-level tokenizer: exactly PROMPT_LEN tokens
+
+
+# The streaming figure: enough sequences and KV for 256 streams of 64 prompt + 128 output tokens.
+STREAM_CONFIG = EngineConfig(model="tiny", device="cpu", threads=1, kv_budget_mb=64.0, max_model_len=1024,
+                             max_num_seqs=256, max_num_batched_tokens=8192)
 
 
 # -- in-process ---------------------------------------------------------------------------------------
@@ -110,6 +133,64 @@ async def server_ttft(client: httpx.AsyncClient, root: str) -> tuple[float, floa
     return total, count
 
 
+# -- streaming rate and CPU per token -------------------------------------------------------------------
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of one process so far (``/proc/PID/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def engine_pid(api_pid: int) -> int | None:
+    """The engine-core process the API server started (its one child)."""
+    try:
+        children = Path(f"/proc/{api_pid}/task/{api_pid}/children").read_text().split()
+    except OSError:
+        return None
+    return int(children[0]) if children else None
+
+
+async def stream_rate(base_url: str, api_pid: int, streams: int, max_tokens: int, rounds: int) -> dict[str, float]:
+    """``streams`` concurrent streams sent at once through kvtui's load client, ``rounds`` times; the
+    best round's tokens/s, and CPU per token of each process over all rounds."""
+    target = OpenAITarget(base_url, "kvtui-tiny", extra_body={"ignore_eos": True}, max_connections=streams)
+    spec = RequestSpec(index=0, prompt=prompt(0), prompt_len=PROMPT_LEN, max_tokens=max_tokens, shared_prefix=False)
+
+    async def burst(tag: str, n: int) -> list[RequestRecord]:
+        recs = [RequestRecord(request_id=f"{tag}-{i}", index=i, stage=tag, mode="", scheduled_t=now())
+                for i in range(n)]
+        return await asyncio.gather(*(target.send(spec, rec) for rec in recs))
+
+    try:
+        await burst("warm", streams)  # connections opened, both processes warm
+        eng = engine_pid(api_pid)
+        api0, eng0, me0 = cpu_s(api_pid), cpu_s(eng) if eng else 0.0, time.process_time()
+        meter = LoopBusyMeter()
+        tokens, rates = 0, []
+        for r in range(rounds):
+            t0 = time.perf_counter()
+            recs = await burst(f"r{r}", streams)
+            wall = time.perf_counter() - t0
+            bad = [rec for rec in recs if rec.status != "ok"]
+            if bad:
+                raise RuntimeError(f"{len(bad)} stream(s) failed, e.g. {bad[0].status}: {bad[0].reason}")
+            n = sum(rec.completion_tokens or 0 for rec in recs)
+            tokens += n
+            rates.append(n / wall)
+        busy = meter.busy()
+        api1, eng1, me1 = cpu_s(api_pid), cpu_s(eng) if eng else 0.0, time.process_time()
+    finally:
+        await target.aclose()
+    return {
+        "tokens_per_s": max(rates),
+        "server_us": (api1 - api0) / tokens * 1e6,
+        "engine_us": (eng1 - eng0) / tokens * 1e6,
+        "client_us": (me1 - me0) / tokens * 1e6,
+        "client_busy_pct": 100 * (busy or 0.0),
+    }
+
+
 async def run(args: argparse.Namespace) -> None:
     engine = Engine(CONFIG)
     with LocalServer(Profile(engine=CONFIG)) as server:
@@ -145,6 +226,10 @@ async def run(args: argparse.Namespace) -> None:
                 http_tps.append(ht)
                 ratios.append(ht / lt)
 
+    with LocalServer(Profile(engine=STREAM_CONFIG)) as server:
+        assert server.pid is not None
+        stream = await stream_rate(server.base_url, server.pid, args.streams, args.stream_tokens, args.stream_rounds)
+
     p50_http = statistics.median(http_ttfts) * 1000
     p50_local = statistics.median(local_ttfts) * 1000
     if args.verbose:
@@ -152,6 +237,11 @@ async def run(args: argparse.Namespace) -> None:
               f"server-side mean (receipt to first token) {server_side_ms:.2f} ms; "
               f"GET /health p50 {statistics.median(health_ms):.2f} ms")
         print(f"# throughput tok/s: http {[round(x) for x in http_tps]}, in-process {[round(x) for x in local_tps]}")
+    print(f"http_stream_tokens_per_s: {stream['tokens_per_s']:.0f}")
+    print(f"server_cpu_us_per_token: {stream['server_us']:.1f}")
+    print(f"engine_cpu_us_per_token: {stream['engine_us']:.1f}")
+    print(f"client_cpu_us_per_token: {stream['client_us']:.1f}")
+    print(f"client_loop_busy_pct: {stream['client_busy_pct']:.0f}")
     print(f"http_ttft_overhead_ms_p50: {p50_http - p50_local:.2f}")
     print(f"http_vs_inprocess_throughput: {statistics.median(ratios):.3f}")
 
@@ -166,7 +256,11 @@ def main() -> int:
     args.concurrency = 32 if args.quick else 64
     args.output_tokens = 64 if args.quick else 128
     args.rounds = 3 if args.quick else 5
-    asyncio.run(run(args))
+    args.streams = 256
+    args.stream_tokens = 128
+    args.stream_rounds = 1 if args.quick else 3
+    with asyncio.Runner(loop_factory=new_timed_loop) as runner:  # the recorder's loop, which times its idling
+        runner.run(run(args))
     return 0
 
 

@@ -16,6 +16,8 @@ Figures (suffix ``_1024x32k`` for the second scale):
   ui_updates_per_s      snapshots drawn per second while the poller polls at 10 Hz (target >= 10)
   ui_cpu_fraction       process CPU seconds per wall second over the same period (target < 0.30)
   ui_max_updates_per_s  snapshots drawn per second when the poller polls back to back (target >= 30)
+  ui_cpu_ms_per_update  CPU per drawn update at 10 Hz (fetch, decode, draw): the ceiling one free core
+                        allows is 1000 / this; on a shared machine the max rate is the scheduler's share
   state_kb_original / state_kb_compact / state_kb_delta_view
                         the state body: the original form, compact, and a steady poll's delta with a view
   state_parse_ms_original / state_parse_ms_delta_view
@@ -171,6 +173,7 @@ def main() -> int:
         print(f"ui_updates_per_s{suffix}: {rate:.1f}")
         print(f"ui_cpu_fraction{suffix}: {cpu:.3f}")
         print(f"ui_max_updates_per_s{suffix}: {max_rate:.1f}")
+        print(f"ui_cpu_ms_per_update{suffix}: {1e3 * cpu / max(rate, 1e-9):.1f}")
         for name, value in costs.items():
             print(f"{name}{suffix}: {value:.1f}")
         sys.stdout.flush()

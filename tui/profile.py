@@ -27,6 +27,7 @@ import tomli_w
 Batching = Literal["static", "continuous"]
 KVLayout = Literal["contiguous", "paged"]
 Reservation = Literal["max", "pow2", "exact"]
+PreemptionMode = Literal["recompute", "swap"]
 
 
 class ProfileError(ValueError):
@@ -69,6 +70,10 @@ class EngineConfig:
     batch_wait_ms: float = 50.0
     reservation: Reservation = "max"
     max_model_len: int = 1536
+    # what a request pushed out of the KV cache loses (vLLM's preemption_mode): "recompute" drops its KV
+    # and computes it again; "swap" copies its KV to a host pool of swap_space_gb GiB and back
+    preemption_mode: PreemptionMode = "recompute"
+    swap_space_gb: float = 4.0  # vLLM's swap_space default; host tensors are only made when a swap happens
     seed: int = 0
     device: Literal["auto", "cpu", "cuda"] = "auto"
     threads: int = 1
@@ -291,6 +296,7 @@ RANGES: dict[type, dict[str, Range]] = {
     EngineConfig: {
         "block_size": Range(1, 1024),
         "kv_budget_mb": Range(0, _machine_memory_mib(), lo_open=True),
+        "swap_space_gb": Range(0, _machine_memory_mib() / 1024),
         "gpu_memory_utilization": Range(0, 1, lo_open=True),
         "max_num_seqs": Range(1, 65536),
         "max_num_batched_tokens": Range(1, MAX_TOKENS_ANY),

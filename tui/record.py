@@ -31,6 +31,7 @@ from rich.text import Text
 
 from tui.errors import api_key_hint, one_line, root_url
 from tui.feasibility import infeasible_cells
+from tui.load.headroom import new_timed_loop
 from tui.load.runner import LoadRunner, make_target
 from tui.load.target import OpenAITarget, PreflightError
 from tui.metrics.prom import parse_server_gauges
@@ -100,7 +101,9 @@ class Recorder:
             else:
                 base_url = self.profile.target.base_url or ""
                 root = root_url(base_url)
-            code = asyncio.run(self._run_async(base_url, root))
+            # on a loop that times its own idle waits, so each cell records how busy the client was
+            with asyncio.Runner(loop_factory=new_timed_loop) as runner:
+                code = runner.run(self._run_async(base_url, root))
         except KeyboardInterrupt:
             self.interrupted = True
             code = 130
@@ -250,6 +253,7 @@ class Recorder:
             note["server_kv_peak"] = max(kv_samples)
         note["partial"] = self._stop.is_set()
         note["ended_t"] = now()
+        note["client_busy"] = runner.loop_busy()
         w = window.stats()  # counts and percentiles from the one place that keeps them
         p99 = f"{w.ttft.p99 * 1e3:.0f} ms" if w.ttft.p99 is not None else "-"
         self.err.print(

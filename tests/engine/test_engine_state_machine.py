@@ -39,12 +39,18 @@ MODES = [EngineMode("continuous", "paged"), EngineMode("static", "contiguous"),
 
 
 class EngineMachine(RuleBasedStateMachine):
+    swap = False  # preemption_mode = "swap" with a host pool of a few blocks (SwapEngineMachine)
+    blocks = 12  # the KV budget, in 16-token blocks
+    reservation = "pow2"
+
     def __init__(self) -> None:
         super().__init__()
         self.clock = FakeClock()
-        cfg = EngineConfig(model="micro", kv_budget_mb=budget_mb(12 * 16), max_num_seqs=4, max_num_batched_tokens=32,
-                           static_batch_size=3, batch_wait_ms=20.0, reservation="pow2", max_model_len=128,
-                           threads=1, device="cpu")
+        swap = dict(preemption_mode="swap", swap_space_gb=budget_mb(5 * 16) / 1024) if self.swap else {}
+        cfg = EngineConfig(model="micro", kv_budget_mb=budget_mb(self.blocks * 16), max_num_seqs=4,
+                           max_num_batched_tokens=32, static_batch_size=3, batch_wait_ms=20.0,
+                           reservation=self.reservation, max_model_len=128,
+                           threads=1, device="cpu", **swap)
         self.eng = Engine(cfg, DefensesConfig(backlog_limit=6, wait_timeout_s=5.0), clock=self.clock)
         self.accepted: set[str] = set()
         self.finishes: Counter[str] = Counter()
@@ -133,6 +139,16 @@ class EngineMachine(RuleBasedStateMachine):
             assert t.reserved_slots + t.free_slots == t.total_slots
         for r in eng.scheduler.running:
             assert r.request_id in eng.requests
+        # the host pool: exactly the swapped requests own host blocks, each block once, none leaked
+        host, swapped = kv.host, {r.request_id for r in eng.scheduler.swapped}
+        assert set(host.owned) == swapped
+        assert not swapped & holders and not swapped & {r.request_id for r in eng.waiting}
+        assert all(eng.requests[rid].status.value == "swapped" for rid in swapped)
+        owned = [b for blocks, _ in host.owned.values() for b in blocks]
+        assert len(owned) == len(set(owned)), "a host block owned twice"
+        assert host.num_used == len(owned) and host.num_used + host.num_free == host.num_blocks
+        if not self.swap:
+            assert not swapped
 
     def teardown(self):
         eng = self.eng
@@ -144,7 +160,7 @@ class EngineMachine(RuleBasedStateMachine):
         assert not eng.has_unfinished(), "deadlock: requests never finish"
         assert set(self.finishes) == self.accepted
         assert all(c == 1 for c in self.finishes.values()), "a request finished more than once"
-        assert eng.kv.num_holders() == 0
+        assert eng.kv.num_holders() == 0 and eng.kv.host.num_used == 0
         if isinstance(eng.kv, PagedKV):
             assert eng.kv.pool.num_free == eng.kv.pool.num_blocks
 
@@ -153,3 +169,16 @@ EngineMachine.TestCase.settings = settings(
     max_examples=60, stateful_step_count=30, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck)
 )
 TestEngineMachine = EngineMachine.TestCase
+
+
+class SwapEngineMachine(EngineMachine):
+    """Swap preemption under more pressure: fewer blocks, and exact reservations, so contiguous holes
+    of odd sizes form and the scheduler compacts by swapping."""
+
+    swap = True
+    blocks = 9
+    reservation = "exact"
+
+
+SwapEngineMachine.TestCase.settings = EngineMachine.TestCase.settings
+TestSwapEngineMachine = SwapEngineMachine.TestCase

@@ -121,7 +121,9 @@ def test_summary_table_uses_the_same_definitions():
     warm = _rec(0, 99, 0.1, 0.1, 5, mode="static+contiguous")
     warm.warmup = True
     steps = pl.DataFrame({"stage": ["s"] * 4, "mode": ["continuous+paged"] * 4, "step": [1, 2, 3, 4],
-                          "kv_usage": [0.1, 0.5, 0.3, 0.1], "fragmentation": [0.0] * 4, "preempted": [0, 2, 1, 0]})
+                          "kv_usage": [0.1, 0.5, 0.3, 0.1], "fragmentation": [0.0] * 4, "preempted": [0, 2, 1, 0],
+                          "swaps": [0, 2, 1, 0], "swapped_bytes": [0, 1 << 29, 1 << 29, 0],
+                          "swap_s": [0.0, 0.25, 0.5, 0.0]})
     cells = [{"stage": "s", "mode": "static+contiguous", "rate": 10.0},
              {"stage": "s", "mode": "continuous+paged", "rate": 10.0,
               "server_prompt_tokens": 500, "server_completion_tokens": 498}]
@@ -136,6 +138,8 @@ def test_summary_table_uses_the_same_definitions():
     assert ra["goodput_req_per_s"] == pytest.approx((ttft <= 0.2).sum() / wall)
     assert rb["fail_rejected"] == 1 and rb["fail_timeout"] == 1 and rb["kv_full"] == 1 and rb["failed"] == 2
     assert rb["preemptions"] == 3 and rb["kv_use_peak_pct"] == pytest.approx(50.0)
+    assert rb["swaps"] == 3 and rb["swapped_gib"] == pytest.approx(1.0) and rb["swap_stall_s"] == pytest.approx(0.75)
+    assert ra["swaps"] is None  # no step records for that cell: unknown, not zero
     assert rb["completion_tokens"] == 500 and rb["completion_token_diff"] == 2 and rb["tokens_mismatch"]
     assert ra["tokens_mismatch"] is None  # no server counters: not checked
     lines = reconciliation_lines(df)

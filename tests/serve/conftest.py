@@ -217,3 +217,15 @@ class FakeNvml:
 @pytest.fixture
 def fake_nvml() -> Any:
     return FakeNvml
+
+
+# A test that needs a real server (and so an engine process) is slow, whether or not it says so: the
+# fast loop (pytest -m "not slow") never starts one. tryfirst: the marks must be on before -m selects.
+ENGINE_PROCESS_FIXTURES = frozenset({"server", "fresh_server", "make_server"})
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if ENGINE_PROCESS_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)

@@ -274,3 +274,32 @@ async def test_engine_link_reads_whole_messages_even_when_the_loop_made_it_non_b
     finally:
         link.detach()
         link.stop()
+
+
+def test_swap_preemption_over_the_wire(fresh_server, client):
+    """Reset into swap mode, preempt by swapping, read it in /metrics; the mode route flips it live."""
+    srv = fresh_server
+    # 0.25 MiB of the tiny model's KV is 16 blocks; four requests growing to 5 blocks each cannot all fit
+    s = _ctl(srv, client, "reset", {"engine": {"model": "tiny", "device": "cpu", "kv_budget_mb": 0.25,
+                                               "max_model_len": 256, "preemption_mode": "swap",
+                                               "swap_space_gb": 0.01}})
+    assert s["preemption_mode"] == "swap"
+    out: list[int] = []
+    threads = [threading.Thread(target=lambda i=i: out.append(httpx.post(
+        srv.base_url + "/completions", timeout=60,
+        json={"prompt": f"swap {i} " * 4, "max_tokens": 60, "ignore_eos": True}).status_code)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert out == [200] * 4
+    state = srv.state(client)
+    assert state["num_swaps"] > 0 and state["swapped_bytes"] > 0 and state["num_swapped"] == 0
+    fams = _families(client.get(srv.root + "/metrics").text)
+    assert _value(fams, "vllm:num_requests_swapped", "vllm:num_requests_swapped") == 0
+    assert _value(fams, "kvtui:kv_swapped_bytes", "kvtui:kv_swapped_bytes") == state["swapped_bytes"]
+    assert _ctl(srv, client, "mode", {"preemption_mode": "recompute"})["preemption_mode"] == "recompute"
+    bad = client.post(f"{srv.root}/kvtui/v1/mode", json={"preemption_mode": "drop"})
+    assert bad.status_code == 400 and "preemption_mode" in bad.text
+    bad = client.post(f"{srv.root}/kvtui/v1/reset", json={"engine": {"swap_space_gb": -1}})
+    assert bad.status_code == 400 and "swap_space_gb" in bad.text

@@ -3,6 +3,8 @@ draws only the rows on screen, and a request outside the poller's view is drawn 
 
 from __future__ import annotations
 
+import pytest
+
 from tui.engine.snapshot import BlockView, EngineSnapshot, KVTotals, RequestView
 from tui.profile import Profile
 from tui.testing import synthetic as syn
@@ -48,6 +50,7 @@ def test_pool_map_glyphs_and_legend_name_the_blocks_per_cell():
     assert "blocks" not in " ".join(t.plain for t in legend_pieces("paged", 16, 1)).split("table")[-1]
 
 
+@pytest.mark.slow  # drives the whole app
 async def test_table_draws_only_visible_rows_and_the_right_ones_after_scrolling(monkeypatch):
     engine = syn.paged_engine(3, n_requests=1024, n_waiting=0, total_blocks=40000, prompt_range=(64, 96),
                               long_fraction=0.0)
@@ -78,6 +81,7 @@ async def test_table_draws_only_visible_rows_and_the_right_ones_after_scrolling(
         assert view is not None and view.start <= 600 - height and view.stop >= 600 + 2 * height
 
 
+@pytest.mark.slow  # drives the whole app
 async def test_a_request_outside_the_view_is_a_placeholder_row():
     brief = RequestView("far", "running", 0, 0, 0, blocks=(BlockView(3, 16), BlockView(4, 16)), detail=False)
     snap = paged((brief,), total_blocks=10)
@@ -88,6 +92,7 @@ async def test_a_request_outside_the_view_is_a_placeholder_row():
         assert row.startswith("far") and "2 blocks · fetching" in row and "█" not in row
 
 
+@pytest.mark.slow  # drives the whole app
 async def test_row_glyphs_from_runs_match_each_block():
     """The row is drawn from the table's runs; block by block it says what each block is."""
     blocks = (BlockView(1, 16, shared=True, in_window=False), BlockView(2, 16, shared=True), BlockView(3, 16),

@@ -17,6 +17,7 @@ the future, e.g. from another clock, is taken as "now"). ``StepTiming.t`` is wal
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import deque
 from collections.abc import Callable
@@ -35,7 +36,7 @@ from tui.engine.sequence import Request, Status
 from tui.engine.snapshot import EngineSnapshot, KVTotals, StepTiming
 from tui.engine.tokenizer import ByteTokenizer, Tokenizer
 from tui.engine.views import request_views
-from tui.profile import DefensesConfig, EngineConfig, EngineMode, to_dict
+from tui.profile import DefensesConfig, EngineConfig, EngineMode, PreemptionMode, to_dict
 
 FINISH_REASONS = ("length", "stop", "aborted", "timeout", "rejected_backlog", "rejected_too_long")
 _GPU_HEADROOM_BYTES = 1 << 30  # activations and allocator slack left outside the KV budget
@@ -106,7 +107,10 @@ class Engine:
                 f"a KV budget of {config.kv_budget_mb} MB holds no {config.block_size}-token block "
                 f"({self.bytes_per_token} bytes per token); raise kv_budget_mb"
             )
-        self.runner: ModelRunner = TorchModelRunner(self.model, self.num_slots, config.block_size)
+        # the host pool swapped-out KV waits in: swap_space_gb of the same per-token layout, whole blocks
+        self.host_blocks = int(config.swap_space_gb * (1 << 30)) // self.bytes_per_token // config.block_size
+        self.runner: ModelRunner = TorchModelRunner(self.model, self.num_slots, config.block_size,
+                                                    self.host_blocks * config.block_size)
         self.waiting: deque[Request] = deque()
         self.kv: KVManager = self._new_kv(self.mode)
         self.scheduler: Scheduler = self._new_scheduler(self.mode)
@@ -118,6 +122,8 @@ class Engine:
         self._busy: deque[tuple[float, float]] = deque()
         self.step_index = 0
         self._preemptions_before = 0  # preemptions counted by schedulers replaced at a mode switch
+        self._swaps_before = 0
+        self.swapped_bytes = 0  # KV bytes copied device<->host, cumulative
         self.num_rejected = 0
         self.num_timed_out = 0
         self.device_label = (
@@ -140,7 +146,7 @@ class Engine:
         return new_kv_manager(mode.kv, KVSpec(
             num_slots=self.num_slots, block_size=cfg.block_size, max_model_len=self.max_model_len,
             reservation=cfg.reservation, prefix_caching=self.defenses.prefix_caching,
-            sliding_window=self.model_config.sliding_window,
+            sliding_window=self.model_config.sliding_window, host_blocks=self.host_blocks,
         ))
 
     def _new_scheduler(self, mode: EngineMode) -> Scheduler:
@@ -230,6 +236,7 @@ class Engine:
         if self.draining_to is None or not self.scheduler.is_idle():
             return
         self._preemptions_before += self.scheduler.num_preemptions
+        self._swaps_before += self.scheduler.num_swaps
         self.config, self.draining_to = self.config.with_mode(self.draining_to), None
         self.kv = self._new_kv(self.mode)
         self.scheduler = self._new_scheduler(self.mode)
@@ -239,6 +246,14 @@ class Engine:
                 self.waiting.remove(req)
                 self.num_rejected += 1
                 self._finish_outside_step(req, "rejected_too_long")
+
+    def set_preemption_mode(self, mode: PreemptionMode) -> None:
+        """Switch recompute <-> swap at once: later preemptions follow it; requests already swapped out
+        are still copied back when they fit."""
+        if mode not in ("recompute", "swap"):
+            raise ValueError(f"preemption_mode must be 'recompute' or 'swap', got {mode!r}")
+        self.config = dataclasses.replace(self.config, preemption_mode=mode)
+        self.scheduler.cfg = self.config
 
     def set_defenses(self, defenses: DefensesConfig) -> None:
         """Apply new defenses at once (prefix caching switches on the live pool)."""
@@ -256,11 +271,20 @@ class Engine:
         sched = self.scheduler.schedule()
         prefill_tokens, decode_tokens = sched.prefill_tokens, sched.decode_tokens  # before progress moves
         modelled = 0.0  # a runner that models a device: its time minus the wall time it actually took
+        swap_s, swapped_bytes = 0.0, 0
+        if sched.swaps:  # the copies the scheduler's swaps planned; the forward waits for them
+            t_swap = time.perf_counter()
+            copy_s = self.runner.swap(sched.swaps)
+            wall = time.perf_counter() - t_swap
+            swap_s = wall if copy_s is None else copy_s
+            modelled += swap_s - wall
+            swapped_bytes = sum(p.num_tokens for p in sched.swaps) * self.bytes_per_token
+            self.swapped_bytes += swapped_bytes
         if sched.chunks:
             t_run = time.perf_counter()
             result = self.runner.execute(sched.chunks, self.kv)
             if result.elapsed_s is not None:
-                modelled = result.elapsed_s - (time.perf_counter() - t_run)
+                modelled += result.elapsed_s - (time.perf_counter() - t_run)
             now = self.clock()
             for c in sched.chunks:
                 if not c.padding:
@@ -281,7 +305,7 @@ class Engine:
                                              len(req.prompt), len(req.output)))
             self.kv.cache_computed(c.request for c in sched.chunks)
         self._maybe_complete_switch()
-        did_work = bool(sched.chunks or outputs or sched.preempted)
+        did_work = bool(sched.chunks or outputs or sched.preempted or sched.swaps)
         if did_work:
             self.step_index += 1
         end = time.perf_counter()
@@ -300,6 +324,10 @@ class Engine:
             kv_usage=totals.usage,
             kv_utilization=totals.utilization,
             fragmentation=totals.fragmentation,
+            swaps=sum(1 for p in sched.swaps if p.direction == "out"),
+            swapped_bytes=swapped_bytes,
+            swap_s=swap_s,
+            num_swapped=len(self.scheduler.swapped),
         )
         if did_work:
             self._history.append(timing)
@@ -372,7 +400,8 @@ class Engine:
         """The engine now, as plain data."""
         now = self.clock()
         holders = self.scheduler.holders()
-        shown = [*self.scheduler.running, *holders.values(), *self.waiting, *reversed(self._recent_finished)]
+        shown = [*self.scheduler.running, *holders.values(), *self.scheduler.swapped, *self.waiting,
+                 *reversed(self._recent_finished)]
         last = tuple(reversed(list(self._history)[-64:]))
         return EngineSnapshot(
             step=self.step_index,
@@ -389,6 +418,10 @@ class Engine:
             num_preemptions=self.num_preemptions,
             num_rejected=self.num_rejected,
             num_timed_out=self.num_timed_out,
+            num_swapped=len(self.scheduler.swapped),
+            num_swaps=self._swaps_before + self.scheduler.num_swaps,
+            swapped_bytes=self.swapped_bytes,
+            preemption_mode=self.config.preemption_mode,
             busy_fraction=self.busy_fraction(),
             defenses=to_dict(self.defenses),
             device=self.device_label,

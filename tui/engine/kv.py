@@ -16,13 +16,19 @@ sized from the same byte budget, so a comparison between them is fair:
 - :class:`ContiguousKV` gives each request one contiguous range reserved up front for its whole
   length (prompt + max_tokens, the model's max length, or the next power of two), placed first-fit.
   Freed ranges leave holes; a reservation that finds no hole waits even when the free slots add up.
+
+Both layouts can *swap* (``preemption_mode = "swap"``): :meth:`KVManager.swap_out` moves a held
+request's computed KV into a :class:`HostPool` of blocks in host memory and frees its device space;
+:meth:`KVManager.swap_in` takes device space again (paged: fresh blocks; contiguous: a first-fit
+re-placement) and moves the KV back. Each returns a :class:`SwapPlan` (slot runs to copy) that the
+model runner carries out before the step's forward, in the order the plans were made.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import torch
@@ -136,6 +142,99 @@ class BlockPool:
             self._num_cached_free = 0
 
 
+class HostPool:
+    """Blocks of host memory a swapped-out request's KV waits in (vLLM's ``swap_space``).
+
+    Host block ``h`` is host slots ``[h * block_size, (h + 1) * block_size)`` of the runner's host
+    tensors. Blocks are handed out lowest id first, so placements are predictable.
+    """
+
+    def __init__(self, num_blocks: int, block_size: int) -> None:
+        self.num_blocks = max(num_blocks, 0)
+        self.block_size = block_size
+        self._free: list[int] = list(range(self.num_blocks))  # kept sorted, taken from the front
+        self.owned: dict[str, tuple[list[int], int]] = {}  # rid -> (host blocks, tokens held)
+
+    @property
+    def num_free(self) -> int:
+        return len(self._free)
+
+    @property
+    def num_used(self) -> int:
+        return self.num_blocks - len(self._free)
+
+    def holds(self, rid: str) -> bool:
+        return rid in self.owned
+
+    def take(self, rid: str, num_tokens: int) -> list[int] | None:
+        """Host blocks for ``num_tokens`` tokens of ``rid`` (lowest ids first), or None if too few are free."""
+        if rid in self.owned:
+            raise RuntimeError(f"request {rid} is already swapped out")
+        n = cdiv(num_tokens, self.block_size)
+        if n > len(self._free):
+            return None
+        blocks, self._free = self._free[:n], self._free[n:]
+        self.owned[rid] = (blocks, num_tokens)
+        return blocks
+
+    def release(self, rid: str) -> tuple[list[int], int] | None:
+        """Give back ``rid``'s host blocks; what it held (blocks, tokens), or None if it held none."""
+        held = self.owned.pop(rid, None)
+        if held is not None:
+            self._free = sorted(self._free + held[0])
+        return held
+
+    def holding(self, rid: str) -> KVHolding:
+        """A swapped-out request's row: its host blocks."""
+        return KVHolding(host_blocks=tuple(self.owned[rid][0]))
+
+    def add_to(self, totals: KVTotals) -> KVTotals:
+        """The device pool's totals with this host pool's use added."""
+        return replace(totals, host_total_blocks=self.num_blocks, host_used_blocks=self.num_used)
+
+    def runs(self, rid: str) -> list[tuple[int, int]]:
+        """``rid``'s host slots as (first slot, length) runs, in token order."""
+        blocks, n = self.owned[rid]
+        bs = self.block_size
+        return [(b * bs, min(bs, n - i * bs)) for i, b in enumerate(blocks)]
+
+
+@dataclass(frozen=True)
+class SwapPlan:
+    """KV copies between the device pool and the host pool for one request.
+
+    ``direction``: "out" (device to host) or "in" (host to device). ``runs``: ``(device slot,
+    host slot, length)`` triples, each a run of consecutive slots on both sides.
+    """
+
+    request_id: str
+    direction: str
+    runs: tuple[tuple[int, int, int], ...]
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(n for _, _, n in self.runs)
+
+
+def _pair_runs(device: Sequence[tuple[int, int]], host: Sequence[tuple[int, int]]) -> tuple[tuple[int, int, int], ...]:
+    """Zip two run lists over the same tokens into (device slot, host slot, length) triples."""
+    out: list[tuple[int, int, int]] = []
+    di = hi = 0
+    d_off = h_off = 0
+    while di < len(device) and hi < len(host):
+        (ds, dn), (hs, hn) = device[di], host[hi]
+        n = min(dn - d_off, hn - h_off)
+        if n > 0:
+            out.append((ds + d_off, hs + h_off, n))
+        d_off += n
+        h_off += n
+        if d_off >= dn:
+            di, d_off = di + 1, 0
+        if h_off >= hn:
+            hi, h_off = hi + 1, 0
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class PrefixMatch:
     """Leading full blocks of a request already in the cache: ``blocks`` (ids) cover ``num_tokens``."""
@@ -154,6 +253,7 @@ class KVHolding:
     blocks: tuple[BlockView, ...] = ()
     arena_start: int | None = None
     arena_reserved: int = 0
+    host_blocks: tuple[int, ...] = ()  # swapped out: where its KV waits in the host pool
 
     def num_blocks(self, block_size: int) -> int:
         """Blocks held: the block table's length, or the reservation in blocks of ``block_size``."""
@@ -170,6 +270,7 @@ class KVSpec:
     reservation: Reservation = "max"  # contiguous: how much a request reserves
     prefix_caching: bool = False  # paged: share full blocks by hash
     sliding_window: int | None = None  # the model's attention window (Mistral): older blocks are drawn idle
+    host_blocks: int = 0  # blocks of host memory for swapped-out KV (0: swapping always fails)
 
 
 class KVManager(Protocol):
@@ -210,7 +311,26 @@ class KVManager(Protocol):
         ...
 
     def num_holders(self) -> int:
-        """Requests holding KV now."""
+        """Requests holding KV now, on the device or swapped out to the host."""
+        ...
+
+    # -- swapping (the scheduler, with preemption_mode = "swap") ----------------------------------------
+
+    host: HostPool
+
+    def swap_out(self, req: Request) -> SwapPlan | None:
+        """Move held ``req``'s computed KV to the host pool and free its device space.
+
+        None, with nothing changed, when the host pool has too few free blocks.
+        """
+        ...
+
+    def swap_in(self, req: Request) -> SwapPlan | None:
+        """Give swapped-out ``req`` device space again and move its KV back; None (nothing taken) if none fits."""
+        ...
+
+    def fits_after_compaction(self, req: Request) -> bool:
+        """``req`` finds no place now, but would if held requests were moved (fragmentation, not fullness)."""
         ...
 
     # -- prefix cache (the engine) -------------------------------------------------------------------
@@ -263,16 +383,18 @@ class PagedKV:
     aligned_runs = True
 
     def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = False,
-                 sliding_window: int | None = None) -> None:
+                 sliding_window: int | None = None, host_blocks: int = 0) -> None:
         self.block_size = block_size
         self.pool = BlockPool(num_blocks, block_size, enable_prefix_caching)
         self.tables: dict[str, list[int]] = {}
         self.num_slots = num_blocks * block_size
         self.sliding_window = sliding_window
+        self.host = HostPool(host_blocks, block_size)
 
     @classmethod
     def from_spec(cls, spec: KVSpec) -> PagedKV:
-        return cls(spec.num_slots // spec.block_size, spec.block_size, spec.prefix_caching, spec.sliding_window)
+        return cls(spec.num_slots // spec.block_size, spec.block_size, spec.prefix_caching, spec.sliding_window,
+                   spec.host_blocks)
 
     def table(self, rid: str) -> list[int]:
         return self.tables.get(rid, [])
@@ -334,9 +456,43 @@ class PagedKV:
         table = self.tables.pop(rid, None)
         if table:
             self.pool.free(table)
+        self.host.release(rid)
 
     def num_holders(self) -> int:
-        return len(self.tables)
+        return len(self.tables) + len(self.host.owned)
+
+    def swap_out(self, req: Request) -> SwapPlan | None:
+        rid, bs = req.request_id, self.block_size
+        table = self.tables.get(rid, [])
+        n = min(req.num_computed, len(table) * bs)
+        host = self.host.take(rid, n)
+        if host is None:
+            return None
+        device = [(b * bs, min(bs, n - i * bs)) for i, b in enumerate(table[: cdiv(n, bs)])]
+        plan = SwapPlan(rid, "out", _pair_runs(device, self.host.runs(rid)))
+        self.free_device(rid)
+        return plan
+
+    def free_device(self, rid: str) -> None:
+        """Drop ``rid``'s device blocks only (its host copy stays)."""
+        table = self.tables.pop(rid, None)
+        if table:
+            self.pool.free(table)
+
+    def swap_in(self, req: Request) -> SwapPlan | None:
+        rid, bs = req.request_id, self.block_size
+        if not self.host.holds(rid):
+            raise RuntimeError(f"request {rid} is not swapped out")
+        n = self.host.owned[rid][1]
+        if not self.allocate(rid, n):
+            return None
+        device = [(b * bs, min(bs, n - i * bs)) for i, b in enumerate(self.tables.get(rid, [])[: cdiv(n, bs)])]
+        plan = SwapPlan(rid, "in", _pair_runs(device, self.host.runs(rid)))
+        self.host.release(rid)
+        return plan
+
+    def fits_after_compaction(self, req: Request) -> bool:
+        return False  # any free block serves any request: a pool that refuses is full, not fragmented
 
     def cache_computed(self, reqs: Iterable[Request]) -> None:
         if not self.pool.enable_prefix_caching:
@@ -368,13 +524,15 @@ class PagedKV:
 
     def totals(self, holders: Mapping[str, Request]) -> KVTotals:
         pool = self.pool
-        return paged_totals(
+        return self.host.add_to(paged_totals(
             block_size=self.block_size, total_blocks=pool.num_blocks, used_blocks=pool.num_used,
             cached_blocks=pool.num_cached_free,
             tables=[(t, holders[rid].num_computed) for rid, t in self.tables.items() if rid in holders],
-        )
+        ))
 
     def holding(self, req: Request) -> KVHolding:
+        if self.host.holds(req.request_id):
+            return self.host.holding(req.request_id)
         bs, refs, n = self.block_size, self.pool.ref_count, req.num_computed
         # the next query (position num_tokens - 1) attends to positions >= num_tokens - window
         window_start = req.num_tokens - (self.sliding_window or req.num_tokens)
@@ -401,7 +559,8 @@ class ContiguousKV:
     layout = "contiguous"
     aligned_runs = False
 
-    def __init__(self, num_slots: int, policy: Reservation, max_model_len: int, block_size: int = 16) -> None:
+    def __init__(self, num_slots: int, policy: Reservation, max_model_len: int, block_size: int = 16,
+                 host_blocks: int = 0) -> None:
         if num_slots < 1:
             raise ValueError("the KV budget holds no slot; raise kv_budget_mb")
         self.num_slots = num_slots
@@ -409,10 +568,11 @@ class ContiguousKV:
         self.max_model_len = max_model_len
         self.block_size = block_size
         self.reservations: dict[str, Reserved] = {}
+        self.host = HostPool(host_blocks, block_size)
 
     @classmethod
     def from_spec(cls, spec: KVSpec) -> ContiguousKV:
-        return cls(spec.num_slots, spec.reservation, spec.max_model_len, spec.block_size)
+        return cls(spec.num_slots, spec.reservation, spec.max_model_len, spec.block_size, spec.host_blocks)
 
     # -- the arena's own operations ----------------------------------------------------------------------
 
@@ -477,9 +637,36 @@ class ContiguousKV:
 
     def free(self, rid: str) -> None:
         self.reservations.pop(rid, None)
+        self.host.release(rid)
 
     def num_holders(self) -> int:
-        return len(self.reservations)
+        return len(self.reservations) + len(self.host.owned)
+
+    def swap_out(self, req: Request) -> SwapPlan | None:
+        rid = req.request_id
+        r = self.reservations[rid]
+        n = min(req.num_computed, r.length)
+        if self.host.take(rid, n) is None:
+            return None
+        plan = SwapPlan(rid, "out", _pair_runs([(r.start, n)] if n else [], self.host.runs(rid)))
+        del self.reservations[rid]
+        return plan
+
+    def swap_in(self, req: Request) -> SwapPlan | None:
+        rid = req.request_id
+        if not self.host.holds(rid):
+            raise RuntimeError(f"request {rid} is not swapped out")
+        start = self.reserve(rid, self.reservation_size(len(req.prompt), req.max_tokens))  # re-placed first-fit
+        if start is None:
+            return None
+        n = self.host.owned[rid][1]
+        plan = SwapPlan(rid, "in", _pair_runs([(start, n)] if n else [], self.host.runs(rid)))
+        self.host.release(rid)
+        return plan
+
+    def fits_after_compaction(self, req: Request) -> bool:
+        size = self.reservation_size(len(req.prompt), req.max_tokens)
+        return self.largest_hole < size <= self.free_slots
 
     def cache_computed(self, reqs: Iterable[Request]) -> None:
         return None
@@ -503,13 +690,15 @@ class ContiguousKV:
         return torch.where(held, starts[:, None] + offsets, 0).view(-1)
 
     def totals(self, holders: Mapping[str, Request]) -> KVTotals:
-        return contiguous_totals(
+        return self.host.add_to(contiguous_totals(
             block_size=self.block_size, total_slots=self.num_slots,
             reservations=[(r.start, r.length, holders[rid].num_computed if rid in holders else 0)
                           for rid, r in self.reservations.items()],
-        )
+        ))
 
     def holding(self, req: Request) -> KVHolding:
+        if self.host.holds(req.request_id):
+            return self.host.holding(req.request_id)
         r = self.reservations.get(req.request_id)
         return KVHolding(arena_start=r.start, arena_reserved=r.length) if r is not None else KVHolding()
 

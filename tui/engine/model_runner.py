@@ -23,6 +23,11 @@ The layout is only ever asked for addresses (:class:`tui.engine.kv.KVManager`: `
 Padding rows (finished members of a static batch) attend over their context like any decode, write
 their K/V to one scratch slot past the pool, and are never sampled.
 
+Swapping (``preemption_mode = "swap"``): :meth:`TorchModelRunner.swap` carries out the layout's
+:class:`~tui.engine.kv.SwapPlan` copies between the device pool and a host pool of the same per-layer
+shape (``[host_slots, kv_heads, head_dim]``), made on the first swap; on CUDA the host pool is pinned,
+so the copies are real DMA over the host link, and the swap synchronises before the forward reads them.
+
 On CUDA the same path runs (SDPA over the gathered blocks); an in-place paged kernel was not wired
 in because no GPU was available to measure one against it.
 """
@@ -35,7 +40,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from tui.engine.kv import KVManager, cdiv
+from tui.engine.kv import KVManager, SwapPlan, cdiv
 from tui.engine.model import DecoderModel
 from tui.engine.runner import StepResult
 from tui.engine.scheduler import ScheduledChunk
@@ -90,7 +95,7 @@ def _length_groups(ctx: list[int]) -> list[tuple[int, int]]:
 class TorchModelRunner:
     """Owns the KV tensors; runs the model over a step's chunks and samples (a ``ModelRunner``)."""
 
-    def __init__(self, model: DecoderModel, num_slots: int, block_size: int) -> None:
+    def __init__(self, model: DecoderModel, num_slots: int, block_size: int, host_slots: int = 0) -> None:
         self.model = model
         cfg = model.config
         p = next(model.parameters())
@@ -107,12 +112,56 @@ class TorchModelRunner:
         shape = (num_slots + block_size, self.kv_heads, self.head_dim)
         self.k_cache = [torch.zeros(shape, device=self.device, dtype=self.dtype) for _ in range(cfg.num_layers)]
         self.v_cache = [torch.zeros(shape, device=self.device, dtype=self.dtype) for _ in range(cfg.num_layers)]
+        self.host_slots = host_slots
+        self.k_host: list[torch.Tensor] = []  # made on the first swap (most engines never swap)
+        self.v_host: list[torch.Tensor] = []
         self._kbuf = torch.empty(0, device=self.device, dtype=self.dtype)
         self._vbuf = torch.empty(0, device=self.device, dtype=self.dtype)
         # when a list, each step's prepared forward inputs are appended (the benchmark replays them)
         self.trace: list[tuple[torch.Tensor, torch.Tensor, _StepMeta, torch.Tensor]] | None = None
 
     # -- public --------------------------------------------------------------------------------------
+
+    def swap(self, plans: Sequence[SwapPlan]) -> float | None:
+        """Copy KV between the device pool and the host pool, plan by plan in order; None: the wall
+        time spent here is the cost (the engine measures it)."""
+        if not plans:
+            return None
+        if not self.k_host:
+            self._make_host_pool()
+        for plan in plans:
+            dev, host = self._swap_index(plan)
+            if dev.numel() == 0:
+                continue
+            dev_d = dev.to(self.device, non_blocking=True)
+            for d_cache, h_cache in ((self.k_cache, self.k_host), (self.v_cache, self.v_host)):
+                for layer in range(len(d_cache)):
+                    if plan.direction == "out":
+                        # blocking: the host rows are written by a CPU op right after, and a later plan
+                        # of this step may reuse these device slots
+                        h_cache[layer][host] = d_cache[layer].index_select(0, dev_d).to("cpu")
+                    else:
+                        rows = h_cache[layer].index_select(0, host).to(self.device, non_blocking=True)
+                        d_cache[layer].index_copy_(0, dev_d, rows)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)  # the forward reads what came in
+        return None
+
+    def _make_host_pool(self) -> None:
+        pin = self.device.type == "cuda"  # page-locked: device<->host copies run as DMA, asynchronously
+        shape = (self.host_slots, self.kv_heads, self.head_dim)
+        self.k_host = [torch.empty(shape, dtype=self.dtype, pin_memory=pin) for _ in self.k_cache]
+        self.v_host = [torch.empty(shape, dtype=self.dtype, pin_memory=pin) for _ in self.v_cache]
+
+    @staticmethod
+    def _swap_index(plan: SwapPlan) -> tuple[torch.Tensor, torch.Tensor]:
+        """The plan's runs as two flat slot indices (device, host), token for token."""
+        if not plan.runs:
+            empty = torch.empty(0, dtype=torch.long)
+            return empty, empty
+        dev = torch.cat([torch.arange(d, d + n) for d, _, n in plan.runs])
+        host = torch.cat([torch.arange(h, h + n) for _, h, n in plan.runs])
+        return dev, host
 
     def execute(self, chunks: Sequence[ScheduledChunk], kv: KVManager) -> StepResult:
         """Run one step: forward, then sample one token for every request whose chunk reached its end."""

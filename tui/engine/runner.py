@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from tui.engine.kv import KVManager
+from tui.engine.kv import KVManager, SwapPlan
 from tui.engine.scheduler import ScheduledChunk
 from tui.engine.sequence import Request
 
@@ -67,4 +67,13 @@ class ModelRunner(Protocol):
 
     def execute(self, chunks: Sequence[ScheduledChunk], kv: KVManager) -> StepResult:
         """Run one step over ``chunks``; the requests that get a token now, their tokens, the time."""
+        ...
+
+    def swap(self, plans: Sequence[SwapPlan]) -> float | None:
+        """Carry out KV copies between the device pool and the host pool, in order, before ``execute``.
+
+        Each :class:`~tui.engine.kv.SwapPlan` moves ``plan.num_tokens`` tokens' K and V one way. A runner
+        with KV tensors copies them (the engine times the call: return None); a runner that models a
+        device returns the modelled copy time in seconds and copies nothing.
+        """
         ...

@@ -11,8 +11,21 @@ how many tokens this step, starting at their ``num_computed``.
 - :class:`ContinuousScheduler` (Orca / vLLM): every step, running requests first (decodes and
   unfinished prefill chunks, in admission order), then waiting requests in arrival order while
   ``max_num_seqs``, the step token budget and free KV allow. A running request that needs a block
-  when none is free preempts the most recently admitted running request by recompute; no request
-  is admitted in a step that preempted.
+  when none is free preempts the most recently admitted running request; no request is admitted in a
+  step that preempted.
+
+Preemption (``preemption_mode``, vLLM's names): "recompute" drops the victim's KV and puts it back at
+the head of the waiting queue; "swap" copies its KV to the layout's host pool (falling back to
+recompute when the host pool is full) and parks it in the *swapped* queue. Swapped requests are
+resumed (copied back) before any waiting request is admitted, oldest swap first, and only in a step
+that preempted nobody.
+
+Swap also turns contiguous fragmentation into a stall. When the waiting head finds no hole although
+the free slots add up to its reservation (:meth:`KVManager.fits_after_compaction`), the continuous
+scheduler swaps running requests out, newest first, until the head fits, places the head, then
+copies the victims back in first-fit (re-placed into what is left); a victim that no longer fits
+stays swapped and loses this step's chunk. Every copy is paid in this step. Without swap the head
+waits, as before. Static batching never meets this: its arena is empty whenever a batch forms.
 
 ``admitting = False`` stops admission (a mode switch drains the running requests first).
 """
@@ -24,7 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tui.engine.capacity import budget_never_fits
-from tui.engine.kv import KVManager
+from tui.engine.kv import KVManager, SwapPlan
 from tui.engine.sequence import Request, Status
 from tui.profile import EngineConfig
 
@@ -47,6 +60,7 @@ class SchedulerOutput:
     chunks: list[ScheduledChunk] = field(default_factory=list)
     preempted: list[Request] = field(default_factory=list)
     admitted: list[Request] = field(default_factory=list)
+    swaps: list[SwapPlan] = field(default_factory=list)  # KV copies to make before the forward, in order
 
     @property
     def num_tokens(self) -> int:
@@ -75,12 +89,14 @@ class Scheduler:
         self.clock = clock
         self.admitting = True
         self.num_preemptions = 0
+        self.swapped: deque[Request] = deque()  # swapped out, oldest first
+        self.num_swaps = 0  # swap-outs, cumulative
 
     # -- queries -------------------------------------------------------------------------------------
 
     def is_idle(self) -> bool:
         """No request holds KV (a mode switch may rebuild the layout now)."""
-        return not self.running and self.kv.num_holders() == 0
+        return not self.running and not self.swapped and self.kv.num_holders() == 0
 
     def holders(self) -> dict[str, Request]:
         """Requests that hold KV now, by id."""
@@ -101,6 +117,8 @@ class Scheduler:
             self.running.remove(req)
         if req in self.waiting:
             self.waiting.remove(req)
+        if req in self.swapped:
+            self.swapped.remove(req)
         self.kv.free(req.request_id)
 
     def on_finished(self, req: Request) -> None:
@@ -147,22 +165,49 @@ class Scheduler:
         until it fits; False when ``req`` itself had to go."""
         while not self.kv.grow(req, req.num_computed + num_new):
             victim = self.running[-1]  # running is in admission order
-            self._preempt(victim)
-            out.preempted.append(victim)
+            self._preempt(victim, out)
             if victim is req:
                 return False
         return True
 
-    def _preempt(self, req: Request) -> None:
-        """Recompute preemption: drop the KV, back to the head of the waiting queue."""
+    def _preempt(self, req: Request, out: SchedulerOutput) -> None:
+        """Preempt a running request: swap it out (swap mode, host room permitting) or drop its KV
+        and send it back to the head of the waiting queue to be recomputed."""
         self.running.remove(req)
+        req.preemptions += 1
+        self.num_preemptions += 1
+        out.preempted.append(req)
+        if self.cfg.preemption_mode == "swap" and self._swap_out(req, out, "KV full: swapped to host memory"):
+            return
         self.kv.free(req.request_id)
         req.status = Status.PREEMPTED
         req.num_computed = 0
-        req.preemptions += 1
-        self.num_preemptions += 1
         req.record(self.clock(), "preempted", tokens=len(req.output), detail="KV full: recomputed on re-admission")
         self.waiting.appendleft(req)
+
+    def _swap_out(self, req: Request, out: SchedulerOutput, why: str) -> bool:
+        """Copy a request's KV to the host pool and park it in the swapped queue; False if the host is full."""
+        plan = self.kv.swap_out(req)
+        if plan is None:
+            return False
+        req.record(self.clock(), "swapped_out", tokens=plan.num_tokens, detail=why)
+        req.status = Status.SWAPPED
+        self.swapped.append(req)
+        self.num_swaps += 1
+        out.swaps.append(plan)
+        return True
+
+    def _swap_in(self, req: Request, out: SchedulerOutput) -> bool:
+        """Copy a swapped request's KV back and run it again; False (still swapped) if it does not fit."""
+        plan = self.kv.swap_in(req)
+        if plan is None:
+            return False
+        req.record(self.clock(), "swapped_in", tokens=plan.num_tokens, blocks=self.blocks_held(req))
+        self.swapped.remove(req)
+        req.status = Status.RUNNING
+        self.running.append(req)
+        out.swaps.append(plan)
+        return True
 
 
 class ContinuousScheduler(Scheduler):
@@ -185,11 +230,24 @@ class ContinuousScheduler(Scheduler):
                 out.chunks.append(ScheduledChunk(req, num_new))
                 budget -= num_new
                 i += 1
-        if out.preempted or not self.admitting:
+        if out.preempted:
+            return out
+        # swapped requests come back first, oldest swap first (they were admitted already)
+        while self.swapped and len(self.running) < self.cfg.max_num_seqs and budget > 0:
+            req = self.swapped[0]
+            if not self._swap_in(req, out):
+                break
+            num_new = min(req.num_pending, budget)
+            if num_new > 0 and self.kv.grow(req, req.num_computed + num_new):
+                out.chunks.append(ScheduledChunk(req, num_new))
+                budget -= num_new
+        if self.swapped or not self.admitting:
             return out
         while self.waiting and len(self.running) < self.cfg.max_num_seqs and budget > 0:
             req = self.waiting[0]
             granted = self._admit_kv(req, budget)
+            if granted is None and self.cfg.preemption_mode == "swap" and self.kv.fits_after_compaction(req):
+                granted, budget = self._compact_for(req, budget, out)
             if granted is None:
                 break  # first come, first served: the head waits, and so does everyone behind it
             self._start(req)
@@ -197,6 +255,32 @@ class ContinuousScheduler(Scheduler):
             out.chunks.append(ScheduledChunk(req, granted))
             budget -= granted
         return out
+
+    def _compact_for(self, head: Request, budget: int, out: SchedulerOutput) -> tuple[int | None, int]:
+        """Swap running requests out, newest first, until ``head`` is placed; copy them back in first-fit.
+
+        Returns the head's first chunk (None if it still found no place) and the step's budget left,
+        after taking back the chunks of victims that could not be placed again.
+        """
+        victims: list[Request] = []
+        granted = None
+        while granted is None and self.running:
+            victim = self.running[-1]
+            if not self._swap_out(victim, out, f"moved to make a hole for {head.request_id}"):
+                break  # the host pool is full: nothing more can move
+            self.running.remove(victim)
+            victims.append(victim)
+            granted = self._admit_kv(head, budget)
+        for victim in reversed(victims):  # oldest first: re-placed in admission order
+            if self._swap_in(victim, out):
+                continue
+            # it stays swapped: this step computes nothing for it
+            for c in [c for c in out.chunks if c.request is victim]:
+                out.chunks.remove(c)
+                budget += c.num_new
+            if victim in out.admitted:
+                out.admitted.remove(victim)
+        return granted, budget
 
 
 class StaticScheduler(Scheduler):
@@ -223,9 +307,9 @@ class StaticScheduler(Scheduler):
         self.running.remove(req)  # stops computing; its KV stays reserved until the batch ends
         self._maybe_release()
 
-    def _preempt(self, req: Request) -> None:
-        super()._preempt(req)
-        self.batch.remove(req)  # it leaves the batch; it may join a later one
+    def _preempt(self, req: Request, out: SchedulerOutput) -> None:
+        super()._preempt(req, out)
+        self.batch.remove(req)  # it leaves the batch; it may join a later one (swapped: the next one)
 
     def _maybe_release(self) -> None:
         if self.batch and not self.running:
@@ -247,7 +331,7 @@ class StaticScheduler(Scheduler):
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput()
         if not self.batch:
-            if self.admitting and self.batch_ready(self.clock()):
+            if self.swapped or (self.admitting and self.batch_ready(self.clock())):
                 self._form_batch(out)
             return out
         for req in list(self.running):
@@ -262,6 +346,16 @@ class StaticScheduler(Scheduler):
         return out
 
     def _form_batch(self, out: SchedulerOutput) -> None:
+        # swapped-out members of earlier batches first: their KV comes back, they carry on decoding
+        while self.swapped and len(self.batch) < self._cap():
+            req = self.swapped[0]
+            if not self._swap_in(req, out):
+                break
+            self.batch.append(req)
+            if self.kv.grow(req, req.num_tokens):  # else the next step makes room for it
+                out.chunks.append(ScheduledChunk(req, req.num_pending))
+        if self.swapped or not self.admitting:
+            return
         while self.waiting and len(self.batch) < self._cap():
             req = self.waiting[0]
             num_new = self._admit_kv(req, None)  # the whole prompt in one step

@@ -26,6 +26,7 @@ class Status(enum.Enum):
     WAITING = "waiting"
     RUNNING = "running"  # admitted: prefilling or decoding
     PREEMPTED = "preempted"  # back in the waiting queue, its KV dropped, to be recomputed
+    SWAPPED = "swapped"  # its KV copied out to the host pool, to be copied back and resumed
     FINISHED = "finished"
 
 

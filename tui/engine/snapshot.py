@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal, overload
 
-RequestState = Literal["waiting", "prefilling", "running", "preempted", "finished"]
+RequestState = Literal["waiting", "prefilling", "running", "preempted", "swapped", "finished"]
 
 
 @dataclass(frozen=True)
@@ -94,6 +94,8 @@ class BlockTable(Sequence[BlockView]):
 
     def block_ids(self) -> list[int]:
         """Every block id in logical order."""
+        if 2 * self._len == len(self.id_runs):  # every run one block long (a scattered pool): the firsts
+            return list(self.id_runs[0::2])
         out: list[int] = []
         for i in range(0, len(self.id_runs), 2):
             first = self.id_runs[i]
@@ -156,9 +158,10 @@ class BlockTable(Sequence[BlockView]):
 class RequestEvent:
     """One transition in a request's life, as the engine recorded it (``t`` on the engine's clock).
 
-    ``kind``: queued, admitted, prefill (one chunk), preempted, readmitted, first_token, finished,
-    rejected, timed_out, aborted. ``tokens``: the prompt length (queued), the chunk (prefill), the
-    output so far (first_token, finished, preempted). ``blocks``: KV blocks held after the event (the
+    ``kind``: queued, admitted, prefill (one chunk), preempted, readmitted, swapped_out, swapped_in,
+    first_token, finished, rejected, timed_out, aborted. ``tokens``: the prompt length (queued), the
+    chunk (prefill), the output so far (first_token, finished, preempted), the tokens copied
+    (swapped_out, swapped_in). ``blocks``: KV blocks held after the event (the
     contiguous layout counts its reservation in blocks of ``block_size``).
     """
 
@@ -189,6 +192,7 @@ class RequestView:
     blocks: Sequence[BlockView] = ()  # paged: the block table in logical order (a BlockTable)
     arena_start: int | None = None  # contiguous: first reserved slot
     arena_reserved: int = 0  # contiguous: slots reserved
+    host_blocks: tuple[int, ...] = ()  # swapped out: the host-pool blocks its KV waits in
     waited_s: float = 0.0  # time since arrival while not yet admitted
     events: tuple[RequestEvent, ...] = ()  # its life so far, oldest first
     detail: bool = True
@@ -230,6 +234,8 @@ class KVTotals:
     cached_blocks: int = 0  # free but still holding a reusable prefix
     largest_hole: int = 0  # contiguous: the longest free run, in slots
     free_slots: int = 0
+    host_total_blocks: int = 0  # the host pool swapped-out KV waits in (preemption_mode = "swap")
+    host_used_blocks: int = 0
 
     @property
     def usage(self) -> float:
@@ -325,6 +331,10 @@ class StepTiming:
     kv_usage: float = 0.0  # KVTotals.usage after the step
     kv_utilization: float = 1.0  # KVTotals.utilization after the step
     fragmentation: float = 0.0  # KVTotals.fragmentation after the step
+    swaps: int = 0  # requests swapped out to the host pool this step
+    swapped_bytes: int = 0  # KV bytes copied between device and host this step, both ways
+    swap_s: float = 0.0  # of duration_s, the time the step stalled on those copies
+    num_swapped: int = 0  # requests waiting in the host pool after the step
 
 
 @dataclass(frozen=True)
@@ -345,6 +355,10 @@ class EngineSnapshot:
     num_preemptions: int = 0
     num_rejected: int = 0
     num_timed_out: int = 0
+    num_swapped: int = 0  # requests whose KV waits in the host pool now
+    num_swaps: int = 0  # swap-outs so far
+    swapped_bytes: int = 0  # KV bytes copied device<->host so far
+    preemption_mode: str = "recompute"
     busy_fraction: float = 0.0  # share of recent wall time spent inside step()
     defenses: dict[str, Any] = field(default_factory=dict)
     device: str = "cpu"
@@ -369,6 +383,7 @@ class EngineSnapshot:
         d = dict(d)
         d["requests"] = tuple(
             RequestView(**{**r, "blocks": tuple(BlockView(**b) for b in r.get("blocks", ())),
+                           "host_blocks": tuple(r.get("host_blocks", ())),
                            "events": tuple(RequestEvent(**e) for e in r.get("events", ()))})
             for r in d.get("requests", ())
         )

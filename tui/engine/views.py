@@ -19,12 +19,14 @@ def request_state(req: Request) -> RequestState:
         return "finished"
     if req.status is Status.RUNNING:
         return "prefilling" if req.num_computed < req.num_tokens - 1 else "running"
+    if req.status is Status.SWAPPED:
+        return "swapped"
     return "preempted" if req.status is Status.PREEMPTED else "waiting"
 
 
 def request_view(req: Request, kv: KVManager, now: float, holds: bool) -> RequestView:
     """One request's row; ``holds``: it holds KV now (so ``kv`` knows where)."""
-    where = kv.holding(req) if holds else None
+    where = kv.holding(req) if holds or req.status is Status.SWAPPED else None
     admitted = req.first_admitted_time
     return RequestView(
         request_id=req.request_id,
@@ -37,6 +39,7 @@ def request_view(req: Request, kv: KVManager, now: float, holds: bool) -> Reques
         blocks=where.blocks if where else (),
         arena_start=where.arena_start if where else None,
         arena_reserved=where.arena_reserved if where else 0,
+        host_blocks=where.host_blocks if where else (),
         waited_s=max(0.0, (admitted if admitted is not None else now) - req.arrival_time),
         events=tuple(req.events),
     )

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from tui.load.arrivals import ArrivalProcess, Schedule
+from tui.load.headroom import LoopBusyMeter
 from tui.load.target import OpenAITarget
 from tui.load.workload import TextUnit, Workload
 from tui.profile import Profile, WorkloadConfig
@@ -137,6 +138,7 @@ class LoadRunner:
         # Requests whose deadline came (each gets exactly one record); completed/failed counts are the
         # window's (``RollingWindow.stats()``), not kept a second time here.
         self.scheduled = 0
+        self.loop_meter: LoopBusyMeter | None = None  # the event loop's busy share since start()
 
     # -- control -------------------------------------------------------------------------------
 
@@ -154,11 +156,18 @@ class LoadRunner:
         if self.running:
             return
         self._stopping = False
+        self.loop_meter = LoopBusyMeter()
         loop = asyncio.get_running_loop()
         start = loop.time()
         self._schedule = Schedule(self._process, self.rate, start)
         end = start + duration_s if duration_s is not None else None
         self._pacer = asyncio.create_task(self._pace(num_requests, end), name=f"pacer-{self.stage}")
+
+    def loop_busy(self) -> float | None:
+        """Share of wall time since :meth:`start` that this client's event loop was busy (None before any
+        start, or on a loop that cannot say: see :mod:`tui.load.headroom`); near 1 means the client, not the
+        server, limited what was measured."""
+        return self.loop_meter.busy() if self.loop_meter is not None else None
 
     def set_rate(self, rate: float) -> None:
         """Change the request rate now: the pending gap is rescaled, nothing is caught up (no burst)."""

@@ -37,6 +37,9 @@ DISPLAY: tuple[tuple[str, str, str], ...] = (
     ("goodput_req_per_s", "goodput/s", "r"),
     ("failures", "failures", "s"),
     ("preemptions", "preempt", "d"),
+    ("swaps", "swaps", "d"),
+    ("swapped_gib", "swap GiB", "g"),
+    ("swap_stall_s", "swap stall s", "r"),
     ("kv_use_mean_pct", "KV mean%", "p"),
     ("kv_use_peak_pct", "KV peak%", "p"),
     ("frag_mean_pct", "frag%", "p"),
@@ -49,7 +52,8 @@ DISPLAY: tuple[tuple[str, str, str], ...] = (
 
 def format_cell(value: Any, kind: str) -> str:
     """One table cell as the summary table prints it; ``kind``: "s" text, "d" integer, "ms"
-    milliseconds, "p" percent, "r" any other number ("-" for a missing or non-finite value)."""
+    milliseconds, "p" percent, "g" three significant digits (small quantities), "r" any other number
+    ("-" for a missing or non-finite value)."""
     if value is None or (isinstance(value, float) and not np.isfinite(value)):
         return "-"
     if kind == "s":
@@ -60,6 +64,8 @@ def format_cell(value: Any, kind: str) -> str:
         return f"{value:.1f}" if abs(value) < 100 else f"{value:.0f}"
     if kind == "p":
         return f"{value:.1f}"
+    if kind == "g":
+        return f"{value:.3g}"
     return f"{value:.2f}" if abs(value) < 100 else f"{value:.0f}"
 
 
@@ -121,11 +127,13 @@ _SCHEMA: dict[str, Any] = {
     "tpot_p50_ms": pl.Float64, "tpot_p90_ms": pl.Float64, "tpot_p99_ms": pl.Float64,
     "itl_p50_ms": pl.Float64, "itl_p99_ms": pl.Float64,
     "e2el_p50_ms": pl.Float64, "e2el_p99_ms": pl.Float64,
-    "dispatch_lag_p99_ms": pl.Float64, "client_wait_p99_ms": pl.Float64, "wall_s": pl.Float64,
+    "dispatch_lag_p99_ms": pl.Float64, "client_wait_p99_ms": pl.Float64, "client_busy_pct": pl.Float64,
+    "wall_s": pl.Float64,
     "req_per_s": pl.Float64, "output_tok_per_s": pl.Float64, "goodput_req_per_s": pl.Float64,
     "failed": pl.Int64, "failures": pl.String,
     **{f"fail_{s}": pl.Int64 for s in FAILURE_STATUSES},
     "kv_full": pl.Int64, "preemptions": pl.Int64,
+    "swaps": pl.Int64, "swapped_gib": pl.Float64, "swap_stall_s": pl.Float64,
     "prompt_tokens": pl.Int64, "completion_tokens": pl.Int64, "tokens_estimated": pl.Int64,
     "kv_use_mean_pct": pl.Float64, "kv_use_peak_pct": pl.Float64,
     "frag_mean_pct": pl.Float64, "frag_peak_pct": pl.Float64,
@@ -167,6 +175,7 @@ def _row(stage: str, mode: str, r: pl.DataFrame, steps: pl.DataFrame | None, gpu
         "itl_p50_ms": _ms(p["itl"].p50), "itl_p99_ms": _ms(p["itl"].p99),
         "e2el_p50_ms": _ms(p["e2el"].p50), "e2el_p99_ms": _ms(p["e2el"].p99),
         "dispatch_lag_p99_ms": _ms(lag.p99), "client_wait_p99_ms": _ms(client_wait.p99), "wall_s": wall,
+        "client_busy_pct": 100 * note["client_busy"] if note.get("client_busy") is not None else None,
         "req_per_s": stats.rate(ok.height, wall),
         "output_tok_per_s": stats.rate(out_tokens, wall),
         "goodput_req_per_s": stats.goodput(ttft, tpot, e2el, slo, wall),
@@ -187,6 +196,10 @@ def _row(stage: str, mode: str, r: pl.DataFrame, steps: pl.DataFrame | None, gpu
             kv_use_mean_pct=100 * float(np.nanmean(kv)), kv_use_peak_pct=100 * float(np.nanmax(kv)),
             frag_mean_pct=100 * float(np.nanmean(frag)), frag_peak_pct=100 * float(np.nanmax(frag)),
         )
+        if "swaps" in steps.columns:  # records written before swapping existed have no such columns
+            row.update(swaps=int(np.nansum(_arr(steps, "swaps"))),
+                       swapped_gib=float(np.nansum(_arr(steps, "swapped_bytes"))) / 2**30,
+                       swap_stall_s=float(np.nansum(_arr(steps, "swap_s"))))
     elif note.get("server_kv_mean") is not None:  # a remote server's own gauge, polled during the stage
         row.update(kv_use_mean_pct=100 * float(note["server_kv_mean"]),
                    kv_use_peak_pct=100 * float(note["server_kv_peak"]))
@@ -235,8 +248,15 @@ def reconciliation_lines(df: pl.DataFrame) -> list[str]:
     return lines
 
 
+# At this share of the wall time on a CPU (``client_busy_pct``, measured by the load client's
+# ``LoopBusyMeter``), the client's event loop has no room left to read chunks as they arrive: the run
+# measured the client, not the server.
+CLIENT_BOUND_BUSY = 0.9
+
+
 def client_delay_lines(df: pl.DataFrame, min_ms: float = 5.0, share: float = 0.1) -> list[str]:
-    """Warnings for cells where the client itself was slow (late sends, or queueing inside the HTTP client).
+    """Warnings for cells where the client itself was slow (late sends, or queueing inside the HTTP client)
+    or client-bound (its event loop busy :data:`CLIENT_BOUND_BUSY` of the wall time or more).
 
     TTFT and E2EL are measured from the send, as vLLM's benchmark does, so a client that cannot keep up
     inflates them; this names the cells where its delay is above ``min_ms`` and ``share`` of TTFT P50.
@@ -250,6 +270,13 @@ def client_delay_lines(df: pl.DataFrame, min_ms: float = 5.0, share: float = 0.1
             lines.append(
                 f"{row['stage']} / {row['mode']}: the client was slow (dispatch lag P99 {lag:.1f} ms, time inside "
                 f"the HTTP client before sending P99 {wait:.1f} ms, vs TTFT P50 {ttft:.1f} ms); latencies include it"
+            )
+        busy = row.get("client_busy_pct")
+        if busy is not None and busy >= 100 * CLIENT_BOUND_BUSY:
+            lines.append(
+                f"{row['stage']} / {row['mode']}: CLIENT-BOUND: the load client's event loop was busy {busy:.0f}% "
+                f"of the wall time, so the client, not the server, limited throughput and latencies; "
+                f"lower the rate or run the client on a less loaded machine"
             )
     return lines
 
@@ -282,6 +309,8 @@ _LEGEND = (
     "output chunk; TPOT = (E2EL - TTFT)/(output tokens - 1); ITL every gap between output chunks; E2EL "
     "send -> last chunk; percentiles numpy linear. Throughput = ok requests (output tokens) / wall time "
     "from first scheduled send to last end. KV use and fragmentation: mean and peak over engine steps; "
+    "swaps: requests swapped out to host memory, swap GiB: KV copied device<->host, swap stall s: step "
+    "time spent on those copies; "
     "SM/VRAM from NVML."
 )
 
@@ -291,7 +320,8 @@ _RICH_PARTS = (
     ("latency and throughput", ("stage", "mode", "target_rate", "requests", "ttft_p50_ms", "ttft_p99_ms",
                                 "tpot_p50_ms", "tpot_p99_ms", "itl_p99_ms", "e2el_p99_ms", "req_per_s",
                                 "output_tok_per_s", "goodput_req_per_s")),
-    ("failures and capacity", ("stage", "mode", "failures", "preemptions", "kv_use_mean_pct", "kv_use_peak_pct",
+    ("failures and capacity", ("stage", "mode", "failures", "preemptions", "swaps", "swapped_gib", "swap_stall_s",
+                               "kv_use_mean_pct", "kv_use_peak_pct",
                                "frag_mean_pct", "gpu_sm_mean_pct", "gpu_vram_peak_gib", "prompt_tokens",
                                "completion_tokens")),
 )

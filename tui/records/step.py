@@ -24,5 +24,9 @@ STEP_SCHEMA = pa.schema(
         ("kv_usage", pa.float64()),
         ("kv_utilization", pa.float64()),
         ("fragmentation", pa.float64()),
+        ("swaps", pa.int64()),
+        ("swapped_bytes", pa.int64()),
+        ("swap_s", pa.float64()),
+        ("num_swapped", pa.int64()),
     ]
 )

@@ -299,18 +299,27 @@ async def post_mode(request: Request) -> Response:
     _check_auth(request)
     st = _state(request)
     body = await _json_object(request)
+    preemption = body.pop("preemption_mode", None)
+    if preemption is not None and preemption not in ("recompute", "swap"):
+        raise ApiError(400, f"preemption_mode = {preemption!r}: expected 'recompute' or 'swap'",
+                       param="preemption_mode")
+    if preemption is not None and not body:  # only the preemption mode: nothing drains
+        return JSONResponse(_state_body(await st.engine.set_preemption_mode(preemption), await st.gpu_samples()))
     if "mode" in body:
         text = body["mode"]
     else:
         unknown = set(body) - {"batching", "kv"}
         if unknown:
-            raise ApiError(400, f"unknown key '{sorted(unknown)[0]}'; send {{\"batching\": ..., \"kv\": ...}}")
+            raise ApiError(400, f"unknown key '{sorted(unknown)[0]}'; send {{\"batching\": ..., \"kv\": ..., "
+                                f"\"preemption_mode\": ...}}")
         current = await st.engine.snapshot()
         text = f"{body.get('batching', current.batching)}+{body.get('kv', current.kv)}"
     try:
         mode = EngineMode.parse(text) if isinstance(text, str) else EngineMode.parse(repr(text))
     except ValueError as e:
         raise ApiError(400, str(e), param="mode") from None
+    if preemption is not None:
+        await st.engine.set_preemption_mode(preemption)
     return JSONResponse(_state_body(await st.engine.switch_mode(mode), await st.gpu_samples()))
 
 

@@ -151,9 +151,12 @@ class ControlClient:
         """One iteration of a paused engine; a running one answers 409 (``code`` "not_paused")."""
         return await self._post(routes.STEP)
 
-    async def set_mode(self, *, batching: str | None = None, kv: str | None = None) -> EngineState:
-        """Switch the batching and/or KV layout (the running requests drain first)."""
-        body = {k: v for k, v in (("batching", batching), ("kv", kv)) if v is not None}
+    async def set_mode(self, *, batching: str | None = None, kv: str | None = None,
+                       preemption_mode: str | None = None) -> EngineState:
+        """Switch the batching and/or KV layout (the running requests drain first) and/or the
+        preemption mode (recompute or swap; at once)."""
+        body = {k: v for k, v in (("batching", batching), ("kv", kv), ("preemption_mode", preemption_mode))
+                if v is not None}
         return await self._post(routes.MODE, body)
 
     async def set_defenses(self, defenses: DefensesConfig) -> EngineState:

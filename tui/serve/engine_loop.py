@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from tui.engine.params import SamplingParams
 from tui.engine.snapshot import EngineSnapshot, StepTiming
-from tui.profile import DefensesConfig, EngineConfig, EngineMode
+from tui.profile import DefensesConfig, EngineConfig, EngineMode, PreemptionMode
 
 if TYPE_CHECKING:  # the tokenizer module loads torch, which lives in the engine process only
     from tui.engine.tokenizer import Tokenizer
@@ -391,6 +391,13 @@ class EngineLoop:
 
     async def switch_mode(self, mode: EngineMode) -> EngineSnapshot:
         return await self._call("mode", mode)
+
+    async def set_preemption_mode(self, mode: PreemptionMode) -> EngineSnapshot:
+        """Recompute or swap from the next preemption on (no reset, nothing drains)."""
+        snap = await self._call("preemption", mode)
+        if self.info is not None:  # a later reset without an engine config keeps it
+            self.info = dataclasses.replace(self.info, config=dataclasses.replace(self.info.config, preemption_mode=mode))
+        return snap
 
     async def set_defenses(self, defenses: DefensesConfig) -> EngineSnapshot:
         snap = await self._call("defenses", defenses)

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from tui.engine.params import SamplingParams
 from tui.engine.snapshot import EngineSnapshot, StepTiming
-from tui.profile import DefensesConfig, EngineConfig, EngineMode
+from tui.profile import DefensesConfig, EngineConfig, EngineMode, PreemptionMode
 
 if TYPE_CHECKING:  # imported where it is built: the engine module loads torch
     from tui.engine.engine import Engine
@@ -116,6 +116,10 @@ class EngineCore:
 
     def cmd_mode(self, mode: EngineMode) -> EngineSnapshot:
         self.engine.switch_mode(mode)
+        return self._snapshot()
+
+    def cmd_preemption(self, mode: PreemptionMode) -> EngineSnapshot:
+        self.engine.set_preemption_mode(mode)
         return self._snapshot()
 
     def cmd_defenses(self, defenses: DefensesConfig) -> EngineSnapshot:

@@ -196,7 +196,7 @@ class Generation:
             parts.append(text)
         return parts
 
-    async def _events(self, first: tuple[str, bool]) -> AsyncIterator[str]:
+    async def _events(self, first: tuple[str, bool]) -> AsyncIterator[bytes]:
         head = self.head
         try:
             text, done = first
@@ -207,13 +207,13 @@ class Generation:
                     # the engine failed mid-stream: an error event (the openai client raises on it)
                     if text:
                         yield head.sse_chunk(text)
-                    yield sse(_ERRORS["error"].body())
+                    yield sse(_ERRORS["error"].body()).encode()
                     break
                 if text or done:
                     yield head.sse_chunk(text, openai_finish_reason(self.finish_reason) if done else None)
             if self.params.include_usage and self.finish_reason != "error":
-                yield sse(head.usage_chunk(self.prompt_tokens, self.text.tokens))
-            yield SSE_DONE
+                yield sse(head.usage_chunk(self.prompt_tokens, self.text.tokens)).encode()
+            yield SSE_DONE.encode()
         finally:
             self.close()
 
@@ -249,7 +249,7 @@ class SSEResponse(StreamingResponse):
     gone), in which case the generator's own ``finally`` never runs; ``on_close`` covers that.
     """
 
-    def __init__(self, content: AsyncIterator[str], on_close: Callable[[], None]) -> None:
+    def __init__(self, content: AsyncIterator[bytes], on_close: Callable[[], None]) -> None:
         super().__init__(content, media_type="text/event-stream",
                          headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
         self._on_close = on_close

@@ -20,6 +20,8 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from tui.engine.chat import plain_prompt
 from tui.engine.params import SamplingParams
 
@@ -441,6 +443,15 @@ def usage_dict(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
     }
 
 
+def _dumps_bytes(obj: Any) -> bytes:
+    """Compact UTF-8 JSON: orjson (several times faster than ``json`` on the per-token path), with
+    ``json`` only for what orjson refuses (a string holding a lone surrogate)."""
+    try:
+        return orjson.dumps(obj)
+    except TypeError:
+        return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogatepass")
+
+
 def _dumps(obj: Any) -> str:
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
 
@@ -461,7 +472,7 @@ class ResponseHead:
     model: str
     created: int
     chat: bool
-    _pieces: tuple[str, str] | None = None
+    _pieces: tuple[bytes, bytes] | None = None
 
     @classmethod
     def new(cls, request_id: str, model: str, chat: bool) -> ResponseHead:
@@ -482,17 +493,18 @@ class ResponseHead:
             obj = "text_completion"
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model, "choices": [choice]}
 
-    def sse_chunk(self, text: str, finish_reason: str | None = None, *, first: bool = False) -> str:
-        """``sse(self.chunk(...))``, built from cached pieces on the hot path (one JSON string per chunk)."""
+    def sse_chunk(self, text: str, finish_reason: str | None = None, *, first: bool = False) -> bytes:
+        """``sse(self.chunk(...))`` as bytes; a plain text chunk (every token but the first and the last)
+        is the cached bytes around this response's varying part, only ``text`` serialized each time."""
         if first or finish_reason is not None or not text:
-            return sse(self.chunk(text, finish_reason, first=first))
+            return sse(self.chunk(text, finish_reason, first=first)).encode()
         if self._pieces is None:
-            marker = _dumps("\x00text\x00")  # cannot occur elsewhere in the chunk
-            whole = sse(self.chunk("\x00text\x00", None))
+            marker = _dumps("\x00text\x00").encode()  # cannot occur elsewhere in the chunk
+            whole = sse(self.chunk("\x00text\x00", None)).encode()
             i = whole.index(marker)
             self._pieces = (whole[:i], whole[i + len(marker) :])
         head, tail = self._pieces
-        return head + _dumps(text) + tail
+        return head + _dumps_bytes(text) + tail
 
     def usage_chunk(self, prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
         """The final chunk of ``stream_options.include_usage``: no choices, only usage."""

@@ -39,6 +39,8 @@ class ServerMetrics:
         self.num_running = Gauge("vllm:num_requests_running", "Requests in the running batch.", _LABELS, registry=r)
         self.num_waiting = Gauge("vllm:num_requests_waiting", "Requests waiting to be scheduled.", _LABELS, registry=r)
         self.kv_usage = Gauge("vllm:kv_cache_usage_perc", "KV cache usage; 1 means 100 percent.", _LABELS, registry=r)
+        self.num_swapped = Gauge("vllm:num_requests_swapped", "Requests swapped out to host memory.", _LABELS,
+                                 registry=r)
         # vLLM's counters (exposed with the _total suffix)
         self.preemptions = Counter("vllm:num_preemptions", "Cumulative preemptions.", _LABELS, registry=r)
         self.prompt_tokens = Counter("vllm:prompt_tokens", "Prompt tokens of served requests.", _LABELS, registry=r)
@@ -63,6 +65,10 @@ class ServerMetrics:
                                    "External fragmentation of the contiguous KV arena (0 when paged).", registry=r)
         self.kv_utilization = Gauge("kvtui:kv_utilization",
                                     "Of the reserved KV slots, the fraction holding a token.", registry=r)
+        # the engine's own cumulative count, read from its snapshot (so a gauge, reset with the engine)
+        self.swapped_bytes = Gauge("kvtui:kv_swapped_bytes",
+                                   "KV bytes copied between device and host memory by swaps, since the engine started.",
+                                   registry=r)
         self.paused = Gauge("kvtui:engine_paused", "1 while the engine is paused for stepping.", registry=r)
         self.engine_step = Gauge("kvtui:engine_step", "Steps the current engine has run.", registry=r)
         self.rejected = Counter("kvtui:requests_rejected", "Requests the engine rejected, by reason.",
@@ -74,11 +80,13 @@ class ServerMetrics:
 
     def update_from_snapshot(self, snap: EngineSnapshot, model_name: str) -> None:
         """Refresh the gauges (called when ``/metrics`` is scraped)."""
-        for g in (self.num_running, self.num_waiting, self.kv_usage):
+        for g in (self.num_running, self.num_waiting, self.kv_usage, self.num_swapped):
             g.clear()  # a reset may have changed the model name
         self.num_running.labels(model_name).set(snap.num_running)
         self.num_waiting.labels(model_name).set(snap.num_waiting)
         self.kv_usage.labels(model_name).set(snap.totals.usage)
+        self.num_swapped.labels(model_name).set(snap.num_swapped)
+        self.swapped_bytes.set(snap.swapped_bytes)
         for c in (self.preemptions, self.prompt_tokens, self.generation_tokens):
             c.labels(model_name)  # expose the series at 0 before the first request
         self.fragmentation.set(snap.totals.fragmentation)

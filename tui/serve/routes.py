@@ -19,6 +19,6 @@ STEPS = "/kvtui/v1/steps"  # GET ?since=N -> {"steps": [StepTiming]}
 PAUSE = "/kvtui/v1/pause"  # POST -> state
 RESUME = "/kvtui/v1/resume"  # POST -> state
 STEP = "/kvtui/v1/step"  # POST -> state; 409 "not_paused" unless paused
-MODE = "/kvtui/v1/mode"  # POST {"batching", "kv"} or {"mode"} -> state
+MODE = "/kvtui/v1/mode"  # POST {"batching", "kv"} or {"mode"}, and/or {"preemption_mode"} -> state
 DEFENSES = "/kvtui/v1/defenses"  # POST DefensesConfig -> state
 RESET = "/kvtui/v1/reset"  # POST {"engine", "defenses"} -> state

@@ -8,8 +8,8 @@ instead:
   ids, ``fill`` ``[value, count, ...]``, and ``shared``/``window`` likewise (left out when no block
   is shared / every block is in the window). Defaults of every field are left out.
 - a ``state_id`` naming this answer. ``&since=STATE_ID`` asks for what changed since an answer the
-  client holds: each request is then its bare id when nothing about it changed, or an object with
-  its id, the fields that changed and ``unset`` (fields back at their default). A state id, not a
+  client holds: runs of unchanged requests as counts (:func:`delta_entries`), a changed request as an
+  object with its id, the fields that changed and ``unset`` (fields back at their default). A state id, not a
   step number, because a paused engine takes new requests without stepping; ids carry a token of
   the server instance so a restarted server never answers a delta against a base it never sent. A
   ``since`` the server no longer remembers gets the full compact form (``delta`` absent).
@@ -42,6 +42,7 @@ from tui.engine.snapshot import (
 from tui.gpu import GpuSample
 
 ENCODING = "compact"
+PREFIX_MIN = 8  # lists at least this long are sent as kept prefix + tail when most of them is unchanged
 REMEMBERED_STATES = 8  # answers the server keeps as delta bases (a few clients, a few polls each)
 
 # Request fields sent as they are (the rest are encoded below); brief requests keep only BRIEF_KEYS.
@@ -139,11 +140,28 @@ def decode_request(d: dict[str, Any], block_size: int) -> RequestView:
 
 
 def request_delta(old: dict[str, Any], new: dict[str, Any]) -> str | dict[str, Any]:
-    """What turns ``old`` into ``new``: the bare id when equal, else the changed fields and ``unset``."""
+    """What turns ``old`` into ``new``: the bare id when equal, else the changed fields and ``unset``.
+
+    A list that kept a prefix of its old value (a block table that grew, a new event, the last block's
+    fill) is sent as ``"name@": [kept, *tail]``: the first ``kept`` items of the old list, then these.
+    """
     if old == new:
         return new["request_id"]
-    d = {k: v for k, v in new.items() if old.get(k, _MISSING) != v}
-    d["request_id"] = new["request_id"]
+    d: dict[str, Any] = {"request_id": new["request_id"]}
+    for k, v in new.items():
+        was = old.get(k, _MISSING)
+        if was == v:
+            continue
+        if type(v) is list and type(was) is list and len(v) >= PREFIX_MIN:
+            kept = 0
+            for x, y in zip(was, v, strict=False):  # the shorter list bounds the common prefix
+                if x != y:
+                    break
+                kept += 1
+            if kept >= PREFIX_MIN // 2:
+                d[k + "@"] = [kept, *v[kept:]]
+                continue
+        d[k] = v
     gone = [k for k in old if k not in new]
     if gone:
         d["unset"] = gone
@@ -152,8 +170,14 @@ def request_delta(old: dict[str, Any], new: dict[str, Any]) -> str | dict[str, A
 
 def apply_request_delta(old: dict[str, Any], entry: dict[str, Any]) -> dict[str, Any]:
     """``old`` with a changed request's entry applied (the inverse of :func:`request_delta`)."""
-    merged = {**old, **entry}
-    for k in merged.pop("unset", ()):
+    merged = dict(old)
+    for k, v in entry.items():
+        if k.endswith("@"):
+            name = k[:-1]
+            merged[name] = old[name][: v[0]] + v[1:]
+        elif k != "unset":
+            merged[k] = v
+    for k in entry.get("unset", ()):
         merged.pop(k, None)
     return merged
 
@@ -191,6 +215,38 @@ def _engine_from_fields(d: dict[str, Any], requests: tuple[RequestView, ...]) ->
     )
 
 
+def delta_entries(base: dict[str, dict[str, Any]], encoded: list[dict[str, Any]]) -> list[Any]:
+    """The requests of a delta, walking the base's requests in order with a cursor: an int ``n > 0``
+    stands for the next ``n`` base requests, unchanged; ``n < 0`` skips ``-n`` (gone, or sent earlier);
+    a bare id is an unchanged request out of its old place; an object a changed or new request. Either
+    of the last two advances the cursor when it names the base request under it."""
+    order = list(base)
+    present = {d["request_id"] for d in encoded}
+    placed: set[str] = set()
+    out: list[Any] = []
+    cursor = 0
+    for d in encoded:
+        rid = d["request_id"]
+        skip = 0
+        while cursor < len(order) and (order[cursor] not in present or order[cursor] in placed):
+            cursor += 1
+            skip += 1
+        if skip:
+            out.append(-skip)
+        placed.add(rid)
+        entry = request_delta(base[rid], d) if rid in base else d
+        if cursor < len(order) and order[cursor] == rid:
+            cursor += 1
+            if isinstance(entry, str):
+                if out and type(out[-1]) is int and out[-1] > 0:
+                    out[-1] += 1
+                else:
+                    out.append(1)
+                continue
+        out.append(entry)
+    return out
+
+
 class StateCache:
     """The server's side: compact state bodies, full or as deltas against an answer it remembers."""
 
@@ -216,8 +272,7 @@ class StateCache:
             engine["requests"] = encoded
         else:
             engine["delta"] = since
-            engine["requests"] = [request_delta(base[d["request_id"]], d) if d["request_id"] in base else d
-                                  for d in encoded]
+            engine["requests"] = delta_entries(base, encoded)
         self._sent[state_id] = by_id
         while len(self._sent) > self._remembered:
             self._sent.popitem(last=False)
@@ -259,8 +314,19 @@ class StateDecoder:
         objects: dict[str, dict[str, Any]] = {}
         views: dict[str, RequestView] = {}
         old_objects, old_views = (self._objects, self._views) if delta is not None else ({}, {})
+        base_order = list(old_objects)
+        cursor = 0
         for entry in engine["requests"]:
-            if isinstance(entry, str):  # unchanged since the base
+            if type(entry) is int:  # a run of the base's requests: unchanged (n > 0) or gone (n < 0)
+                if entry > 0:
+                    for rid in base_order[cursor : cursor + entry]:
+                        objects[rid], views[rid] = old_objects[rid], old_views[rid]
+                cursor += abs(entry)
+                continue
+            rid = entry if isinstance(entry, str) else entry["request_id"]
+            if cursor < len(base_order) and base_order[cursor] == rid:
+                cursor += 1
+            if isinstance(entry, str):  # unchanged since the base, but moved
                 objects[entry], views[entry] = old_objects[entry], old_views[entry]
                 continue
             rid = entry["request_id"]

@@ -165,6 +165,15 @@ class Backend:
         current = engine.kv if engine is not None else self.profile.engine.kv
         await self.set_mode(None, "contiguous" if current == "paged" else "paged")
 
+    async def toggle_preemption(self) -> None:
+        """Swap if the engine preempts by recompute, else recompute."""
+        engine = self.latest.engine
+        current = engine.preemption_mode if engine is not None else self.profile.engine.preemption_mode
+        await self.set_preemption_mode("recompute" if current == "swap" else "swap")
+
+    async def set_preemption_mode(self, mode: str) -> None:
+        self.set_status("no engine connected: the preemption mode cannot change", "warn")
+
     async def toggle_pause(self) -> None:
         self.set_status("no engine connected: nothing to pause", "warn")
 

@@ -423,6 +423,12 @@ class LiveBackend(Backend):
             else:
                 self.set_status(f"engine mode {engine.mode}")
 
+    async def set_preemption_mode(self, mode: str) -> None:
+        engine = await self._control("preemption mode", lambda c: c.set_mode(preemption_mode=mode))
+        if engine is not None:
+            self.set_status(f"preemption by {engine.preemption_mode}"
+                            + (" (KV copied to host memory and back)" if engine.preemption_mode == "swap" else ""))
+
     async def toggle_pause(self) -> None:
         engine = self.latest.engine
         paused = engine is not None and engine.paused

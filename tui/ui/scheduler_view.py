@@ -27,7 +27,7 @@ from textual.geometry import Region, Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from tui.engine.snapshot import ArenaSegment, EngineSnapshot, KVTotals, RequestView
+from tui.engine.snapshot import ArenaSegment, BlockTable, EngineSnapshot, KVTotals, RequestView
 from tui.ui.lines import Packed, TextLines
 from tui.ui.messages import OpenRequest, ViewChanged
 from tui.ui.paint import eighth, line_strip, owner_colour, style
@@ -40,6 +40,7 @@ STATE_COLOURS = {
     "prefilling": "#56b6c2",
     "running": "#98c379",
     "preempted": "#e06c75",
+    "swapped": "#c678dd",
     "finished": "#5c6370",
 }
 BRIEF = Style(color="#5c6370", italic=True)  # a request the poller has not fetched in detail yet
@@ -49,6 +50,10 @@ GLYPH_FULL, GLYPH_SHARED, GLYPH_PART_USED, GLYPH_RESERVED, GLYPH_HOLE = "█", "
 
 def _fmt_int(n: int) -> str:
     return f"{n:,}"
+
+
+def _bytes(n: int) -> str:
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
 def _pct(x: float) -> str:
@@ -68,6 +73,21 @@ def header_pieces(snap: EngineSnapshot) -> list[Text]:
     pieces += [Text(f"running {snap.num_running}"), Text(f"waiting {snap.num_waiting}"),
                Text(f"preemptions {snap.num_preemptions}"), Text(f"rejected {snap.num_rejected}"),
                Text(f"timed out {snap.num_timed_out}"), Text(f"on {snap.device}", style="dim")]
+    if snap.preemption_mode == "swap":
+        pieces[-1:-1] = swap_pieces(snap)
+    return pieces
+
+
+def swap_pieces(snap: EngineSnapshot) -> list[Text]:
+    """Swap preemption: requests in the host pool, its use, and a mark when the last step stalled on copies."""
+    tot = snap.totals
+    pieces = [Text(f"swapped {snap.num_swapped}", style="#c678dd"),
+              Text(f"host pool {_fmt_int(tot.host_used_blocks)}/{_fmt_int(tot.host_total_blocks)} blocks"),
+              Text(f"copied {_bytes(snap.swapped_bytes)} device↔host")]
+    last = snap.last_steps[0] if snap.last_steps else None
+    if last is not None and last.swap_s > 0:
+        pieces.append(Text(f" step {last.step} stalled {1e3 * last.swap_s:.1f} ms on swap ",
+                           style="bold #282c34 on #c678dd"))
     return pieces
 
 
@@ -179,44 +199,50 @@ class PoolCells(NamedTuple):
         return float(self.held[cell]) / len(self.blocks(cell))
 
 
-def pool_cells(snap: EngineSnapshot, max_cells: int) -> PoolCells:
+_NO_IDS = np.zeros(0, dtype=np.int64)
+
+
+def table_ids(table: BlockTable) -> tuple[np.ndarray, np.ndarray]:
+    """A block table's ids in logical order, and the ids of its shared blocks, as arrays."""
+    shared = table.shared_block_ids()
+    # One numpy call per table: numpy's per-call overhead, not the blocks, is the cost at this size.
+    return np.array(table.block_ids(), dtype=np.int64), (np.array(shared, dtype=np.int64) if shared else _NO_IDS)
+
+
+def pool_cells(snap: EngineSnapshot, max_cells: int,
+               memo: dict[str, tuple[BlockTable, np.ndarray, np.ndarray]] | None = None) -> PoolCells:
     """Aggregate the block pool into at most ``max_cells`` cells of equal size.
 
-    Works from each block table's runs of consecutive ids: O(runs) Python and O(blocks) numpy, so
-    32,768 blocks cost about what a few hundred did.
+    Works from each block table's runs of consecutive ids (O(runs) Python, O(blocks) numpy), so 32,768
+    blocks cost about what a few hundred did. ``memo`` (request id -> table and its arrays), kept by the
+    caller from one snapshot to the next, skips the requests whose table is the same object as before:
+    a delta state keeps the tables that did not change, so most requests cost a dict lookup.
     """
     total = max(1, snap.totals.total_blocks)
     per = max(1, math.ceil(total / max(1, max_cells)))
     ncells = math.ceil(total / per)
-    starts: list[int] = []
-    counts: list[int] = []
-    holders: list[int] = []
-    shared_at: list[int] = []  # shared blocks as (position, count) in the flattened tables
-    position = 0
-    for i, r in enumerate(snap.requests):
-        table = r.blocks
-        runs = table.id_runs  # type: ignore[attr-defined]  # RequestView.blocks is always a BlockTable
-        if runs:
-            starts += runs[0::2]
-            counts += runs[1::2]
-            holders += [i] * (len(runs) // 2)
-            shared_runs = table.shared_runs  # type: ignore[attr-defined]
-            at = position
-            for k in range(0, len(shared_runs), 2):
-                if shared_runs[k]:
-                    shared_at += [at, shared_runs[k + 1]]
-                at += shared_runs[k + 1]
-            position += len(table)
-    count = np.array(counts, dtype=np.int64)
-    # Each block's id: its run's first id plus its offset in the run.
-    ids = np.arange(position) + np.repeat(np.array(starts, dtype=np.int64) - (np.cumsum(count) - count), count)
-    holder = np.repeat(np.array(holders, dtype=np.int64), count)
-    marks = np.zeros(position + 1, dtype=np.int64)  # +1 at a shared run's start, -1 after its end
-    np.add.at(marks, shared_at[0::2], 1)
-    np.add.at(marks, [p + c for p, c in zip(shared_at[0::2], shared_at[1::2], strict=True)], -1)
-    is_shared = np.cumsum(marks[:-1]) > 0
+    memo = {} if memo is None else memo
+    id_parts: list[np.ndarray] = []
+    shared_parts: list[np.ndarray] = []
+    lengths: list[int] = []
+    for r in snap.requests:
+        table: BlockTable = r.blocks  # type: ignore[assignment]  # RequestView.blocks is always a BlockTable
+        known = memo.get(r.request_id)
+        if known is None or known[0] is not table:
+            known = memo[r.request_id] = (table, *table_ids(table))
+        id_parts.append(known[1])
+        if len(known[2]):
+            shared_parts.append(known[2])
+        lengths.append(len(known[1]))
+    if len(memo) > 2 * len(snap.requests) + 64:  # forget requests that left
+        live = {r.request_id for r in snap.requests}
+        for rid in [k for k in memo if k not in live]:
+            del memo[rid]
+    ids = np.concatenate(id_parts) if id_parts else _NO_IDS
+    shared_ids = np.concatenate(shared_parts) if shared_parts else _NO_IDS
+    holder = np.repeat(np.arange(len(lengths), dtype=np.int64), lengths)
     keep = (ids >= 0) & (ids < total)
-    ids, holder, is_shared = ids[keep], holder[keep], is_shared[keep]
+    ids, holder = ids[keep], holder[keep]
     # Blocks laid out as an (ncells, per) grid; the first holder (in snapshot order) of a block owns
     # it: reversed, the first write of a block id is the last and wins.
     owner_of = np.full(ncells * per, -1, dtype=np.int64)
@@ -226,14 +252,16 @@ def pool_cells(snap: EngineSnapshot, max_cells: int) -> PoolCells:
     held = held_grid.sum(axis=1)
     owner = grid[np.arange(ncells), held_grid.argmax(axis=1)]  # -1 where the cell holds nothing
     shared_mask = np.zeros(ncells * per, dtype=bool)
-    shared_mask[ids[is_shared]] = True
+    shared_mask[shared_ids[(shared_ids >= 0) & (shared_ids < total)]] = True
     shared = shared_mask.reshape(ncells, per).any(axis=1)
     return PoolCells(per, total, held, shared, owner)
 
 
-def pool_map(snap: EngineSnapshot, width: int, rows: int) -> tuple[list[list[Segment]], int]:
-    """The paged block pool by block id: who holds each cell, shared blocks marked; and blocks per cell."""
-    cells_info = pool_cells(snap, width * rows)
+def pool_map(snap: EngineSnapshot, width: int, rows: int,
+             memo: dict[str, tuple[BlockTable, np.ndarray, np.ndarray]] | None = None) -> tuple[list[list[Segment]], int]:
+    """The paged block pool by block id: who holds each cell, shared blocks marked; and blocks per cell
+    (``memo``: as :func:`pool_cells` takes it)."""
+    cells_info = pool_cells(snap, width * rows, memo)
     per, total = cells_info.per_cell, cells_info.total
     sizes = np.full(len(cells_info.held), per)
     sizes[-1] = total - per * (len(sizes) - 1)
@@ -253,6 +281,22 @@ def pool_map(snap: EngineSnapshot, width: int, rows: int) -> tuple[list[list[Seg
         glyph = GLYPH_SHARED if shared[c] else GLYPH_FULL if f >= 0.75 else GLYPH_PART_USED
         cells.append((glyph, colour))
     return _cells_to_lines(cells, width), per
+
+
+def host_map(snap: EngineSnapshot, width: int, rows: int) -> list[list[Segment]]:
+    """The host pool swapped-out KV waits in (preemption_mode = "swap"), by host block id: who holds each."""
+    nblocks = max(1, snap.totals.host_total_blocks)
+    owner: dict[int, str] = {b: r.request_id for r in snap.requests for b in r.host_blocks}
+    ncells = max(1, min(width * rows, nblocks))
+    edges = np.linspace(0, nblocks, ncells + 1).round().astype(np.int64)
+    edges[1:] = np.maximum(edges[1:], edges[:-1] + 1)
+    held = sorted(owner)
+    cells: list[tuple[str, str]] = []
+    for c in range(ncells):
+        lo, hi = int(edges[c]), int(min(edges[c + 1], nblocks))
+        first = next((b for b in held[np.searchsorted(held, lo):] if b < hi), None) if held else None
+        cells.append((GLYPH_HOLE, HOLE) if first is None else (GLYPH_FULL, owner_colour(owner[first])))
+    return _cells_to_lines(cells, width)
 
 
 def _cells_to_lines(cells: list[tuple[str, str]], width: int) -> list[list[Segment]]:
@@ -616,6 +660,10 @@ class RequestTable(ScrollView, can_focus=True):
     def _no_kv(r: RequestView) -> Segment:
         if r.state == "waiting":
             return Segment(f"no KV yet · waited {r.waited_s:.1f}s", style("#7f848e"))
+        if r.state == "swapped":
+            return Segment(f"swapped out · {r.computed_tokens} tokens in host blocks "
+                           f"{', '.join(map(str, r.host_blocks[:6]))}{' …' if len(r.host_blocks) > 6 else ''}",
+                           style(STATE_COLOURS["swapped"]))
         return Segment("no KV", style("#7f848e"))
 
 
@@ -632,6 +680,7 @@ class SchedulerView(Vertical):
         super().__init__(id=id)
         self.snapshot: EngineSnapshot | None = None
         self.note = "waiting for the engine…"
+        self._pool_memo: dict[str, tuple[BlockTable, np.ndarray, np.ndarray]] = {}  # see pool_cells
 
     def compose(self) -> ComposeResult:
         yield TextLines(id="sched-summary", wrap=True)
@@ -669,9 +718,11 @@ class SchedulerView(Vertical):
         if snap.kv == "contiguous":
             rows = arena_map(snap, width, self.MAP_ROWS)
         else:
-            rows, per_cell = pool_map(snap, width, 2)
+            rows, per_cell = pool_map(snap, width, 2, self._pool_memo)
         head_style = style("#abb2bf", bold=True)
         map_lines = [[Segment((label if i == 0 else "     ") + "  ", head_style), *line] for i, line in enumerate(rows)]
+        if snap.preemption_mode == "swap":  # the host pool beside the device pool
+            map_lines += [[Segment("host   ", head_style), *line] for line in host_map(snap, width, 1)]
         table = self.query_one(RequestTable)
         table.relayout()
         summary.set_lines([Packed(tuple(header_pieces(snap))), Packed(tuple(totals_pieces(snap.totals)), " · ", "    "),

@@ -30,6 +30,8 @@ EVENT_LABELS = {
     "prefill": "prefill chunk",
     "preempted": "preempted",
     "readmitted": "re-admitted",
+    "swapped_out": "swapped out",
+    "swapped_in": "swapped in",
     "first_token": "first token",
     "finished": "finished",
     "rejected": "rejected",
@@ -37,7 +39,8 @@ EVENT_LABELS = {
     "aborted": "aborted",
 }
 EVENT_STYLES = {"preempted": "bold #e06c75", "rejected": "bold #e06c75", "timed_out": "bold #e06c75",
-                "first_token": "bold #98c379", "finished": "bold #61afef", "readmitted": "#e5c07b"}
+                "first_token": "bold #98c379", "finished": "bold #61afef", "readmitted": "#e5c07b",
+                "swapped_out": "bold #c678dd", "swapped_in": "#c678dd"}
 BAR_W = 20
 DETAIL_W = 28
 
@@ -83,6 +86,8 @@ def _event_detail(e: RequestEvent) -> str:
         return f"{e.tokens} tokens"
     if e.kind == "finished":
         return f"{e.tokens} output tokens" + (f" ({e.detail})" if e.detail else "")
+    if e.kind in ("swapped_out", "swapped_in"):
+        return f"{e.tokens} tokens of KV" + (f": {e.detail}" if e.detail else "")
     return e.detail
 
 
