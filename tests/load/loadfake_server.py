@@ -29,7 +29,8 @@ class FakeConfig:
     api_key: str | None = None  # when set, requests must carry it as a bearer token
     ttft_s: float = 0.0
     token_delay_s: float = 0.0
-    faults: list[str] = field(default_factory=list)  # cycled, one per generation request
+    faults: list[str] = field(default_factory=list)  # cycled, one per generation request ("ragged": CRLF
+    # events split across many small writes)
     slow_s: float = 3.0  # how long a "slow" request stalls
     error_echo_key: bool = False  # a careless server that echoes the key it got in its 401 body
     metrics: bool = True  # False: no /metrics endpoint (404), as many hosted APIs
@@ -161,8 +162,18 @@ class FakeServer:
         with self._lock:
             self.active += 1
         try:
-            async for event in self._events(chat, prompt_len, max_tokens, fault, usage_on, chunk):
-                yield event
+            if fault == "ragged":
+                # CRLF line ends, a comment and an event: field, written 7 bytes at a time with pauses,
+                # so that events and lines arrive split across socket reads
+                yield ": keep-alive\r\n\r\nevent: message\r\n"
+                async for event in self._events(chat, prompt_len, max_tokens, fault, usage_on, chunk):
+                    event = event.replace("\n", "\r\n")
+                    for i in range(0, len(event), 7):
+                        yield event[i : i + 7]
+                        await asyncio.sleep(0.001)
+            else:
+                async for event in self._events(chat, prompt_len, max_tokens, fault, usage_on, chunk):
+                    yield event
         finally:
             with self._lock:
                 self.active -= 1

@@ -69,3 +69,4 @@ def test_the_meter_says_nothing_on_a_loop_it_cannot_time():
         return LoopBusyMeter().busy()
 
     assert asyncio.run(main()) is None
+
