@@ -329,3 +329,19 @@ async def test_a_dead_engine_shows_in_the_status_line_and_R_restarts_it():
         server.stop()
         if backend.server is not None:
             backend.server.stop()
+
+
+async def test_a_workload_the_engine_can_never_serve_is_refused_before_any_load(fresh_engine: LocalServer):
+    """Feasibility before load: 300-token prompts on an engine of max_model_len 256 — one line saying
+    so and which key, and nothing is sent."""
+    long = dataclasses.replace(PROFILE, workload=WorkloadConfig(prompt_len=LengthDist(value=300),
+                                                                output_len=LengthDist(value=8)))
+    app = KVTuiApp(LiveBackend(long, base_url=fresh_engine.base_url), live=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: engine_of(app) is not None)
+        await pilot.press("space")
+        await until(pilot, lambda: "can ever be served" in app.backend.latest.status)
+        status = app.backend.latest.status
+        assert "engine.max_model_len" in status and "exceeds max_model_len 256" in status
+        assert app.backend.latest.status_level == "error" and not app.backend.load.running
+        assert app.backend.window.stats().sent == 0

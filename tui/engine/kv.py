@@ -473,10 +473,10 @@ class PagedKV:
             return None
         device = [(b * bs, min(bs, n - i * bs)) for i, b in enumerate(table[: cdiv(n, bs)])]
         plan = SwapPlan(rid, "out", _pair_runs(device, self.host.runs(rid)))
-        self.free_device(rid)
+        self._free_device(rid)
         return plan
 
-    def free_device(self, rid: str) -> None:
+    def _free_device(self, rid: str) -> None:
         """Drop ``rid``'s device blocks only (its host copy stays)."""
         table = self.tables.pop(rid, None)
         if table:

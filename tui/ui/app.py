@@ -141,7 +141,7 @@ class KVTuiApp(App[int]):
     def apply(self, snap: DashboardSnapshot) -> None:
         """Draw one snapshot on every pane (each pane skips what has not changed)."""
         mode_bar, load, latency, gpu, scheduler, server, status = self.panes
-        if not mode_bar.is_attached:  # shutting down
+        if not self.is_running or not mode_bar.is_attached:  # shutting down: panes are being removed
             return
         self.snapshot = snap
         mode_bar.apply(snap)

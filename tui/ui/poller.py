@@ -24,7 +24,7 @@ import httpx
 from tui.engine.snapshot import EngineSnapshot
 from tui.errors import describe_http_error, one_line, root_url
 from tui.metrics.types import ServerGauges
-from tui.profile import DefensesConfig, Profile
+from tui.profile import DefensesConfig, EngineMode, Profile
 from tui.serve.control_client import ControlClient, ControlError, EngineState
 from tui.ui.backend import Backend
 from tui.ui.messages import DefenseName
@@ -331,15 +331,52 @@ class LiveBackend(Backend):
                 return
             finally:
                 await probe.aclose()
-        if self.local and self.served_model is None:
-            self.served_model = await self._local_model()
+        warning = ""
+        if self.local:
+            ok, warning = await self._feasible()
+            if not ok:
+                return
+            if self.served_model is None:
+                self.served_model = await self._local_model()
         if self.runner is not None:
             await self.runner.aclose()
         self.window.reset()
         self.runner = self._make_runner()
         await self.runner.start()
         self.publish(load=dataclasses.replace(self.load, running=True))
-        self.set_status(f"load running at {self.load.rate:g} req/s")
+        if warning:
+            self.set_status(f"load running at {self.load.rate:g} req/s; {warning}", "warn")
+        else:
+            self.set_status(f"load running at {self.load.rate:g} req/s")
+
+    async def _feasible(self) -> tuple[bool, str]:
+        """Before load on the local engine: can it serve the chosen workload in its current mode?
+
+        None of it: (False, ""), with the reason in the status line, and no load. Some of it: (True,
+        a warning saying how many requests will be rejected)."""
+        from tui.feasibility import FEASIBILITY_SAMPLE, infeasible_cells
+
+        if self.control is None or self.client is None:
+            return True, ""
+        try:
+            resp = await self.client.get(f"{self.base_url}/models")
+            max_model_len = int(resp.json()["data"][0]["max_model_len"])
+            engine = (await self.control.state()).engine
+        except (httpx.HTTPError, ControlError, ValueError, KeyError, IndexError, TypeError):
+            return True, ""  # the load itself will say what is wrong
+        mode = EngineMode(engine.batching, engine.kv)
+        profile = dataclasses.replace(
+            self.profile, workload=self.presets[self.load.workload], stages=(),
+            load=dataclasses.replace(self.profile.load, num_requests=FEASIBILITY_SAMPLE, duration_s=None),
+            record=dataclasses.replace(self.profile.record, modes=(mode,)),
+        )
+        for problem in infeasible_cells(profile, max_model_len, engine.totals.total_slots):
+            text = problem.message(f"workload {self.load.workload!r}")
+            if problem.servable == 0:
+                self.set_status(text, "error")
+                return False, ""
+            return True, text
+        return True, ""
 
     def set_rate(self, rate: float) -> None:
         super().set_rate(rate)

@@ -63,8 +63,7 @@ def server_text(snap: DashboardSnapshot) -> list[Text]:
     now.append("now ", style="bold")
     now.append(f"running {_count(g.num_running)} · waiting {_count(g.num_waiting)} · "
                f"KV cache {_pct(g.kv_cache_usage)} · preemptions {_count(g.num_preemptions)} total")
-    lines = [Text(f"read from {source} every half second; preempted = since the previous reading",
-                  style="dim"), now]
+    lines = [Text("newest reading on the right; preempted: since the previous reading", style="dim"), now]
     missing = [f"{label} ({name})" for f, (label, name) in GAUGE_NAMES.items() if getattr(g, f) is None]
     if missing:
         lines.append(Text(f"not exported by this server: {', '.join(missing)}", style="dim italic"))
