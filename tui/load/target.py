@@ -185,8 +185,11 @@ class OpenAITarget:
         except httpx.ConnectError as e:
             rec.status, rec.reason = "connect_error", f"cannot connect to {address_of(self.url)}: {one_line(e, 160)}"
         except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as e:
-            rec.status = "stream_cut" if rec.http_status is not None else "connect_error"
-            rec.reason = f"connection closed: {one_line(e, 160)}"
+            # The server accepted the connection and then closed it (an overloaded server, a keep-alive
+            # race): a cut stream, not a server that cannot be reached.
+            rec.status = "stream_cut"
+            when = "mid-stream" if rec.http_status is not None else "before the response"
+            rec.reason = f"connection closed {when}: {one_line(e, 160)}"
         except (httpx.HTTPError, OSError, UnicodeDecodeError) as e:
             rec.status, rec.reason = "stream_cut", f"{type(e).__name__}: {one_line(e, 160)}"
         rec.reason = self.scrub(rec.reason)
