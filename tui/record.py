@@ -89,11 +89,15 @@ class Recorder:
 
     # -- entry -------------------------------------------------------------------------------------
 
-    def run(self) -> int:
+    def _open_run(self) -> None:
+        """Create the run directory: the effective profile, the Parquet writers, an unfinished run.json."""
         self.out.mkdir(parents=True, exist_ok=True)
         (self.out / "profile.toml").write_text(dump_profile(self.profile), encoding="utf-8")
         self._writers = {name: PartWriter(self.out, name) for name in ("requests", "steps", "gpu")}
         self._write_run_json(finished=False, code=None)
+
+    def run(self) -> int:
+        self._open_run()
         code = 0
         old_term = signal.getsignal(signal.SIGTERM)
         signal.signal(signal.SIGTERM, _raise_interrupt)  # outside the event loop (server start-up)

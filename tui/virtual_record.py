@@ -26,10 +26,9 @@ from tui.engine.snapshot import StepTiming
 from tui.load.arrivals import ArrivalProcess, Schedule
 from tui.load.workload import Workload
 from tui.metrics.window import RollingWindow
-from tui.profile import EngineMode, Profile, Stage, dump_profile
+from tui.profile import EngineMode, Profile, Stage
 from tui.record import Recorder
 from tui.records.clock import mono_to_wall
-from tui.records.parquet import PartWriter
 from tui.records.request import RequestRecord
 
 # engine finish reasons -> record statuses (as the HTTP client maps the server's finish_reason)
@@ -45,10 +44,7 @@ class VirtualClockRecorder(Recorder):
     _t_next: float | None = None  # where the next cell's virtual clock starts
 
     def run(self) -> int:
-        self.out.mkdir(parents=True, exist_ok=True)
-        (self.out / "profile.toml").write_text(dump_profile(self.profile), encoding="utf-8")
-        self._writers = {name: PartWriter(self.out, name) for name in ("requests", "steps", "gpu")}
-        self._write_run_json(finished=False, code=None)
+        self._open_run()
         code = 0
         t0 = time.perf_counter()
         simulated_s = 0.0

@@ -18,6 +18,7 @@ the future, e.g. from another clock, is taken as "now"). ``StepTiming.t`` is wal
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import time
 from collections import deque
 from collections.abc import Callable
@@ -442,7 +443,7 @@ class Engine:
         holders = self.scheduler.holders()
         shown = [*self.scheduler.running, *holders.values(), *self.scheduler.swapped, *self.waiting,
                  *reversed(self._recent_finished)]
-        last = tuple(reversed(list(self._history)[-64:]))
+        last = tuple(itertools.islice(reversed(self._history), 64))  # newest first, no copy of the history
         return EngineSnapshot(
             step=self.step_index,
             batching=self.mode.batching,

@@ -27,7 +27,7 @@ class BlockView:
     in_window: bool = True  # False: wholly behind the sliding window (Mistral), no query reads it any more
 
 
-def _rle(values: Iterable[int]) -> tuple[int, ...]:
+def rle(values: Iterable[int]) -> tuple[int, ...]:
     """Run-length pairs ``(value, count, value, count, ...)``."""
     out: list[int] = []
     for v in values:
@@ -83,8 +83,8 @@ class BlockTable(Sequence[BlockView]):
                 id_runs[-1] += 1
             else:
                 id_runs += [b.block_id, 1]
-        table = cls(id_runs, _rle(b.fill for b in blocks), _rle(int(b.shared) for b in blocks),
-                    _rle(int(b.in_window) for b in blocks))
+        table = cls(id_runs, rle(b.fill for b in blocks), rle(int(b.shared) for b in blocks),
+                    rle(int(b.in_window) for b in blocks))
         table._blocks = tuple(blocks) if all(type(b) is BlockView for b in blocks) else None
         return table
 

@@ -21,6 +21,7 @@ from tui.engine.snapshot import (
     StepTiming,
     contiguous_totals,
     paged_totals,
+    rle,
 )
 from tui.gpu import GpuSample
 from tui.metrics.types import Percentiles, ServerGauges, WindowStats
@@ -367,7 +368,7 @@ def advance(snap: EngineSnapshot, seed: int = 0) -> EngineSnapshot:
         fills = [v for i in range(0, len(fill_runs), 2) for v in [fill_runs[i]] * fill_runs[i + 1]]
         requests.append(dataclasses.replace(
             r, state="running", output_tokens=r.output_tokens + 1, computed_tokens=r.computed_tokens + 1,
-            blocks=BlockTable(id_runs, _rle(fills), shared_runs, table.window_runs)))
+            blocks=BlockTable(id_runs, rle(fills), shared_runs, table.window_runs)))
     used_blocks = snap.totals.total_blocks - len(free)
     used_slots = sum(r.prompt_tokens + r.output_tokens for r in requests if len(r.blocks))
     totals = dataclasses.replace(
@@ -376,13 +377,3 @@ def advance(snap: EngineSnapshot, seed: int = 0) -> EngineSnapshot:
         free_slots=(snap.totals.total_blocks - used_blocks) * bs)
     return dataclasses.replace(snap, step=snap.step + 1, requests=tuple(requests), totals=totals,
                                num_running=sum(r.state != "waiting" for r in requests))
-
-
-def _rle(values: list[int]) -> list[int]:
-    out: list[int] = []
-    for v in values:
-        if out and out[-2] == v:
-            out[-1] += 1
-        else:
-            out += [v, 1]
-    return out
