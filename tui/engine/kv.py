@@ -371,6 +371,10 @@ class KVManager(Protocol):
         """Where held request ``req`` sits, for its row in the snapshot."""
         ...
 
+    def num_blocks(self, req: Request) -> int:
+        """``holding(req).num_blocks(block_size)`` without building the holding (0 when swapped out)."""
+        ...
+
     def segments(self, holders: Mapping[str, Request]) -> tuple[ArenaSegment, ...]:
         """The address space as reservations and holes, in address order (empty for a block pool)."""
         ...
@@ -387,6 +391,7 @@ class PagedKV:
         self.block_size = block_size
         self.pool = BlockPool(num_blocks, block_size, enable_prefix_caching)
         self.tables: dict[str, list[int]] = {}
+        self._entries = 0  # sum of the tables' lengths: equal to the pool's used blocks unless one is shared
         self.num_slots = num_blocks * block_size
         self.sliding_window = sliding_window
         self.host = HostPool(host_blocks, block_size)
@@ -424,6 +429,7 @@ class PagedKV:
         self.pool.touch(hits)
         new = self.pool.allocate(max(need, 0)) or []
         self.tables[rid] = [*table, *hits, *new]
+        self._entries += len(hits) + len(new)
         return True
 
     def register_full_blocks(self, rid: str, hashes: Sequence[int], num_computed: int) -> None:
@@ -456,9 +462,7 @@ class PagedKV:
         return self.allocate(req.request_id, num_tokens)
 
     def free(self, rid: str) -> None:
-        table = self.tables.pop(rid, None)
-        if table:
-            self.pool.free(table)
+        self._free_device(rid)
         self.host.release(rid)
 
     def num_holders(self) -> int:
@@ -480,6 +484,7 @@ class PagedKV:
         """Drop ``rid``'s device blocks only (its host copy stays)."""
         table = self.tables.pop(rid, None)
         if table:
+            self._entries -= len(table)
             self.pool.free(table)
 
     def swap_in(self, req: Request) -> SwapPlan | None:
@@ -527,8 +532,22 @@ class PagedKV:
 
     def totals(self, holders: Mapping[str, Request]) -> KVTotals:
         pool = self.pool
+        bs = self.block_size
+        if self._entries == pool.num_used:
+            # no block is shared (the usual case; this runs after every step): each holder's tokens once,
+            # in one pass, without handing the tables over
+            used = 0
+            for rid, t in self.tables.items():
+                h = holders.get(rid)
+                if h is not None:
+                    n, cap = h.num_computed, len(t) * bs
+                    used += n if n < cap else cap
+            return self.host.add_to(paged_totals(
+                block_size=bs, total_blocks=pool.num_blocks, used_blocks=pool.num_used,
+                cached_blocks=pool.num_cached_free, tables=(), used_slots=used,
+            ))
         return self.host.add_to(paged_totals(
-            block_size=self.block_size, total_blocks=pool.num_blocks, used_blocks=pool.num_used,
+            block_size=bs, total_blocks=pool.num_blocks, used_blocks=pool.num_used,
             cached_blocks=pool.num_cached_free,
             tables=[(t, holders[rid].num_computed) for rid, t in self.tables.items() if rid in holders],
         ))
@@ -543,6 +562,9 @@ class PagedKV:
             BlockView(b, min(max(n - i * bs, 0), bs), refs[b] > 1, (i + 1) * bs > window_start)
             for i, b in enumerate(self.table(req.request_id))
         ))
+
+    def num_blocks(self, req: Request) -> int:
+        return len(self.tables.get(req.request_id, ()))
 
     def segments(self, holders: Mapping[str, Request]) -> tuple[ArenaSegment, ...]:
         return ()
@@ -704,6 +726,10 @@ class ContiguousKV:
             return self.host.holding(req.request_id)
         r = self.reservations.get(req.request_id)
         return KVHolding(arena_start=r.start, arena_reserved=r.length) if r is not None else KVHolding()
+
+    def num_blocks(self, req: Request) -> int:
+        r = self.reservations.get(req.request_id)
+        return cdiv(r.length, self.block_size) if r is not None else 0
 
     def segments(self, holders: Mapping[str, Request]) -> tuple[ArenaSegment, ...]:
         segs = [ArenaSegment(r.start, r.length, rid, holders[rid].num_computed if rid in holders else 0)

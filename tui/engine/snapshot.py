@@ -271,6 +271,7 @@ def paged_totals(
     used_blocks: int,
     cached_blocks: int,
     tables: Sequence[tuple[Sequence[int], int]],
+    used_slots: int | None = None,
 ) -> KVTotals:
     """Totals of a block pool.
 
@@ -278,9 +279,13 @@ def paged_totals(
     ``used_blocks``: blocks held by anyone, each counted once (a prefix-shared block sits in several
     tables); ``cached_blocks``: free blocks that still hold a reusable prefix (they count as free).
     A block holds ``min(computed - i * block_size, block_size)`` tokens at table position ``i``.
+    ``used_slots``: that sum already counted by a caller that knows no block is shared (then
+    ``tables`` is not read).
     """
     bs = block_size
-    if sum(len(t) for t, _ in tables) != used_blocks:  # some block is shared: count its tokens once
+    if used_slots is not None:
+        used = used_slots
+    elif sum(len(t) for t, _ in tables) != used_blocks:  # some block is shared: count its tokens once
         fills: dict[int, int] = {}
         for table, n in tables:
             for i, b in enumerate(table):
