@@ -111,13 +111,14 @@ class SimulatedRunner:
 
     def swap(self, plans: Sequence[SwapPlan]) -> float | None:
         """KV copies device <-> host (swap preemption): nothing is copied; the copy time (bytes over the
-        host link) is waited out on the clock like a step, so the engine times it as it does torch's."""
+        preset's host link, PCIe) is waited out on the clock like a step and returned, so the engine
+        reports the modelled seconds whatever the wall clock did meanwhile."""
         tokens = sum(p.num_tokens for p in plans)
         seconds = tokens * self.kv_bytes_per_token / self.cost.gpu.host_bandwidth
         start = self.clock.now()
         self.clock.wait_until(start + seconds)
         self._last_release = start + seconds
-        return None
+        return seconds
 
     def gauges(self) -> DeviceGauges:
         """Modelled SM and HBM use over the last ``gauge_window_s`` seconds of the clock."""
