@@ -162,17 +162,20 @@ class ClockDriver:
         """One engine step; its outputs become chunks at the step's end. Whether it did anything."""
         out = self.engine.step()
         t = mono_to_wall(self.clock.now())
-        for o in out.outputs:
-            r = self.open.get(o.request_id)
+        get = self.open.get
+        for o in out.outputs:  # every running request, every step: kept lean
+            r = get(o.request_id)
             if r is None:
                 continue
-            if o.new_token_ids:
-                if r.first_token_t is None:
+            ids = o.new_token_ids
+            if ids:
+                last = r.last_token_t
+                if last is None:
                     r.first_token_t = t
                 else:
-                    r.chunk_gaps_s.append(t - r.last_token_t)  # type: ignore[operator]
+                    r.chunk_gaps_s.append(t - last)
                 r.last_token_t = t
-                r.num_chunks += len(o.new_token_ids)
+                r.num_chunks += len(ids)
             if o.finished:
                 del self.open[o.request_id]
                 r.finish_reason = o.finish_reason
