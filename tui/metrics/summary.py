@@ -173,7 +173,7 @@ def _row(stage: str, mode: str, r: pl.DataFrame, steps: pl.DataFrame | None, gpu
         ends = _arr(r, "end_t")
         wall = float(np.nanmax(ends) - t0) if np.isfinite(ends).any() else 0.0
     dists = {"ttft": ttft, "tpot": tpot, "itl": itl, "e2el": e2el, "dispatch_lag": _arr(r, "dispatch_lag_s")}
-    pct = {}
+    pct: dict[str, float | None] = {}
     for metric in DISTRIBUTIONS:
         p = stats.percentiles(dists[metric])
         pct.update(zip(percentile_columns(metric), (_ms(p.p50), _ms(p.p90), _ms(p.p99)), strict=True))
