@@ -469,7 +469,8 @@ class Recorder:
         if self.profile.target.kind == "local" and eng.backend == "simulated":
             title += (f" · SIMULATED {eng.model_path or eng.model} on {eng.tensor_parallel_size} x "
                       f"{eng.hardware or 'H100-SXM'}, {self.clock_kind} clock")
-        (self.out / "summary.md").write_text(to_markdown(table, title, self.profile.slo), encoding="utf-8")
+        (self.out / "summary.md").write_text(to_markdown(table, title, self.profile.slo, seed=self.profile.load.seed),
+                                            encoding="utf-8")
         if table.height:
             self.console.print(to_rich(table, title))
             for line in reconciliation_lines(table) + client_delay_lines(table):

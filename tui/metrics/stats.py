@@ -52,6 +52,21 @@ def rate(count: float, wall_s: float) -> float:
     return float(count) / wall_s if wall_s > 0 else 0.0
 
 
+def offered_rate(scheduled_t: np.ndarray) -> float | None:
+    """The arrival rate the schedule actually offered: (requests − 1) / (last − first scheduled send).
+
+    A seeded Poisson sample is one draw, not the rate it was drawn at (100 requests at 2 req/s with
+    the default seed offer 1.80 req/s), so this is stated beside the target. ``n − 1`` gaps span the
+    first to the last arrival; None with fewer than two requests.
+    """
+    t = np.asarray(scheduled_t, dtype=float)
+    t = t[np.isfinite(t)]
+    if t.size < 2:
+        return None
+    span = float(t.max() - t.min())
+    return (t.size - 1) / span if span > 0 else None
+
+
 def meets_slo(ttft: np.ndarray, tpot: np.ndarray, e2el: np.ndarray, slo: SloConfig) -> np.ndarray:
     """Per request: True when every configured SLO (in ms) is met.
 
