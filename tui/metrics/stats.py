@@ -92,3 +92,22 @@ def pooled(gap_lists) -> np.ndarray:
     """Every inter-chunk gap of every request, as one array (ITL)."""
     parts = [np.asarray(g, dtype=float) for g in gap_lists if g is not None and len(g)]
     return np.concatenate(parts) if parts else np.empty(0)
+
+
+def quantile_curve(values: np.ndarray | list[float], max_points: int = 200) -> tuple[np.ndarray, np.ndarray]:
+    """The empirical CDF of the finite values as (value, cumulative fraction) points.
+
+    Read as the quantile function at evenly spaced fractions with numpy's linear method — the method
+    :func:`percentiles` uses, so the curve passes exactly through P50, P90 and P99 (always included).
+    With ``n <= max_points`` values the points are the sorted values themselves at fractions
+    ``i / (n - 1)``; a long run is summarized by ``max_points`` (plus the three) instead.
+    """
+    a = np.asarray(values, dtype=float)
+    a = a[np.isfinite(a)]
+    if a.size == 0:
+        return np.empty(0), np.empty(0)
+    if a.size == 1:
+        return a.copy(), np.ones(1)
+    k = max(2, min(int(a.size), max_points))
+    q = np.union1d(np.linspace(0.0, 100.0, k), QUANTILES)
+    return np.percentile(a, q), q / 100.0
