@@ -52,7 +52,7 @@ def rate(count: float, wall_s: float) -> float:
     return float(count) / wall_s if wall_s > 0 else 0.0
 
 
-def offered_rate(scheduled_t: np.ndarray) -> float | None:
+def offered_rate(scheduled_t: np.ndarray | list[float]) -> float | None:
     """The arrival rate the schedule actually offered: (requests − 1) / (last − first scheduled send).
 
     A seeded Poisson sample is one draw, not the rate it was drawn at (100 requests at 2 req/s with
