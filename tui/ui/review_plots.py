@@ -66,7 +66,7 @@ def _latency(review: Review, metric: str, slo_ms: float | None, title: str) -> P
         bright, dim = mode_colours(c.mode)
         for pct, colour, marker in (("p99", bright, hi), ("p50", dim, lo)):
             ys = getattr(c, f"{metric}_{pct}_ms")
-            curves.append(Curve(_tag(review, i, f"{_short(c.mode)} {pct.upper()}"), tuple(zip(c.offered, ys, strict=True)),
+            curves.append(Curve(_tag(review, i, f"{_short(c.mode)} {pct.upper()}"), tuple(zip(c.target, ys, strict=True)),
                                 colour, marker))
     rules = (Rule(f"SLO {slo_ms:g} ms", slo_ms, "y", SLO_COLOUR),) if slo_ms is not None else ()
     return Plot(title, tuple(curves), rules + _edge_rules(review), x_label="offered req/s", x_unit="req/s",
@@ -80,10 +80,10 @@ def load_plots(review: Review) -> tuple[Plot, ...]:
     for i, c in _runs_curves(review):
         hi, lo = RUN_MARKERS[i % len(RUN_MARKERS)]
         bright, dim = mode_colours(c.mode)
-        curves.append(Curve(_tag(review, i, f"{_short(c.mode)} goodput"), tuple(zip(c.offered, c.goodput, strict=True)),
+        curves.append(Curve(_tag(review, i, f"{_short(c.mode)} goodput"), tuple(zip(c.target, c.goodput, strict=True)),
                             bright, hi))
         curves.append(Curve(_tag(review, i, f"{_short(c.mode)} ok req/s"),
-                            tuple(zip(c.offered, c.throughput, strict=True)), dim, lo))
+                            tuple(zip(c.target, c.throughput, strict=True)), dim, lo))
     goodput = Plot("goodput (requests meeting every SLO) and throughput vs offered load", tuple(curves),
                    _edge_rules(review), x_label="offered req/s", x_unit="req/s", y_unit="req/s", x_log=True,
                    note="no cell has an offered rate")
@@ -126,8 +126,8 @@ def series_plots(s: CellSeries | None, stage: str, cdfs: Sequence[tuple[str, Cdf
             Plot("requests in the engine", (_line("running", t, s.running, "#98c379"),
                                             _line("waiting", t, s.waiting, "#e06c75")),
                  x_label=x_label, x_unit="s"),
-            Plot("tokens computed per second", (_line("decode", t, s.decode_tok_per_s, "#c678dd"),
-                                                _line("prefill", t, s.prefill_tok_per_s, "#56b6c2")),
+            Plot("tokens computed per second", (_line("prefill", t, s.prefill_tok_per_s, "#56b6c2"),
+                                                _line("decode", t, s.decode_tok_per_s, "#c678dd")),
                  x_label=x_label, x_unit="s", y_unit="tok/s"),
             Plot(f"preemptions {per}", (_line("preempted", t, s.preemptions, "#e06c75"),),
                  x_label=x_label, x_unit="s"),

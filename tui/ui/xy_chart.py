@@ -90,12 +90,16 @@ class Axis:
         finite = [v for v in values if math.isfinite(v)]
         positive = [v for v in finite if v > 0]
         self.log = log and len(positive) >= 2 and max(positive) / min(positive) >= 10
-        if self.log:
-            lo_e, hi_e = math.floor(math.log10(min(positive))), math.ceil(math.log10(max(positive)))
-            self.lo, self.hi = 10.0**lo_e, 10.0 ** max(hi_e, lo_e + 1)
-            self.ticks = [10.0**e for e in range(lo_e, max(hi_e, lo_e + 1) + 1)]
-            if len(self.ticks) <= 2:  # one decade: 2 and 5 inside it too
-                self.ticks = sorted({t * m for t in self.ticks for m in (1, 2, 5) if t * m <= self.hi})
+        if self.log:  # the data's own range (a few % of room), ticks at 1-2-5 or, if crowded, decades
+            lo_l, hi_l = math.log10(min(positive)), math.log10(max(positive))
+            pad = 0.03 * (hi_l - lo_l)
+            self.lo, self.hi = 10 ** (lo_l - pad), 10 ** (hi_l + pad)
+            marks = [(m, m * 10.0**e) for e in range(math.floor(lo_l - pad), math.ceil(hi_l + pad) + 1)
+                     for m in (1, 2, 5)]
+            inside = [(m, t) for m, t in marks if self.lo <= t <= self.hi]
+            if len(inside) > max(3, target_ticks):
+                inside = [(m, t) for m, t in inside if m == 1]
+            self.ticks = [t for _, t in inside]
             return
         lo, hi = (min(finite), max(finite)) if finite else (0.0, 1.0)
         if zero:
