@@ -85,11 +85,14 @@ def test_load_curves_are_the_tables_rows_by_offered_rate(frames) -> None:
     rv = review_run("A", requests, steps, summary, SLO, cells=cells, edges={"continuous+paged": 7.5})
     assert [c.mode for c in rv.curves] == ["static+contiguous", "continuous+paged"]
     for curve in rv.curves:
-        assert curve.run == "A" and curve.offered == (2.0, 8.0) and curve.stages == ("lo", "hi")
+        assert curve.run == "A" and curve.target == (2.0, 8.0) and curve.stages == ("lo", "hi")
         for i, stage in enumerate(curve.stages):
             row = summary.filter((pl.col("stage") == stage) & (pl.col("mode") == curve.mode)).row(0, named=True)
             assert curve.ttft_p99_ms[i] == row["ttft_p99_ms"] and curve.tpot_p50_ms[i] == row["tpot_p50_ms"]
             assert curve.goodput[i] == row["goodput_req_per_s"] and curve.throughput[i] == row["req_per_s"]
+            sched = requests.filter((pl.col("stage") == stage) & (pl.col("mode") == curve.mode)
+                                    & ~pl.col("warmup"))["scheduled_t"].to_numpy()
+            assert curve.offered[i] == pytest.approx((sched.size - 1) / (sched.max() - sched.min()))
             # the same number from the raw records, recomputed here with numpy
             ok = _ok_cell(requests, stage, curve.mode)
             ttft = (ok["first_token_t"] - ok["send_t"]).to_numpy()

@@ -6,8 +6,9 @@ place that computes it — the comparison table (:func:`tui.metrics.summary.summ
 cell's percentiles, rates and failure counts, :mod:`tui.metrics.stats` for per-request latencies and
 their distribution.
 
-- :class:`LoadCurve`: per run and mode, one point per stage (load level) by offered rate — TTFT and
-  TPOT P50/P99, goodput, throughput and the achieved send rate — with the mode's capacity edge when
+- :class:`LoadCurve`: per run and mode, one point per stage (load level) by target rate — TTFT and
+  TPOT P50/P99, goodput, throughput and the rate the schedule actually offered — with the mode's
+  capacity edge when
   a sweep found one; :class:`SloLines` holds the thresholds to draw across them.
 - :class:`Cdf`: per cell, the TTFT or TPOT distribution as (value, fraction) points.
 - :class:`CellSeries`: per cell, the engine's steps bucketed over time (KV use, fragmentation,
@@ -49,20 +50,20 @@ class SloLines:
 
 @dataclass(frozen=True)
 class LoadCurve:
-    """One mode of one run against offered load: one entry per stage, sorted by offered rate.
+    """One mode of one run against offered load: one entry per stage, sorted by target rate.
 
-    Every tuple has one value per stage (NaN where the table has none). ``offered`` is the stage's
-    target rate; ``achieved`` the rate requests were actually sent at (where the table states it),
-    ``throughput`` successful requests per second and ``goodput`` those meeting every SLO, per second.
-    ``edge_rate`` is the mode's capacity edge (the highest offered rate meeting the goodput target),
-    when a sweep found one.
+    Every tuple has one value per stage (NaN where the table has none). ``target`` is the stage's
+    target rate (the x axis); ``offered`` the rate its seeded schedule actually offered (the table's
+    ``offered_rate``: one Poisson draw is not the rate it was drawn at), ``throughput`` successful
+    requests per second and ``goodput`` those meeting every SLO, per second. ``edge_rate`` is the
+    mode's capacity edge (the highest rate meeting the goodput target), when a sweep found one.
     """
 
     run: str
     mode: str
     stages: tuple[str, ...]
+    target: tuple[float, ...]
     offered: tuple[float, ...]
-    achieved: tuple[float, ...]
     ttft_p50_ms: tuple[float, ...]
     ttft_p99_ms: tuple[float, ...]
     tpot_p50_ms: tuple[float, ...]
@@ -238,21 +239,21 @@ def review_run(
 def load_curves(label: str, summary: pl.DataFrame, edges: Mapping[str, float] | None = None) -> tuple[LoadCurve, ...]:
     """Per mode, the table's rows against offered load (the stage's target rate), lowest rate first.
 
-    A row without a target rate (a cell found only in the records) is placed at its achieved rate,
-    or left out when neither is known.
+    A row without a target rate (a cell found only in the records) is placed at the rate its
+    schedule offered, or left out when neither is known.
     """
     edges = edges or {}
     by_mode: dict[str, list[dict[str, Any]]] = {}
     for row in summary.iter_rows(named=True):
-        if _offered(row) is not None:
+        if _x(row) is not None:
             by_mode.setdefault(row["mode"], []).append(row)
     curves = []
     for mode, rows in by_mode.items():
-        rows = sorted(rows, key=lambda r: _offered(r) or 0.0)  # stable: repeats keep run order
+        rows = sorted(rows, key=lambda r: _x(r) or 0.0)  # stable: repeats keep run order
         curves.append(LoadCurve(
             run=label, mode=mode, stages=tuple(r["stage"] for r in rows),
-            offered=tuple(_offered(r) or NAN for r in rows),
-            achieved=_col(rows, "achieved_rate"),
+            target=tuple(_x(r) or NAN for r in rows),
+            offered=_col(rows, "offered_rate"),
             ttft_p50_ms=_col(rows, "ttft_p50_ms"), ttft_p99_ms=_col(rows, "ttft_p99_ms"),
             tpot_p50_ms=_col(rows, "tpot_p50_ms"), tpot_p99_ms=_col(rows, "tpot_p99_ms"),
             goodput=_col(rows, "goodput_req_per_s"), throughput=_col(rows, "req_per_s"),
@@ -269,8 +270,9 @@ def review(runs: Iterable[RunReview]) -> Review:
 # ---------------------------------------------------------------------------------------------------
 
 
-def _offered(row: Mapping[str, Any]) -> float | None:
-    for key in ("target_rate", "achieved_rate"):
+def _x(row: Mapping[str, Any]) -> float | None:
+    """A row's place on the load axis: its target rate, else the rate its schedule offered."""
+    for key in ("target_rate", "offered_rate"):
         v = row.get(key)
         if v is not None and math.isfinite(v):
             return float(v)
