@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import secrets
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from tui import __version__
 from tui.profile import (
+    MAX_SEED,
     Profile,
     ProfileError,
     apply_overrides,
@@ -50,6 +52,9 @@ value written as in TOML; arrays are indexed from 0:
 --rate, --num-requests and --duration are short for --set load.rate / load.num_requests /
 load.duration_s (for a profile with [[stages]], --num-requests and --duration set every stage's;
 with [sweep], every probe's).
+--seed N sets load.seed and workload.seed: the same seed draws the same arrivals and requests on every
+run (the table's offered/s is the rate that draw offered); repeat a measurement with --seed 1, --seed 2,
+... or --seed random (the seed drawn is printed and recorded, so the run can still be repeated).
 sweep: a profile's [sweep] section probes each mode at growing rates until the share of requests
 meeting every [slo] target falls below target_attainment (default 0.9), then bisects to tolerance
 (default 0.1, relative); keys and defaults: start_rate 1.0, growth 2.0, max_probes 12 per mode,
@@ -74,6 +79,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rate", metavar="REQ/S", help="arrival rate in requests/s (= --set load.rate=REQ/S)")
     p.add_argument("--num-requests", metavar="N", help="requests to send with --record (= --set load.num_requests=N)")
     p.add_argument("--duration", metavar="SECONDS", help="how long to send with --record (= --set load.duration_s=SECONDS)")
+    p.add_argument("--seed", metavar="N|random",
+                   help="seed of the arrival times and the request contents (= --set load.seed=N --set workload.seed=N); "
+                        "'random' draws one, says which and records it in the run's profile.toml and run.json")
 
 
 def _checkpoint_options(p: argparse.ArgumentParser) -> None:
@@ -190,6 +198,32 @@ def alias_overrides(args: argparse.Namespace, prof: Profile) -> list[str]:
     return items
 
 
+SEED_KEYS = ("load.seed", "workload.seed")
+RANDOM_SEED_BELOW = 2**31  # a drawn seed short enough to read back and retype
+
+
+def seed_overrides(seed: str | None) -> tuple[list[str], int | None]:
+    """``--seed N|random`` as ``--set`` items for every seeded key, and the seed when it was drawn.
+
+    vLLM's ``bench serve --seed`` and guidellm's ``--random-seed`` likewise seed the arrivals and the
+    request contents together. ``random`` draws from the operating system's entropy.
+    """
+    if seed is None:
+        return [], None
+    drawn = None
+    if seed.strip().lower() == "random":
+        drawn = secrets.randbelow(RANDOM_SEED_BELOW)
+        value = drawn
+    else:
+        try:
+            value = int(seed)
+        except ValueError:
+            value = -1
+        if not 0 <= value <= MAX_SEED:
+            raise ProfileError(f"--seed = {seed!r}: expected an integer in [0, {MAX_SEED}] or 'random'")
+    return [f"{key}={value}" for key in SEED_KEYS], drawn
+
+
 def print_profiles() -> int:
     """``kvtui profiles``: every shipped profile's name and one-line description."""
     shipped = {name: load_profile(path) for name, path in shipped_profiles().items()}
@@ -203,7 +237,11 @@ def print_profiles() -> int:
 def resolve_profile(args: argparse.Namespace) -> Profile:
     """The profile named by --profile (or the built-in one), with command-line overrides applied."""
     prof = load_named_profile(args.profile)
-    prof = apply_overrides(prof, [*alias_overrides(args, prof), *getattr(args, "overrides", [])])
+    seeds, drawn = seed_overrides(getattr(args, "seed", None))
+    if drawn is not None:
+        print(f"kvtui: --seed random drew seed {drawn} (repeat this run with --seed {drawn})", file=sys.stderr)
+        args.seed_drawn = drawn
+    prof = apply_overrides(prof, [*alias_overrides(args, prof), *seeds, *getattr(args, "overrides", [])])
     target = prof.target
     if getattr(args, "target", None):
         check_base_url(args.target, "--target")
@@ -253,10 +291,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             if prof.target.kind == "local" and prof.engine.backend == "simulated" and not args.real_time:
                 from tui.virtual_record import record_virtual
 
-                return record_virtual(prof, args.out)
+                return record_virtual(prof, args.out, seed_drawn=getattr(args, "seed_drawn", None) is not None)
             from tui.record import record_main
 
-            return record_main(prof, args.out)
+            return record_main(prof, args.out, seed_drawn=getattr(args, "seed_drawn", None) is not None)
         if args.real_time:
             parser.error("--real-time is only used with --record (the dashboard always runs in real time)")
         if args.out is not None:

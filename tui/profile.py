@@ -48,6 +48,15 @@ class TargetConfig:
     api_key_env: str | None = None
     endpoint: Literal["completions", "chat"] = "completions"
     timeout_s: float = 120.0
+    # vLLM's extension parameter ``ignore_eos`` in every request body, so output lengths are what the
+    # workload asked for. None: sent to the local engine only; a server that does not know it (a hosted
+    # API) refuses the request, so as in vLLM's ``bench serve --ignore-eos`` it is asked for explicitly.
+    ignore_eos: bool | None = None
+
+    @property
+    def sends_ignore_eos(self) -> bool:
+        """Whether requests carry ``ignore_eos: true`` (``ignore_eos``, or by default: the local engine only)."""
+        return self.ignore_eos if self.ignore_eos is not None else self.kind == "local"
 
 
 @dataclass(frozen=True)

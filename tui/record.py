@@ -31,9 +31,11 @@ from rich.text import Text
 
 from tui.errors import api_key_hint, one_line, root_url
 from tui.feasibility import infeasible_cells
+from tui.load.arrivals import ArrivalProcess, planned_deadlines
 from tui.load.headroom import new_timed_loop
 from tui.load.runner import LoadRunner, make_target
 from tui.load.target import OpenAITarget, PreflightError
+from tui.metrics import stats
 from tui.metrics.capacity import edge_summary_lines, edges_markdown, edges_rich
 from tui.metrics.prom import parse_server_gauges
 from tui.metrics.summary import client_delay_lines, reconciliation_lines, to_markdown, to_rich
@@ -71,7 +73,7 @@ class Recorder:
     clock_kind = "real"  # the virtual-clock recorder (tui.virtual_record) says "virtual"
 
     def __init__(self, profile: Profile, out: Path, *, console_err: Console | None = None,
-                 console_out: Console | None = None):
+                 console_out: Console | None = None, seed_drawn: bool = False):
         self.profile = profile
         self.out = Path(out)
         self.run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
@@ -88,6 +90,7 @@ class Recorder:
         self._server: LocalServer | None = None  # the local target's server, started by us
         self._steps_seen = 0  # the last engine step collected
         self.extra_info: dict[str, Any] = {}  # more for run.json (a subclass's own figures)
+        self.seed_drawn = seed_drawn
         self._plan: CellPlan = FixedCells((), ())  # which cells run (set when the run starts)
 
     # -- entry -------------------------------------------------------------------------------------
@@ -270,8 +273,11 @@ class Recorder:
         note["client_busy"] = runner.loop_busy()
         w = window.stats()  # counts and percentiles from the one place that keeps them
         p99 = f"{w.ttft.p99 * 1e3:.0f} ms" if w.ttft.p99 is not None else "-"
+        offered = self.offered_rate(stage)
         self.err.print(
-            f"{stage.name} / {mode}: {w.sent} sent, {w.completed} ok, "
+            f"{stage.name} / {mode}: target {stage.rate:g}/s"
+            + (f", offered {offered:.2f}/s" if offered is not None else "")
+            + f": {w.sent} sent, {w.completed} ok, "
             f"{w.failed_total} failed{_failures(w.failed)}, TTFT P99 {p99}"
             + (" (partial)" if note["partial"] else "")
         )
@@ -409,9 +415,19 @@ class Recorder:
 
     # -- progress, flushing, the end ----------------------------------------------------------------
 
+    def offered_rate(self, stage: Stage) -> float | None:
+        """The arrival rate ``stage``'s schedule will offer (its seeded draw, not the target), planned ahead
+        from the same arrival process; None when the stage is too long to plan."""
+        load = self.profile.load
+        plan = planned_deadlines(ArrivalProcess(load.arrival, load.burstiness, load.seed), stage.rate,
+                                 stage.num_requests, stage.duration_s)
+        return stats.offered_rate(plan) if plan else None
+
     @contextlib.contextmanager
     def _progress(self, stage: Stage, mode: str):
         planned = f"/{stage.num_requests}" if stage.num_requests else ""
+        offered = self.offered_rate(stage)
+        target = f"target {stage.rate:g}/s" + (f" (schedule offers {offered:.2f}/s)" if offered is not None else "")
 
         def render() -> Text:
             r, w = self._runner, self._window
@@ -420,7 +436,7 @@ class Recorder:
             s = w.stats()
             p99 = f"{s.ttft.p99 * 1e3:.0f} ms" if s.ttft.p99 is not None else "-"
             line = Text.from_markup(
-                f"[bold]{stage.name}[/bold] · {mode} · target {stage.rate:g}/s · sent {s.sent}{planned} · "
+                f"[bold]{stage.name}[/bold] · {mode} · {target} · sent {s.sent}{planned} · "
                 f"completed {s.completed} · failed {s.failed_total} · in flight {r.in_flight} · "
                 f"achieved {s.achieved_rate:.1f}/s · TTFT P99 {p99}"
             )
@@ -450,6 +466,9 @@ class Recorder:
             "interrupted": self.interrupted,
             "error": self.fatal,
             "exit_code": code,
+            # what drew the arrivals and the request contents: the same seeds repeat the run exactly
+            "seed": {"load": self.profile.load.seed, "workload": self.profile.workload.seed,
+                     "drawn_at_random": self.seed_drawn},
             "cells": self.cells,
             "written_t": time.time(),
         }
@@ -480,8 +499,9 @@ class Recorder:
             title += (f" · SIMULATED {eng.model_path or eng.model} on {eng.tensor_parallel_size} x "
                       f"{eng.hardware or 'H100-SXM'}, {self.clock_kind} clock")
         edges = run.edges  # [] unless the run was a sweep
-        (self.out / "summary.md").write_text(to_markdown(table, title, self.profile.slo) + edges_markdown(edges),
-                                             encoding="utf-8")
+        (self.out / "summary.md").write_text(
+            to_markdown(table, title, self.profile.slo, seed=self.profile.load.seed) + edges_markdown(edges),
+            encoding="utf-8")
         if table.height:
             self.console.print(to_rich(table, title))
             for line in reconciliation_lines(table) + client_delay_lines(table):
@@ -501,7 +521,9 @@ def _failures(failed: dict[str, int]) -> str:
     return " (" + ", ".join(f"{k} {v}" for k, v in sorted(failed.items())) + ")" if failed else ""
 
 
-def record_main(profile: Profile, out: Path) -> int:
-    """The CLI's ``--record``: run every stage x mode of ``profile`` into ``out``; returns the exit code."""
-    return Recorder(profile, Path(out)).run()
+def record_main(profile: Profile, out: Path, *, seed_drawn: bool = False) -> int:
+    """The CLI's ``--record``: run every stage x mode of ``profile`` into ``out``; returns the exit code.
+
+    ``seed_drawn``: the profile's seeds were drawn at random (``--seed random``); run.json says so."""
+    return Recorder(profile, Path(out), seed_drawn=seed_drawn).run()
 

@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tui.metrics.capacity import CapacityEdge, edge_summary_lines, edges_rich, read_capacity_edges
+from tui.metrics.review import RunReview, review_run
 from tui.metrics.summary import (
     client_delay_lines,
     compare_table,
@@ -78,11 +79,24 @@ def load_run(path: Path) -> RunData:
     return run
 
 
-def _print_run(console: Console, run: RunData) -> None:
+def run_title(run: RunData) -> str:
+    """The run's name as every report shows it: partial, and a simulated engine's run saying so."""
     title = f"{run.name}" + (" (partial)" if run.partial else "")
     if run.info.get("simulated"):  # a simulated engine's run says so wherever it is shown
         title += (f" · SIMULATED {run.info.get('engine_model')} on {run.info.get('tensor_parallel_size', 1)} x "
                   f"{run.info.get('hardware')}, {run.info.get('clock', 'real')} clock")
+    return title
+
+
+def review_of(run: RunData, edges: dict[str, float] | None = None) -> RunReview:
+    """The run's chart data (load curves, CDFs, time series, failures), labelled with its name."""
+    slo = run.profile.slo if run.profile is not None else SloConfig()
+    return review_run(run.name, run.requests, run.steps, run.summary, slo, cells=run.info.get("cells", []),
+                      simulated=bool(run.info.get("simulated")), edges=edges)
+
+
+def _print_run(console: Console, run: RunData) -> None:
+    title = run_title(run)
     if run.summary.height:
         console.print(to_rich(run.summary, title))
     else:

@@ -86,7 +86,9 @@ class VirtualClockRecorder(Recorder):
         note["ended_t"] = mono_to_wall(clock.now())
         w = cell.window.stats()
         p99 = f"{w.ttft.p99 * 1e3:.0f} ms" if w.ttft.p99 is not None else "-"
-        self.err.print(f"{stage.name} / {mode.label}: {w.sent} sent, {w.completed} ok, {w.failed_total} failed, "
+        offered = self.offered_rate(stage)
+        rates = f"target {stage.rate:g}/s" + (f", offered {offered:.2f}/s" if offered is not None else "")
+        self.err.print(f"{stage.name} / {mode.label}: {rates}: {w.sent} sent, {w.completed} ok, {w.failed_total} failed, "
                        f"TTFT P99 {p99} (simulated)", highlight=False)
         self._t_next = clock.now()
         return clock.now() - start
@@ -256,6 +258,6 @@ def probe_attainment(profile: Profile, mode: EngineMode, rate: float) -> float:
     return cell_attainment(records, profile.slo) or 0.0
 
 
-def record_virtual(profile: Profile, out: Path) -> int:
+def record_virtual(profile: Profile, out: Path, *, seed_drawn: bool = False) -> int:
     """``kvtui --record`` for a simulated profile on the virtual clock; returns the exit code."""
-    return VirtualClockRecorder(profile, Path(out)).run()
+    return VirtualClockRecorder(profile, Path(out), seed_drawn=seed_drawn).run()

@@ -229,3 +229,14 @@ def test_the_recorder_prints_each_mode_s_edge(tmp_path: Path, capsys: pytest.Cap
     assert len(edge.probes) == 3 and [p.rate for p in edge.probes][:2] == [16.0, 32.0]
     assert json.loads((tmp_path / "run" / SWEEP_FILE).read_text())["finished"] is True
     assert not math.isnan(edge.probes[0].attainment)
+
+
+def test_the_short_flags_set_every_probe_s_length_and_rate_is_refused() -> None:
+    from tui.cli import build_parser, resolve_profile
+
+    args = build_parser().parse_args(["--record", "--profile", "sweep", "--num-requests", "20", "--duration", "5",
+                                      "--out", "x"])
+    prof = resolve_profile(args)
+    assert prof.sweep is not None and (prof.sweep.num_requests, prof.sweep.duration_s) == (20, 5.0)
+    with pytest.raises(ProfileError, match="sweeps the rate"):
+        resolve_profile(build_parser().parse_args(["--record", "--profile", "sweep", "--rate", "3", "--out", "x"]))

@@ -70,7 +70,6 @@ def default_max_pending(max_concurrency: int | None) -> int:
 def make_target(profile: Profile, base_url: str | None = None, model: str | None = None) -> OpenAITarget:
     """The HTTP target a profile describes (``base_url``/``model`` override it, e.g. for the local server)."""
     t = profile.target
-    local = t.kind == "local"
     return OpenAITarget(
         base_url or t.base_url or "",
         model or t.model or "kvtui-tiny",
@@ -78,9 +77,9 @@ def make_target(profile: Profile, base_url: str | None = None, model: str | None
         api_key_env=t.api_key_env,
         timeout_s=t.timeout_s,
         max_connections=profile.load.max_concurrency,
-        # The local engine honours vLLM's ignore_eos, which makes output lengths exactly max_tokens;
-        # a hosted API would reject the unknown parameter, so it is only sent locally.
-        extra_body={"ignore_eos": True} if local else None,
+        # vLLM's ignore_eos makes output lengths exactly max_tokens; the local engine honours it, a hosted
+        # API would reject the unknown parameter: sent where target.ignore_eos (default: local only) says.
+        extra_body={"ignore_eos": True} if t.sends_ignore_eos else None,
     )
 
 

@@ -52,6 +52,21 @@ def rate(count: float, wall_s: float) -> float:
     return float(count) / wall_s if wall_s > 0 else 0.0
 
 
+def offered_rate(scheduled_t: np.ndarray | list[float]) -> float | None:
+    """The arrival rate the schedule actually offered: (requests − 1) / (last − first scheduled send).
+
+    A seeded Poisson sample is one draw, not the rate it was drawn at (100 requests at 2 req/s with
+    the default seed offer 1.80 req/s), so this is stated beside the target. ``n − 1`` gaps span the
+    first to the last arrival; None with fewer than two requests.
+    """
+    t = np.asarray(scheduled_t, dtype=float)
+    t = t[np.isfinite(t)]
+    if t.size < 2:
+        return None
+    span = float(t.max() - t.min())
+    return (t.size - 1) / span if span > 0 else None
+
+
 def meets_slo(ttft: np.ndarray, tpot: np.ndarray, e2el: np.ndarray, slo: SloConfig) -> np.ndarray:
     """Per request: True when every configured SLO (in ms) is met.
 
@@ -83,3 +98,22 @@ def pooled(gap_lists) -> np.ndarray:
     """Every inter-chunk gap of every request, as one array (ITL)."""
     parts = [np.asarray(g, dtype=float) for g in gap_lists if g is not None and len(g)]
     return np.concatenate(parts) if parts else np.empty(0)
+
+
+def quantile_curve(values: np.ndarray | list[float], max_points: int = 200) -> tuple[np.ndarray, np.ndarray]:
+    """The empirical CDF of the finite values as (value, cumulative fraction) points.
+
+    Read as the quantile function at evenly spaced fractions with numpy's linear method — the method
+    :func:`percentiles` uses, so the curve passes exactly through P50, P90 and P99 (always included).
+    With ``n <= max_points`` values the points are the sorted values themselves at fractions
+    ``i / (n - 1)``; a long run is summarized by ``max_points`` (plus the three) instead.
+    """
+    a = np.asarray(values, dtype=float)
+    a = a[np.isfinite(a)]
+    if a.size == 0:
+        return np.empty(0), np.empty(0)
+    if a.size == 1:
+        return a.copy(), np.ones(1)
+    k = max(2, min(int(a.size), max_points))
+    q = np.union1d(np.linspace(0.0, 100.0, k), QUANTILES)
+    return np.percentile(a, q), q / 100.0
