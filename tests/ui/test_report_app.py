@@ -8,8 +8,10 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from textual.widgets import DataTable
 
 from tui.cli import main
+from tui.metrics.capacity import edge_rows
 from tui.metrics.review import review
 from tui.report import open_runs, review_of
 from tui.testing.synthetic_run import write_run
@@ -27,6 +29,16 @@ def run_dirs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("review")
     return (write_run(root / "sweep-sim", seed=3),
             write_run(root / "sweep-cpu", seed=4, name="review-cpu", simulated=False))
+
+
+SWEEP_RATES = (1.0, 1.5, 2.0, 4.0, 8.0, 11.0, 16.0, 24.0)
+
+
+@pytest.fixture(scope="module")
+def sweep_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run whose stages are a sweep's probes, with each mode's capacity edge in sweep.json."""
+    return write_run(tmp_path_factory.mktemp("review") / "sweep", seed=3, name="sweep-demo", rates=SWEEP_RATES,
+                     sweep_target=0.9, sweep_tolerance=0.5)
 
 
 def review_app(*dirs: Path) -> ReportApp:
@@ -70,6 +82,12 @@ def test_two_runs_overlaid(snap_compare, run_dirs) -> None:
 
 
 @pytest.mark.slow
+def test_sweep_capacity_edges(snap_compare, sweep_dir) -> None:
+    """A sweep's probes as load curves, each mode's capacity edge a labelled vertical line."""
+    assert snap_compare(review_app(sweep_dir), press=["2"], terminal_size=WIDE)
+
+
+@pytest.mark.slow
 def test_small_terminal(snap_compare, run_dirs) -> None:
     """Under 120 columns the charts stack one per row and scroll; the cell list sits above them."""
     assert snap_compare(review_app(run_dirs[0]), press=["3"], terminal_size=(100, 30))
@@ -103,6 +121,17 @@ async def test_keys_switch_views_and_cells(run_dirs) -> None:
         assert tabs.active == "series"  # type: ignore[attr-defined]
         await pilot.press("escape", "q")
     assert app.return_code == 0
+
+
+@pytest.mark.slow
+async def test_the_table_view_has_the_sweep_edge_table(sweep_dir) -> None:
+    app = review_app(sweep_dir)
+    async with app.run_test(size=WIDE):
+        edges = app.query_one("#edges-0", DataTable)
+        rows = [[str(c).strip() for c in edges.get_row_at(i)] for i in range(edges.row_count)]
+        run = app.runs[0]
+        assert rows == edge_rows(run.edges) and {r[-1] for r in rows} == {"found"}
+        assert [c.edge_rate for c in app.review.curves] == [e.edge_rate for e in run.edges]  # the charts' lines
 
 
 # -- the printed table: --table, pipes, several runs ----------------------------------------------------

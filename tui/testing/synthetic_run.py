@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tui.metrics.capacity import Probe, cell_attainment, edge_of, write_capacity_edges
 from tui.profile import SloConfig, dump_profile, profile_from_dict
 from tui.records.parquet import PartWriter
 from tui.records.request import RequestRecord
@@ -90,9 +91,12 @@ def _steps(mode: str, stage: str, t0: float, end: float, recs: list[RequestRecor
 
 def write_run(out: Path, seed: int = 0, *, name: str = "review-demo", rates: Sequence[float] = (2.0, 6.0, 12.0),
               modes: Sequence[str] = ("static+contiguous", "continuous+paged"), n_requests: int = 40,
-              slo: SloConfig = DEFAULT_SLO, simulated: bool = True) -> Path:
+              slo: SloConfig = DEFAULT_SLO, simulated: bool = True, sweep_target: float | None = None,
+              sweep_tolerance: float = 0.25) -> Path:
     """A finished run in ``out``: requests, steps and (empty) GPU Parquet, ``profile.toml`` and ``run.json``,
-    one stage per rate ("r2", "r6", ...) under every mode."""
+    one stage per rate ("r2", "r6", ...) under every mode. With ``sweep_target`` the stages are also a
+    sweep's probes: ``sweep.json`` holds each mode's capacity edge, found from the probes' attainment
+    by the sweep's own functions (``edge_of``, ``cell_attainment``)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
@@ -104,6 +108,7 @@ def write_run(out: Path, seed: int = 0, *, name: str = "review-demo", rates: Seq
     (out / "profile.toml").write_text(dump_profile(prof), encoding="utf-8")
     writers = {k: PartWriter(out, k) for k in ("requests", "steps", "gpu")}
     cells = []
+    probes: dict[str, list[Probe]] = {m: [] for m in modes}
     t = T0
     for stage in stages:
         rate = float(stage["rate"])  # type: ignore[arg-type]
@@ -129,12 +134,16 @@ def write_run(out: Path, seed: int = 0, *, name: str = "review-demo", rates: Seq
                 recs.append(r)
             end = max(r.end_t or t for r in recs) + STEP_S
             writers["requests"].add_many([r.to_row() for r in recs])
+            if sweep_target is not None:
+                probes[mode].append(Probe(rate, cell_attainment(recs, slo) or 0.0, str(stage["name"])))
             writers["steps"].add_many(_steps(mode, str(stage["name"]), t, end, recs))
             cells.append({"stage": stage["name"], "mode": mode, "rate": rate, "partial": False, "started_t": t,
                           "ended_t": end})
             t = end
     for w in writers.values():
         w.finish()
+    if sweep_target is not None:
+        write_capacity_edges(out, [edge_of(m, probes[m], sweep_target, sweep_tolerance) for m in modes], finished=True)
     info = {"run_id": name, "profile": name, "target": "local", "partial": False, "error": None, "exit_code": 0,
             "cells": cells, "engine_backend": "simulated" if simulated else "torch"}
     if simulated:

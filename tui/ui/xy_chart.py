@@ -322,7 +322,11 @@ class XYChart(Widget):
             r = py // 4
             for c in range(canvas.cols):
                 canvas.put(c, r, "┄", rule.colour, "rule")
-            start = max(0, canvas.cols - len(rule.label) - 1)
+            n = len(rule.label)
+            # the label at the right end, or at the left where a measured point sits at the right
+            starts = [max(0, canvas.cols - n - 1), 1, max(0, (canvas.cols - n) // 2)]
+            start = next((c0 for c0 in starts if not any((r, c) in canvas.markers for c in range(c0, c0 + n))),
+                         starts[0])
             for i, ch in enumerate(rule.label):
                 canvas.put(start + i, r, ch, rule.colour, "label")
         else:
