@@ -52,6 +52,9 @@ class TargetConfig:
     # workload asked for. None: sent to the local engine only; a server that does not know it (a hosted
     # API) refuses the request, so as in vLLM's ``bench serve --ignore-eos`` it is asked for explicitly.
     ignore_eos: bool | None = None
+    # The model's tokenizer (a Hugging Face directory holding tokenizer.json, or the file): prompts are
+    # then sized in its tokens. Without it a remote target's prompt lengths are in words (about a token each).
+    tokenizer: str | None = None
 
     @property
     def sends_ignore_eos(self) -> bool:
@@ -692,6 +695,10 @@ def _check_profile(p: Profile, source: str) -> None:
             raise ProfileError(f"{source}: target.model is required when target.kind = 'openai'")
     if t.api_key_env is not None:
         check_env_name(t.api_key_env, f"{source}: target.api_key_env")
+    if t.tokenizer is not None:
+        tok = Path(t.tokenizer).expanduser()
+        if not (tok.is_file() or (tok / "tokenizer.json").is_file()):
+            _fail(source, "target.tokenizer", t.tokenizer, "a tokenizer.json, or a model directory holding one")
     _check_engine(p.engine, source)
     _check_defenses(p.defenses, source)
     names: set[str] = set()

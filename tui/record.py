@@ -33,8 +33,9 @@ from tui.errors import api_key_hint, one_line, root_url
 from tui.feasibility import infeasible_cells
 from tui.load.arrivals import ArrivalProcess, planned_deadlines
 from tui.load.headroom import new_timed_loop
-from tui.load.runner import LoadRunner, make_target
+from tui.load.runner import LoadRunner, make_target, prompt_sizing
 from tui.load.target import OpenAITarget, PreflightError
+from tui.load.workload import UNIT_MEANING
 from tui.metrics import stats
 from tui.metrics.capacity import edge_summary_lines, edges_markdown, edges_rich
 from tui.metrics.prom import parse_server_gauges
@@ -469,6 +470,7 @@ class Recorder:
             # what drew the arrivals and the request contents: the same seeds repeat the run exactly
             "seed": {"load": self.profile.load.seed, "workload": self.profile.workload.seed,
                      "drawn_at_random": self.seed_drawn},
+            **self._prompt_unit(),
             "cells": self.cells,
             "written_t": time.time(),
         }
@@ -482,6 +484,11 @@ class Recorder:
         tmp = self.out / "run.json.tmp"
         tmp.write_text(json.dumps(info, indent=2), encoding="utf-8")
         tmp.replace(self.out / "run.json")
+
+    def _prompt_unit(self) -> dict[str, Any]:
+        """What the requested prompt lengths (``prompt_len``) count, for run.json and summary.md."""
+        unit, tokenizer = prompt_sizing(self.profile)
+        return {"prompt_len_unit": unit, "prompt_len_counts": UNIT_MEANING[unit], "prompt_tokenizer": tokenizer}
 
     def _finish(self, code: int) -> None:
         """Write everything collected, the summary, and print the table (also on errors and Ctrl-C)."""
@@ -500,7 +507,8 @@ class Recorder:
                       f"{eng.hardware or 'H100-SXM'}, {self.clock_kind} clock")
         edges = run.edges  # [] unless the run was a sweep
         (self.out / "summary.md").write_text(
-            to_markdown(table, title, self.profile.slo, seed=self.profile.load.seed) + edges_markdown(edges),
+            to_markdown(table, title, self.profile.slo, seed=self.profile.load.seed, prompt_unit=self._prompt_unit())
+            + edges_markdown(edges),
             encoding="utf-8")
         if table.height:
             self.console.print(to_rich(table, title))

@@ -302,9 +302,12 @@ def client_delay_lines(df: pl.DataFrame, min_ms: float = 5.0, share: float = 0.1
 
 
 def to_markdown(df: pl.DataFrame, title: str | None = None, slo: SloConfig | None = None,
-                seed: int | None = None) -> str:
+                seed: int | None = None, prompt_unit: dict[str, Any] | None = None) -> str:
     """The table as GitHub markdown, with the metric definitions, the offered load and dispatch lag of each
-    cell (``seed``: the arrivals' seed, said there) and the reconciliation under it."""
+    cell (``seed``: the arrivals' seed, said there) and the reconciliation under it.
+
+    ``prompt_unit``: run.json's ``prompt_len_counts`` (and ``prompt_tokenizer``): what requested prompt
+    lengths count, said under the legend."""
     headers, rows = display_rows(df)
     out = [f"# {title}", ""] if title else []
     out.append("| " + " | ".join(headers) + " |")
@@ -316,6 +319,10 @@ def to_markdown(df: pl.DataFrame, title: str | None = None, slo: SloConfig | Non
                    if v is not None]
         out.append(f"Goodput SLOs: {', '.join(targets) if targets else 'none set (goodput = throughput of ok requests)'}; "
                    "SLO met: the share of all requests sent that succeeded and met them (goodput attainment).")
+    if prompt_unit is not None:
+        tok = prompt_unit.get("prompt_tokenizer")
+        out.append(f"Requested prompt lengths (prompt_len in requests.parquet) count {prompt_unit['prompt_len_counts']}"
+                   + (f"; tokenizer: {tok}" if tok else "") + ". prompt tok is the server's own count.")
     if any(df.get_column("partial").to_list()) if df.height else False:
         out.append("Partial: the run was interrupted; cells marked partial did not finish.")
     sched = schedule_lines(df)
