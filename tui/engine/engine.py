@@ -213,7 +213,7 @@ class Engine:
         if not prompt_token_ids:
             raise ValueError("the prompt is empty")
         vocab = self.vocab_size
-        if any(not 0 <= t < vocab for t in prompt_token_ids):
+        if min(prompt_token_ids) < 0 or max(prompt_token_ids) >= vocab:
             raise ValueError(f"prompt token ids must lie in [0, {vocab})")
         d = self.defenses
         if d.backlog_limit is not None and len(self.waiting) >= d.backlog_limit:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Protocol
 
 import torch
@@ -188,9 +188,9 @@ class HostPool:
         """A swapped-out request's row: its host blocks."""
         return KVHolding(host_blocks=tuple(self.owned[rid][0]))
 
-    def add_to(self, totals: KVTotals) -> KVTotals:
-        """The device pool's totals with this host pool's use added."""
-        return replace(totals, host_total_blocks=self.num_blocks, host_used_blocks=self.num_used)
+    def totals_kwargs(self) -> dict[str, int]:
+        """This host pool's use, as :func:`paged_totals` and :func:`contiguous_totals` take it."""
+        return {"host_total_blocks": self.num_blocks, "host_used_blocks": self.num_used}
 
     def runs(self, rid: str) -> list[tuple[int, int]]:
         """``rid``'s host slots as (first slot, length) runs, in token order."""
@@ -542,15 +542,16 @@ class PagedKV:
                 if h is not None:
                     n, cap = h.num_computed, len(t) * bs
                     used += n if n < cap else cap
-            return self.host.add_to(paged_totals(
+            return paged_totals(
                 block_size=bs, total_blocks=pool.num_blocks, used_blocks=pool.num_used,
-                cached_blocks=pool.num_cached_free, tables=(), used_slots=used,
-            ))
-        return self.host.add_to(paged_totals(
+                cached_blocks=pool.num_cached_free, tables=(), used_slots=used, **self.host.totals_kwargs(),
+            )
+        return paged_totals(
             block_size=bs, total_blocks=pool.num_blocks, used_blocks=pool.num_used,
             cached_blocks=pool.num_cached_free,
             tables=[(t, holders[rid].num_computed) for rid, t in self.tables.items() if rid in holders],
-        ))
+            **self.host.totals_kwargs(),
+        )
 
     def holding(self, req: Request) -> KVHolding:
         if self.host.holds(req.request_id):
@@ -715,11 +716,12 @@ class ContiguousKV:
         return torch.where(held, starts[:, None] + offsets, 0).view(-1)
 
     def totals(self, holders: Mapping[str, Request]) -> KVTotals:
-        return self.host.add_to(contiguous_totals(
+        return contiguous_totals(
             block_size=self.block_size, total_slots=self.num_slots,
             reservations=[(r.start, r.length, holders[rid].num_computed if rid in holders else 0)
                           for rid, r in self.reservations.items()],
-        ))
+            **self.host.totals_kwargs(),
+        )
 
     def holding(self, req: Request) -> KVHolding:
         if self.host.holds(req.request_id):
