@@ -31,6 +31,9 @@ modes:
   kvtui --target URL --model M    dashboard on any OpenAI-compatible endpoint
   kvtui --record --out DIR        headless: run every stage x mode of the profile, write Parquet
                                   records and the comparison table
+  kvtui --record --profile sweep --out DIR
+                                  headless: find each mode's capacity edge (the highest rate at
+                                  which the [slo] still holds for 90% of requests); prints the edges
   kvtui serve [--host H] [--port P]
                                   the local engine as an OpenAI-compatible server (+ /metrics)
   kvtui report DIR [DIR2]         print a recorded run's table again, or compare two runs
@@ -50,10 +53,16 @@ value written as in TOML; arrays are indexed from 0:
   kvtui --record --profile compare --set stages.0.rate=2 --set 'record.modes=["continuous+paged"]' --out runs/x
   kvtui --profile baseline --rate 8 --set engine.batching=static
 --rate, --num-requests and --duration are short for --set load.rate / load.num_requests /
-load.duration_s (for a profile with [[stages]], --num-requests and --duration set every stage's).
+load.duration_s (for a profile with [[stages]], --num-requests and --duration set every stage's;
+with [sweep], every probe's).
 --seed N sets load.seed and workload.seed: the same seed draws the same arrivals and requests on every
 run (the table's offered/s is the rate that draw offered); repeat a measurement with --seed 1, --seed 2,
 ... or --seed random (the seed drawn is printed and recorded, so the run can still be repeated).
+sweep: a profile's [sweep] section probes each mode at growing rates until the share of requests
+meeting every [slo] target falls below target_attainment (default 0.9), then bisects to tolerance
+(default 0.1, relative); keys and defaults: start_rate 1.0, growth 2.0, max_probes 12 per mode,
+max_rate (none); each probe sends max(num_requests, rate x duration_s) requests (defaults 100, 30 s).
+Each probe is a stage (sweep-01, ...); sweep.json in the run directory holds each mode's probes and edge.
 A recorded run's profile.toml has the overrides applied: --profile RUN_DIR repeats the run.
 API keys are never passed on the command line: name the environment variable that holds one with
 --api-key-env (e.g. --api-key-env OPENAI_API_KEY).
@@ -171,14 +180,21 @@ def alias_overrides(args: argparse.Namespace, prof: Profile) -> list[str]:
 
     A profile with ``[[stages]]`` records those, not ``[load]``: there --num-requests and --duration set
     every stage's, and --rate (one rate for every stage would defeat the stages) is refused for --record.
+    A profile with ``[sweep]`` likewise: they set every probe's length, and the sweep chooses the rates.
     """
     items = []
     for dest, key in ALIASES.items():
         value = getattr(args, dest, None)
         if value is None:
             continue
-        if prof.stages and getattr(args, "record", False):
-            field = key.split(".")[1]
+        field = key.split(".")[1]
+        if prof.sweep is not None and getattr(args, "record", False):  # every probe's length
+            if dest == "rate":
+                raise ProfileError(
+                    f"--rate sets load.rate, but profile {prof.name!r} sweeps the rate ([sweep]); set where it "
+                    "starts with --set sweep.start_rate=RATE")
+            items.append(f"sweep.{field}={value}")
+        elif prof.stages and getattr(args, "record", False):
             if dest == "rate":
                 raise ProfileError(
                     f"--rate sets load.rate, but profile {prof.name!r} records its [[stages]], each at its own rate; "

@@ -33,9 +33,11 @@ from tui.errors import api_key_hint, one_line, root_url
 from tui.feasibility import infeasible_cells
 from tui.load.arrivals import ArrivalProcess, planned_deadlines
 from tui.load.headroom import new_timed_loop
-from tui.load.runner import LoadRunner, make_target
+from tui.load.runner import LoadRunner, make_target, prompt_sizing
 from tui.load.target import OpenAITarget, PreflightError
+from tui.load.workload import UNIT_MEANING
 from tui.metrics import stats
+from tui.metrics.capacity import edge_summary_lines, edges_markdown, edges_rich
 from tui.metrics.prom import parse_server_gauges
 from tui.metrics.summary import client_delay_lines, reconciliation_lines, to_markdown, to_rich
 from tui.metrics.types import ServerGauges
@@ -46,6 +48,7 @@ from tui.records.parquet import PartWriter, read_records
 from tui.records.request import RequestRecord
 from tui.report import load_run, wide_console
 from tui.serve.control_client import ControlClient, ControlError
+from tui.sweep import CellPlan, FixedCells, cell_plan
 
 if TYPE_CHECKING:
     from tui.serve.local import LocalServer
@@ -89,6 +92,7 @@ class Recorder:
         self._steps_seen = 0  # the last engine step collected
         self.extra_info: dict[str, Any] = {}  # more for run.json (a subclass's own figures)
         self.seed_drawn = seed_drawn
+        self._plan: CellPlan = FixedCells((), ())  # which cells run (set when the run starts)
 
     # -- entry -------------------------------------------------------------------------------------
 
@@ -169,11 +173,11 @@ class Recorder:
             if control is not None:
                 await self._check_feasible(target, control)
             modes = [m.label for m in self.profile.record.modes] if local else [REMOTE_MODE]
-            cells = [(stage, mode) for stage in self.profile.run_stages() for mode in modes]
-            for stage, mode in cells:
-                if self._stop.is_set():
-                    break
-                await self._run_cell(target, control, root, stage, mode)
+            self._plan = self._make_plan(modes)
+            while not self._stop.is_set() and (cell := self._plan.next_cell()) is not None:
+                await self._run_cell(target, control, root, *cell)
+                self._plan.cell_done(partial=self._stop.is_set())
+            self._plan.finish(complete=not self._stop.is_set())
         finally:
             flusher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -184,6 +188,10 @@ class Recorder:
         if self.fatal:
             raise FatalTargetError(self.fatal)
         return 130 if self.interrupted else 0
+
+    def _make_plan(self, modes: list[str]) -> CellPlan:
+        """Every stage x mode, or (``[sweep]``) each mode's capacity edge probe by probe."""
+        return cell_plan(self.profile, modes, self.out, lambda line: self.err.print(line, markup=False, highlight=False))
 
     @staticmethod
     async def _served_model(target: OpenAITarget) -> str | None:
@@ -280,6 +288,7 @@ class Recorder:
 
     def _on_record(self, rec: RequestRecord) -> None:
         self._writers["requests"].add(rec.to_row())
+        self._plan.on_record(rec)
         if rec.warmup or self._stop is None:
             return
         if rec.ok:
@@ -427,11 +436,13 @@ class Recorder:
                 return Text("")
             s = w.stats()
             p99 = f"{s.ttft.p99 * 1e3:.0f} ms" if s.ttft.p99 is not None else "-"
-            return Text.from_markup(
+            line = Text.from_markup(
                 f"[bold]{stage.name}[/bold] · {mode} · {target} · sent {s.sent}{planned} · "
                 f"completed {s.completed} · failed {s.failed_total} · in flight {r.in_flight} · "
                 f"achieved {s.achieved_rate:.1f}/s · TTFT P99 {p99}"
             )
+            extra = self._plan.status()  # a sweep's probe and the SLO attainment so far
+            return Text("\n").join([line, Text(extra)]) if extra else line
 
         if not self.err.is_terminal:
             yield
@@ -459,6 +470,7 @@ class Recorder:
             # what drew the arrivals and the request contents: the same seeds repeat the run exactly
             "seed": {"load": self.profile.load.seed, "workload": self.profile.workload.seed,
                      "drawn_at_random": self.seed_drawn},
+            **self._prompt_unit(),
             "cells": self.cells,
             "written_t": time.time(),
         }
@@ -472,6 +484,11 @@ class Recorder:
         tmp = self.out / "run.json.tmp"
         tmp.write_text(json.dumps(info, indent=2), encoding="utf-8")
         tmp.replace(self.out / "run.json")
+
+    def _prompt_unit(self) -> dict[str, Any]:
+        """What the requested prompt lengths (``prompt_len``) count, for run.json and summary.md."""
+        unit, tokenizer = prompt_sizing(self.profile)
+        return {"prompt_len_unit": unit, "prompt_len_counts": UNIT_MEANING[unit], "prompt_tokenizer": tokenizer}
 
     def _finish(self, code: int) -> None:
         """Write everything collected, the summary, and print the table (also on errors and Ctrl-C)."""
@@ -488,11 +505,18 @@ class Recorder:
         if self.profile.target.kind == "local" and eng.backend == "simulated":
             title += (f" · SIMULATED {eng.model_path or eng.model} on {eng.tensor_parallel_size} x "
                       f"{eng.hardware or 'H100-SXM'}, {self.clock_kind} clock")
-        (self.out / "summary.md").write_text(to_markdown(table, title, self.profile.slo, seed=self.profile.load.seed),
-                                            encoding="utf-8")
+        edges = run.edges  # [] unless the run was a sweep
+        (self.out / "summary.md").write_text(
+            to_markdown(table, title, self.profile.slo, seed=self.profile.load.seed, prompt_unit=self._prompt_unit())
+            + edges_markdown(edges),
+            encoding="utf-8")
         if table.height:
             self.console.print(to_rich(table, title))
             for line in reconciliation_lines(table) + client_delay_lines(table):
+                self.console.print(line, markup=False, highlight=False)
+        if edges:
+            self.console.print(edges_rich(edges))
+            for line in edge_summary_lines(edges):
                 self.console.print(line, markup=False, highlight=False)
         self.err.print(f"records written to {self.out} ({read_records(self.out).num_rows} requests)", highlight=False)
 

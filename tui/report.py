@@ -16,6 +16,7 @@ import polars as pl
 from rich.console import Console
 from rich.table import Table
 
+from tui.metrics.capacity import CapacityEdge, edge_summary_lines, edges_rich, read_capacity_edges
 from tui.metrics.review import RunReview, review_run
 from tui.metrics.summary import (
     client_delay_lines,
@@ -40,6 +41,7 @@ class RunData:
     info: dict[str, Any] = field(default_factory=dict)
     profile: Profile | None = None
     summary: pl.DataFrame = field(default_factory=pl.DataFrame)
+    edges: list[CapacityEdge] = field(default_factory=list)  # a sweep's capacity edge per mode ([] otherwise)
 
     @property
     def partial(self) -> bool:
@@ -73,6 +75,7 @@ def load_run(path: Path) -> RunData:
     run = RunData(path, tables["requests"], tables["steps"], tables["gpu"], info, profile)  # type: ignore[arg-type]
     slo = profile.slo if profile is not None else SloConfig()
     run.summary = summary_table(run.requests, run.steps, run.gpu, slo, info.get("cells", []))
+    run.edges = read_capacity_edges(path)
     return run
 
 
@@ -100,6 +103,10 @@ def _print_run(console: Console, run: RunData) -> None:
         console.print(f"{title}: no requests recorded")
     for line in reconciliation_lines(run.summary) + client_delay_lines(run.summary):
         console.print(line, markup=False, highlight=False)
+    if run.edges:  # a sweep's capacity edge per mode
+        console.print(edges_rich(run.edges))
+        for line in edge_summary_lines(run.edges):
+            console.print(line, markup=False, highlight=False)
     if run.info.get("error"):
         console.print(f"the run ended with an error: {run.info['error']}", markup=False, highlight=False)
 

@@ -25,6 +25,7 @@ from tui.engine.sim.clock import SimClock, VirtualClock
 from tui.engine.snapshot import StepTiming
 from tui.load.arrivals import ArrivalProcess, Schedule
 from tui.load.workload import Workload
+from tui.metrics.capacity import cell_attainment
 from tui.metrics.window import RollingWindow
 from tui.profile import EngineMode, Profile, Stage
 from tui.record import Recorder
@@ -48,14 +49,18 @@ class VirtualClockRecorder(Recorder):
         code = 0
         t0 = time.perf_counter()
         simulated_s = 0.0
+        self._plan = self._make_plan([m.label for m in self.profile.record.modes])
         try:
-            for stage in self.profile.run_stages():
-                for mode in self.profile.record.modes:
-                    simulated_s += self._run_virtual_cell(stage, mode)
-                    for w in self._writers.values():
-                        w.flush()
+            while (cell := self._plan.next_cell()) is not None:
+                stage, mode = cell
+                simulated_s += self._run_virtual_cell(stage, EngineMode.parse(mode))
+                self._plan.cell_done(partial=False)
+                for w in self._writers.values():
+                    w.flush()
+            self._plan.finish(complete=True)
         except KeyboardInterrupt:
             self.interrupted = True
+            self._plan.finish(complete=False)
             code = 130
         except ValueError as e:  # the engine could not be built (e.g. the model does not fit)
             self.fatal = f"the simulated engine did not start: {e}"
@@ -69,19 +74,14 @@ class VirtualClockRecorder(Recorder):
 
     def _run_virtual_cell(self, stage: Stage, mode: EngineMode) -> float:
         """One stage under one mode; returns the simulated seconds it spanned."""
-        prof = self.profile
         # on the monotonic scale (so mono_to_wall maps it), each cell starting where the last one ended
-        clock = VirtualClock(self._t_next if self._t_next is not None else time.monotonic())
-        engine = Engine(prof.engine.with_mode(mode), prof.defenses, sim_clock=clock)
+        start = self._t_next if self._t_next is not None else time.monotonic()
         note: dict[str, Any] = {"stage": stage.name, "mode": mode.label, "rate": stage.rate, "partial": True,
-                                "started_t": mono_to_wall(clock.now())}
+                                "started_t": mono_to_wall(start)}
         self.cells.append(note)
-        cell = ClockDriver(engine, clock, prof, stage, mode.label, run_id=self.run_id, on_record=self._on_record,
-                           on_steps=self._write_steps(stage.name, mode.label))
-        start = clock.now()
-        if prof.load.warmup_requests:
-            cell.warmup(prof.load.warmup_requests)
-        cell.run()
+        cell = run_virtual_cell(self.profile, stage, mode, start=start, run_id=self.run_id, on_record=self._on_record,
+                                on_steps=self._write_steps(stage.name, mode.label))
+        clock = cell.clock
         note["partial"] = False
         note["ended_t"] = mono_to_wall(clock.now())
         w = cell.window.stats()
@@ -230,6 +230,32 @@ class ClockDriver:
             r.status, r.reason, r.end_t = "cancelled", "drain timeout", t
             self._done(r)
         self.open.clear()
+
+
+def run_virtual_cell(profile: Profile, stage: Stage, mode: EngineMode, *, start: float, run_id: str = "",
+                     on_record: Callable[[RequestRecord], Any] | None = None,
+                     on_steps: Callable[[list[StepTiming]], Any] | None = None) -> ClockDriver:
+    """One stage under one mode on a fresh simulated engine whose virtual clock starts at ``start``
+    (monotonic scale): the profile's warm-up, then the stage to its end. Returns the driver (its
+    clock says when the cell ended)."""
+    clock = VirtualClock(start)
+    engine = Engine(profile.engine.with_mode(mode), profile.defenses, sim_clock=clock)
+    cell = ClockDriver(engine, clock, profile, stage, mode.label, run_id=run_id, on_record=on_record,
+                       on_steps=on_steps)
+    if profile.load.warmup_requests:
+        cell.warmup(profile.load.warmup_requests)
+    cell.run()
+    return cell
+
+
+def probe_attainment(profile: Profile, mode: EngineMode, rate: float) -> float:
+    """One sweep probe alone: the goodput attainment of ``profile``'s ``[sweep]`` probe at ``rate`` under
+    ``mode``, run exactly as the recorder's sweep runs it (its cell, its records, the table's number)."""
+    assert profile.sweep is not None
+    records: list[RequestRecord] = []
+    run_virtual_cell(profile, profile.sweep.probe_stage(1, rate), mode, start=time.monotonic(),
+                     on_record=lambda r: None if r.warmup else records.append(r))
+    return cell_attainment(records, profile.slo) or 0.0
 
 
 def record_virtual(profile: Profile, out: Path, *, seed_drawn: bool = False) -> int:

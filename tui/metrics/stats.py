@@ -7,7 +7,7 @@ Definitions follow vLLM's serving benchmark (shared DESIGN.md), on raw record ti
 - TPOT = (E2EL − TTFT) / (output_tokens − 1), only where output_tokens > 1
 - ITL  = every gap between consecutive output chunks, pooled over requests
 - throughput = output tokens / wall time of the measured window (requests likewise)
-- goodput = requests meeting every configured SLO, per second
+- goodput = requests meeting every configured SLO, per second; attainment = their share of all requests sent
 - percentiles: numpy's default (linear) method
 
 Everything takes numpy arrays (NaN = missing) so the rolling window, the summary table and the
@@ -86,6 +86,12 @@ def meets_slo(ttft: np.ndarray, tpot: np.ndarray, e2el: np.ndarray, slo: SloConf
 def goodput(ttft: np.ndarray, tpot: np.ndarray, e2el: np.ndarray, slo: SloConfig, wall_s: float) -> float:
     """Successful requests (pass only successful ones) meeting every SLO, per second."""
     return rate(int(meets_slo(ttft, tpot, e2el, slo).sum()), wall_s)
+
+
+def attainment(ttft: np.ndarray, tpot: np.ndarray, e2el: np.ndarray, slo: SloConfig, total: int) -> float | None:
+    """Goodput attainment: the share of ``total`` requests (every one sent, failures included) that
+    succeeded and met every SLO; the latencies are the successful requests'. None when ``total`` is 0."""
+    return int(meets_slo(ttft, tpot, e2el, slo).sum()) / total if total > 0 else None
 
 
 def pooled(gap_lists) -> np.ndarray:

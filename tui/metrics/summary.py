@@ -40,6 +40,7 @@ DISPLAY: tuple[tuple[str, str, str], ...] = (
     ("req_per_s", "req/s", "r"),
     ("output_tok_per_s", "out tok/s", "r"),
     ("goodput_req_per_s", "goodput/s", "r"),
+    ("slo_attainment", "SLO met", "r"),
     ("failures", "failures", "s"),
     ("preemptions", "preempt", "d"),
     ("swaps", "swaps", "d"),
@@ -145,6 +146,7 @@ _SCHEMA: dict[str, Any] = {
     "client_wait_p99_ms": pl.Float64, "client_busy_pct": pl.Float64,
     "wall_s": pl.Float64,
     "req_per_s": pl.Float64, "output_tok_per_s": pl.Float64, "goodput_req_per_s": pl.Float64,
+    "slo_attainment": pl.Float64,
     "failed": pl.Int64, "failures": pl.String,
     **{f"fail_{s}": pl.Int64 for s in FAILURE_STATUSES},
     "kv_full": pl.Int64, "preemptions": pl.Int64,
@@ -195,6 +197,7 @@ def _row(stage: str, mode: str, r: pl.DataFrame, steps: pl.DataFrame | None, gpu
         "req_per_s": stats.rate(ok.height, wall),
         "output_tok_per_s": stats.rate(out_tokens, wall),
         "goodput_req_per_s": stats.goodput(ttft, tpot, e2el, slo, wall),
+        "slo_attainment": stats.attainment(ttft, tpot, e2el, slo, r.height),
         "failed": sum(failed.values()),
         "failures": (" ".join(f"{s}:{n}" for s, n in failed.items() if n) or "none")
         + (f" (kv_full:{kv_full})" if kv_full else ""),
@@ -299,9 +302,12 @@ def client_delay_lines(df: pl.DataFrame, min_ms: float = 5.0, share: float = 0.1
 
 
 def to_markdown(df: pl.DataFrame, title: str | None = None, slo: SloConfig | None = None,
-                seed: int | None = None) -> str:
+                seed: int | None = None, prompt_unit: dict[str, Any] | None = None) -> str:
     """The table as GitHub markdown, with the metric definitions, the offered load and dispatch lag of each
-    cell (``seed``: the arrivals' seed, said there) and the reconciliation under it."""
+    cell (``seed``: the arrivals' seed, said there) and the reconciliation under it.
+
+    ``prompt_unit``: run.json's ``prompt_len_counts`` (and ``prompt_tokenizer``): what requested prompt
+    lengths count, said under the legend."""
     headers, rows = display_rows(df)
     out = [f"# {title}", ""] if title else []
     out.append("| " + " | ".join(headers) + " |")
@@ -311,7 +317,12 @@ def to_markdown(df: pl.DataFrame, title: str | None = None, slo: SloConfig | Non
     if slo is not None:
         targets = [f"{k} <= {v:g} ms" for k, v in (("TTFT", slo.ttft_ms), ("TPOT", slo.tpot_ms), ("E2EL", slo.e2el_ms))
                    if v is not None]
-        out.append(f"Goodput SLOs: {', '.join(targets) if targets else 'none set (goodput = throughput of ok requests)'}.")
+        out.append(f"Goodput SLOs: {', '.join(targets) if targets else 'none set (goodput = throughput of ok requests)'}; "
+                   "SLO met: the share of all requests sent that succeeded and met them (goodput attainment).")
+    if prompt_unit is not None:
+        tok = prompt_unit.get("prompt_tokenizer")
+        out.append(f"Requested prompt lengths (prompt_len in requests.parquet) count {prompt_unit['prompt_len_counts']}"
+                   + (f"; tokenizer: {tok}" if tok else "") + ". prompt tok is the server's own count.")
     if any(df.get_column("partial").to_list()) if df.height else False:
         out.append("Partial: the run was interrupted; cells marked partial did not finish.")
     sched = schedule_lines(df)
@@ -384,7 +395,7 @@ def schedule_lines(df: pl.DataFrame) -> list[str]:
 _RICH_PARTS = (
     ("latency and throughput", ("stage", "mode", "target_rate", "offered_rate", "requests", "ttft_p50_ms", "ttft_p99_ms",
                                 "tpot_p50_ms", "tpot_p99_ms", "itl_p99_ms", "e2el_p99_ms", "req_per_s",
-                                "output_tok_per_s", "goodput_req_per_s")),
+                                "output_tok_per_s", "goodput_req_per_s", "slo_attainment")),
     ("failures and capacity", ("stage", "mode", "failures", "preemptions", "swaps", "swapped_gib", "swap_stall_s",
                                "kv_use_mean_pct", "kv_use_peak_pct",
                                "frag_mean_pct", "gpu_sm_mean_pct", "gpu_vram_peak_gib", "prompt_tokens",
