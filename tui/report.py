@@ -89,8 +89,11 @@ def run_title(run: RunData) -> str:
 
 
 def review_of(run: RunData, edges: dict[str, float] | None = None) -> RunReview:
-    """The run's chart data (load curves, CDFs, time series, failures), labelled with its name."""
+    """The run's chart data (load curves, CDFs, time series, failures), labelled with its name; each
+    mode's capacity edge from its sweep unless ``edges`` says otherwise."""
     slo = run.profile.slo if run.profile is not None else SloConfig()
+    if edges is None:
+        edges = {e.mode: e.edge_rate for e in run.edges if e.edge_rate is not None}
     return review_run(run.name, run.requests, run.steps, run.summary, slo, cells=run.info.get("cells", []),
                       simulated=bool(run.info.get("simulated")), edges=edges)
 

@@ -29,10 +29,12 @@ from typing import Any
 
 import matplotlib
 import numpy as np
+from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from tui.metrics.review import CellSeries, LoadCurve, Review, review
+from tui.metrics.capacity import EDGE_HEADERS, edge_rows, edge_summary_lines
+from tui.metrics.review import Cdf, CellSeries, LoadCurve, Review, review
 from tui.metrics.summary import compare_table, display_rows, format_cell, reconciliation_lines, to_markdown
 from tui.records.parquet import DamagedRecords
 from tui.report import RunData, is_run_dir, load_run, review_of, run_title
@@ -71,12 +73,25 @@ class Chart:
 
 
 class _Style:
-    """Colour per mode, marker and dash per run, stable across every chart of one report."""
+    """How one report draws: colour per mode, marker and dash per run, and how cells are grouped.
+
+    A run of fixed stages (every mode at each stage's rate) groups the per-cell charts by stage, a
+    line per mode. A sweep's probes share stage names across modes at different rates, so there the
+    per-cell charts are grouped by mode, a line per probe coloured by its rate (light = low).
+    """
 
     def __init__(self, rv: Review) -> None:
         spare = iter(_MORE_COLOURS)
         self.colour = {m: _MODE_COLOURS.get(m) or next(spare, "#333333") for m in rv.modes}
         self.runs = [r.label for r in rv.runs]
+        self.rate = {(c.run, st, c.mode): r for c in rv.curves for st, r in zip(c.stages, c.target, strict=True)}
+        per_stage: dict[tuple[str, str], set[float]] = {}
+        for (run, stage, _mode), r in self.rate.items():
+            per_stage.setdefault((run, stage), set()).add(r)
+        self.by_mode = any(len(rates) > 1 for rates in per_stage.values())
+        rates = [r for r in self.rate.values() if np.isfinite(r) and r > 0]
+        self._norm = LogNorm(min(rates), max(rates)) if rates and min(rates) < max(rates) else None
+        self._ramp = matplotlib.colormaps["viridis_r"]
 
     def of(self, mode: str, run: str) -> dict:
         i = self.runs.index(run)
@@ -87,6 +102,29 @@ class _Style:
         parts = [mode] + ([what] if what else []) + ([run] if len(self.runs) > 1 else [])
         return " · ".join(parts)
 
+    def panels(self, rv: Review) -> tuple[tuple[str, str], ...]:
+        """The groups of the per-cell charts: ``(key, title)``, stages or (for a sweep) modes."""
+        if self.by_mode:
+            return tuple((m, m) for m in rv.modes)
+        return tuple((st, st) for st in rv.stages) or (("", ""),)
+
+    def in_panel(self, key: str, stage: str, mode: str) -> bool:
+        return (mode if self.by_mode else stage) == key
+
+    def order(self, cell: Cdf | CellSeries) -> float:
+        """Where a cell's line goes in a panel's legend: by rate in a sweep, else as recorded."""
+        return self.rate.get((cell.run, cell.stage, cell.mode), 0.0) if self.by_mode else 0.0
+
+    def cell(self, run: str, stage: str, mode: str) -> tuple[dict, str]:
+        """A cell's line style and legend label in a per-cell chart."""
+        st = self.of(mode, run)
+        if not self.by_mode:
+            return {"color": st["color"], "linestyle": st["linestyle"]}, self.label(mode, run)
+        rate = self.rate.get((run, stage, mode))
+        colour = self._ramp(0.15 + 0.85 * float(self._norm(rate))) if self._norm and rate else st["color"]
+        label = (f"{rate:.3g} req/s ({stage})" if rate else stage) + (f" · {run}" if len(self.runs) > 1 else "")
+        return {"color": colour, "linestyle": st["linestyle"]}, label
+
 
 # ---------------------------------------------------------------------------------------------------
 # The charts
@@ -96,17 +134,19 @@ def build_charts(rv: Review) -> list[Chart]:
     """Every chart of the report, from the runs' chart data."""
     style = _Style(rv)
     sim = " (simulated)" if any(r.simulated for r in rv.runs) else ""
+    per = "mode" if style.by_mode else "stage"
     charts = [
         _latency_chart(rv, style, "ttft", "TTFT against offered load" + sim),
         _latency_chart(rv, style, "tpot", "TPOT against offered load" + sim),
         _goodput_chart(rv, style, "Goodput and throughput against offered load" + sim),
-        _cdf_chart(rv, style, "ttft", "TTFT distribution per stage (CDF)" + sim),
-        _cdf_chart(rv, style, "tpot", "TPOT distribution per stage (CDF)" + sim),
+        _cdf_chart(rv, style, "ttft", f"TTFT distribution per {per} (CDF){sim}"),
+        _cdf_chart(rv, style, "tpot", f"TPOT distribution per {per} (CDF){sim}"),
     ]
-    for stage in rv.stages:
-        cells = [s for s in rv.series if s.stage == stage]
+    for key, title in style.panels(rv):
+        cells = sorted((s for s in rv.series if style.in_panel(key, s.stage, s.mode)), key=style.order)
         if cells:
-            charts.append(_time_chart(stage, cells, style, f"Stage {stage} over time{sim}"))
+            name = f"{'Mode' if style.by_mode else 'Stage'} {title}"
+            charts.append(_time_chart(key, cells, style, f"{name} over time{sim}"))
     charts.append(_failures_chart(rv, style, "Failures by kind" + sim))
     return charts
 
@@ -184,20 +224,20 @@ def _grid(n: int) -> tuple[int, int]:
 
 
 def _cdf_chart(rv: Review, style: _Style, metric: str, title: str) -> Chart:
-    stages = rv.stages or ("",)
-    rows, cols = _grid(len(stages))
+    panels = style.panels(rv)
+    rows, cols = _grid(len(panels))
     fig = Figure(figsize=(4.2 * cols, 3.2 * rows + 0.6), layout="constrained")
     axes = fig.subplots(rows, cols, squeeze=False).ravel()
     slo = getattr(rv.slo, f"{metric}_ms")
-    for ax, stage in zip(axes, stages, strict=False):
-        cdfs = [c for c in rv.cdfs if c.stage == stage and c.metric == metric]
+    for ax, (key, panel_title) in zip(axes, panels, strict=False):
+        cdfs = sorted((c for c in rv.cdfs if style.in_panel(key, c.stage, c.mode) and c.metric == metric),
+                      key=style.order)
         for c in cdfs:
-            st = style.of(c.mode, c.run)
-            ax.plot(c.values_ms, c.fractions, color=st["color"], linestyle=st["linestyle"], drawstyle="steps-post",
-                    label=style.label(c.mode, c.run) + f" (n={c.count})")
+            line, label = style.cell(c.run, c.stage, c.mode)
+            ax.plot(c.values_ms, c.fractions, drawstyle="steps-post", label=f"{label} (n={c.count})", **line)
         _slo_mark(ax, slo, metric.upper(), vertical=True)
         _log_if_wide(ax, [v for c in cdfs for v in c.values_ms], axis="x")
-        ax.set_title(stage, fontsize=9)
+        ax.set_title(panel_title, fontsize=9)
         ax.set_xlabel(f"{metric.upper()} (ms)")
         ax.set_ylabel("share of requests ≤ x")
         ax.set_ylim(0, 1.02)
@@ -205,7 +245,7 @@ def _cdf_chart(rv: Review, style: _Style, metric: str, title: str) -> Chart:
             ax.legend(loc="best", fontsize=7)
         else:
             _empty(ax, f"no {metric.upper()} values")
-    for ax in axes[len(stages):]:
+    for ax in axes[len(panels):]:
         ax.set_visible(False)
     return Chart(chart_id("cdf", metric), title,
                  f"The share of each cell's successful requests whose {metric.upper()} is at most x "
@@ -220,18 +260,18 @@ _TIME_PANELS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
 )
 
 
-def _time_chart(stage: str, cells: Sequence[CellSeries], style: _Style, title: str) -> Chart:
+def _time_chart(key: str, cells: Sequence[CellSeries], style: _Style, title: str) -> Chart:
     fig = Figure(figsize=(9, 8), layout="constrained")
     axes = fig.subplots(len(_TIME_PANELS), 1, sharex=True)
     widths = sorted({c.bucket_s for c in cells})
     for ax, (ylabel, fields) in zip(axes, _TIME_PANELS, strict=True):
         handles = []
         for c in cells:
-            st = style.of(c.mode, c.run)
+            line, label = style.cell(c.run, c.stage, c.mode)
             for j, (name, _what) in enumerate(fields):
-                ax.plot(c.t_s, getattr(c, name), color=st["color"], linestyle=st["linestyle"],
-                        alpha=1.0 if j == 0 else 0.5, linewidth=1.2 if j == 0 else 0.9, drawstyle="steps-post")
-            handles.append(Line2D([], [], color=st["color"], linestyle=st["linestyle"], label=style.label(c.mode, c.run)))
+                ax.plot(c.t_s, getattr(c, name), alpha=1.0 if j == 0 else 0.5, linewidth=1.2 if j == 0 else 0.9,
+                        drawstyle="steps-post", **line)
+            handles.append(Line2D([], [], label=label, **line))
         if len(fields) > 1:  # which line is which: the first field full, the second faint
             handles += [Line2D([], [], color="#333333", alpha=a, label=what)
                         for (_, what), a in zip(fields, (1.0, 0.5), strict=True)]
@@ -240,8 +280,8 @@ def _time_chart(stage: str, cells: Sequence[CellSeries], style: _Style, title: s
         ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7)
     axes[-1].set_xlabel("seconds since the cell started (buckets of "
                         + " / ".join(f"{w:g}" for w in widths) + " s)")
-    return Chart(chart_id("timeseries", stage), title,
-                 "Each cell of this stage over time, from the engine's steps: means per bucket for the gauges "
+    return Chart(chart_id("timeseries", key), title,
+                 "Each cell of this group over time, from the engine's steps: means per bucket for the gauges "
                  "(a gap: no step ran), totals per bucket for preemptions, tokens the engine computed per second.",
                  fig)
 
@@ -381,7 +421,14 @@ def _run_section(i: int, run: RunData) -> str:
     rec = reconciliation_lines(run.summary)
     parts = [f'<section id="table-{i + 1}"><h3>{html.escape(run_title(run))}</h3>']
     parts.append(_table_html(headers, rows) if rows else "<p>no requests recorded</p>")
-    parts.append(_markdown_notes_html(to_markdown(run.summary, None, slo, seed=seed)))
+    # what the recorder said the prompt lengths count (run.json), so the notes read as summary.md's
+    unit: dict[str, Any] = {k: run.info[k] for k in ("prompt_len_unit", "prompt_len_counts", "prompt_tokenizer")
+                            if k in run.info}
+    parts.append(_markdown_notes_html(to_markdown(run.summary, None, slo, seed=seed,
+                                                  prompt_unit=unit if "prompt_len_counts" in unit else None)))
+    if run.edges:  # a sweep's capacity edge per mode, as the printed report shows it
+        parts.append('<div class="notes"><h4>Capacity edge (sweep)</h4>' + _table_html(EDGE_HEADERS, edge_rows(run.edges), 1)
+                     + "".join(f"<p>{html.escape(line)}</p>" for line in edge_summary_lines(run.edges)) + "</div>")
     if not rec:  # say why there is none, rather than leave the reader looking for it
         parts.append('<div class="notes"><h4>Token reconciliation (client vs server /metrics)</h4><p>no server '
                      "token counters were recorded for this run (a virtual-clock run has no server; a remote "

@@ -6,6 +6,7 @@ KV layouts and Parquet records; each run about half a second of CPU).
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from pathlib import Path
@@ -85,7 +86,11 @@ def test_html_report_is_self_contained_with_every_chart_and_runs_overlaid(two_ru
     # the table as the report prints it, and the notes summary.md has under it
     run = load_run(a)
     first = run.summary.row(0, named=True)
-    assert f"<td>{first['requests']}</td>" in page and "Goodput SLOs: TTFT &lt;= 500 ms, TPOT &lt;= 50 ms." in page
+    assert f"<td>{first['requests']}</td>" in page and "Goodput SLOs: TTFT &lt;= 500 ms, TPOT &lt;= 50 ms" in page
+    md = (a / "summary.md").read_text(encoding="utf-8")  # what the recorder wrote
+    for line in md.splitlines():  # every note summary.md has under its table, in the page
+        if line.strip() and not line.startswith(("|", "# ")):
+            assert html.escape(line.removeprefix("- ").removeprefix("## ")) in page, line
     assert "Token reconciliation (client vs server /metrics)" in page
     assert "rejected" in re.search(r'<figure id="chart-failures">.*?</figure>', page, re.S).group(0)  # type: ignore[union-attr]
 
@@ -108,6 +113,32 @@ def test_time_series_line_up_with_the_cells_they_belong_to(two_runs) -> None:
         assert 0 <= s.t_s[-1] <= c["ended_t"] - c["started_t"]
         assert np.nanmax(s.kv_use_pct) > 0 and np.nansum(s.decode_tok_per_s) > 0
     assert sum(sum(s.preemptions) for s in rv.series) == int(run.summary["preemptions"].sum())
+
+
+@pytest.mark.slow
+def test_a_sweeps_report_marks_each_modes_edge_and_groups_its_probes_by_mode(tmp_path) -> None:
+    """A sweep's probes share stage names across modes at different rates: its per-cell charts are per mode."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "sim"))
+    from test_sweep import small_profile  # the sweep tests' small engine: edges a few probes from the start
+
+    run_dir, out = tmp_path / "sweep", tmp_path / "sweep.html"
+    assert VirtualClockRecorder(small_profile(), run_dir).run() == 0
+    edges = {e.mode: e.edge_rate for e in load_run(run_dir).edges}
+    assert main(["report", str(run_dir), "--html", str(out), "--charts-dir", str(tmp_path / "slides")]) == 0
+    page = out.read_text(encoding="utf-8")
+    assert external_references(page) == []
+    ids = re.findall(r'<figure id="chart-([^"]+)"', page)
+    assert ids == ["load-ttft", "load-tpot", "load-goodput", "cdf-ttft", "cdf-tpot", "timeseries-static-contiguous",
+                   "timeseries-continuous-paged", "failures"]
+    for chart in ("load-ttft", "load-tpot", "load-goodput"):
+        fig = re.search(rf'<figure id="chart-{chart}">.*?</figure>', page, re.S).group(0)  # type: ignore[union-attr]
+        for mode, rate in edges.items():
+            assert f"{mode} · capacity edge {rate:.3g} req/s" in fig
+    assert "<h4>Capacity edge (sweep)</h4>" in page and "Capacity edge ratio continuous+paged / static+contiguous" in page
+    assert "TTFT distribution per mode (CDF)" in page
+    assert sorted(p.name for p in (tmp_path / "slides").iterdir()) == sorted(f"{i}.{e}" for i in ids for e in ("png", "svg"))
 
 
 def test_report_refuses_what_it_cannot_write(tmp_path, capsys) -> None:
