@@ -36,8 +36,7 @@ from matplotlib.lines import Line2D
 from tui.metrics.capacity import EDGE_HEADERS, edge_rows, edge_summary_lines
 from tui.metrics.review import Cdf, CellSeries, LoadCurve, Review, review
 from tui.metrics.summary import compare_table, display_rows, format_cell, reconciliation_lines, to_markdown
-from tui.records.parquet import DamagedRecords
-from tui.report import RunData, is_run_dir, load_run, review_of, run_title
+from tui.report import ReportError, RunData, open_runs, review_of, run_title
 
 # A mode keeps its colour on every chart; the headline pair first (matplotlib's tab10 colours).
 _MODE_COLOURS = {"static+contiguous": "#d62728", "continuous+paged": "#1f77b4",
@@ -505,19 +504,14 @@ def write_report(runs: Sequence[RunData], html_path: Path,
 
 def html_main(dirs: Sequence[Path], html_path: Path, charts_dir: Path | None = None) -> int:
     """The CLI's ``report --html``: write the page and the charts; returns the exit code."""
-    for d in dirs:
-        if not Path(d).is_dir() or not is_run_dir(Path(d)):
-            print(f"kvtui report: {d} is not a recorded run (no requests.parquet); record one with "
-                  "kvtui --record --out DIR", file=sys.stderr)
-            return 2
     if html_path.suffix.lower() not in (".html", ".htm"):
         print(f"kvtui report: --html {html_path}: expected a file name ending in .html", file=sys.stderr)
         return 2
     try:
-        runs = [load_run(Path(d)) for d in dirs]
-    except DamagedRecords as e:
+        runs = open_runs(list(dirs))
+    except ReportError as e:
         print(f"kvtui report: {e}", file=sys.stderr)
-        return 1
+        return e.code
     charts, exported = write_report(runs, html_path, charts_dir)
     print(f"wrote {html_path} ({len(charts)} charts) and {len(exported)} chart files in "
           f"{charts_dir or default_charts_dir(html_path)}")
