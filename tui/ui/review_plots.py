@@ -80,13 +80,14 @@ def load_plots(review: Review) -> tuple[Plot, ...]:
     for i, c in _runs_curves(review):
         hi, lo = RUN_MARKERS[i % len(RUN_MARKERS)]
         bright, dim = mode_colours(c.mode)
-        curves.append(Curve(_tag(review, i, f"{_short(c.mode)} goodput"), tuple(zip(c.target, c.goodput, strict=True)),
-                            bright, hi))
+        # throughput first: where every request met the SLOs the goodput point lies on it and is drawn over it
         curves.append(Curve(_tag(review, i, f"{_short(c.mode)} ok req/s"),
                             tuple(zip(c.target, c.throughput, strict=True)), dim, lo))
+        curves.append(Curve(_tag(review, i, f"{_short(c.mode)} goodput"), tuple(zip(c.target, c.goodput, strict=True)),
+                            bright, hi))
     goodput = Plot("goodput (requests meeting every SLO) and throughput vs offered load", tuple(curves),
                    _edge_rules(review), x_label="offered req/s", x_unit="req/s", y_unit="req/s", x_log=True,
-                   note="no cell has an offered rate")
+                   y_log=True, note="no cell has an offered rate")
     return (
         _latency(review, "ttft", review.slo.ttft_ms, "TTFT vs offered load"),
         _latency(review, "tpot", review.slo.tpot_ms, "TPOT vs offered load"),
