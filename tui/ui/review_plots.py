@@ -10,6 +10,7 @@ drawn bright and P50 dim.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -152,9 +153,16 @@ def cell_views(review: Review) -> tuple[CellView, ...]:
     out = []
     for i, run in enumerate(review.runs):
         series = {(s.stage, s.mode): s for s in run.series}
+        rates = {(stage, c.mode): rate for c in run.curves for stage, rate in zip(c.stages, c.target, strict=True)}
+        failed = {(f.stage, f.mode): f.total for f in run.failures}
         for stage, mode in run.cells:
             cdfs = [(_tag(review, j, f"{_short(c.mode)}"), c)
                     for j, other in enumerate(review.runs) for c in other.cdfs if c.stage == stage]
-            out.append(CellView(_tag(review, i, f"{stage} · {mode}"),
-                                series_plots(series.get((stage, mode)), stage, cdfs, slo)))
+            label = f"{stage} · {mode}"
+            rate = rates.get((stage, mode))
+            if rate is not None and math.isfinite(rate):
+                label += f" · {rate:.3g}/s"
+            if failed.get((stage, mode)):
+                label += f" · {failed[(stage, mode)]} failed"
+            out.append(CellView(_tag(review, i, label), series_plots(series.get((stage, mode)), stage, cdfs, slo)))
     return tuple(out)
