@@ -16,7 +16,7 @@ import contextlib
 import math
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -198,11 +198,7 @@ class ClockDriver:
         steps = self.engine.steps_since(self.steps_seen)
         if steps:
             if self.on_steps is not None:
-                # The engine stamps steps on its own wall clock (set when it was built); the records'
-                # times are mono_to_wall of this clock. On a virtual clock running ahead of real time
-                # the two drift apart cell by cell, so the steps move onto the records' scale.
-                shift = mono_to_wall(self.clock.now()) - self.engine.wall()
-                self.on_steps([replace(s, t=s.t + shift) for s in steps] if shift else steps)
+                self.on_steps(steps)
             self.steps_seen = steps[-1].step
 
     # -- the loop --------------------------------------------------------------------------------

@@ -192,7 +192,7 @@ def test_virtual_clock_recorder_writes_a_run_marked_simulated(tmp_path: Path) ->
     # where the first ended on the virtual clock, well ahead of real time)
     for cell in info["cells"]:
         t = run.steps.filter((pl.col("stage") == cell["stage"]) & (pl.col("mode") == cell["mode"]))["t"]
-        assert cell["started_t"] <= t.min() and t.max() <= cell["ended_t"] + 1e-6
+        assert cell["started_t"] - 1e-3 <= t.min() and t.max() <= cell["ended_t"] + 1e-3  # two clock reads apart
 
 
 def test_swap_preemption_costs_the_host_link_time() -> None:
