@@ -92,7 +92,11 @@ class SimulatedRunner:
                 h = hashes[r.request_id] = zlib.crc32(r.request_id.encode())
             requests.append(r)
             ids.append(sim_token(seed, h, len(r.output)))
-        step = self.cost.cost(self.cost.work_of(rows, prefills, tokens, pairs, ctx, len(requests)))
+        pad = 0
+        if self.cost.pads:  # a calibrated CPU runner pays for padded decode slots (a GPU preset never)
+            dec = [c.request.num_computed + 1 for c in chunks if c.num_new == 1]
+            pad = len(dec) * max(dec, default=0) - sum(dec)
+        step = self.cost.cost(self.cost.work_of(rows, prefills, tokens, pairs, ctx, len(requests), pad))
         now = self.clock.now()
         start = self.clock.step_start(self._last_release, self.cost.params.overhead_s)
         end = max(start + step.time_s, now)
