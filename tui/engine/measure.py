@@ -97,7 +97,10 @@ QUICK_PREFILLS = (32, 128, 512, 1024)
 QUICK_BATCHES = (1, 2, 4, 8, 16, 32, 64)
 QUICK_CONTEXTS = (64, 512, 1152)
 QUICK_MIXED = ((1, 128), (4, 512), (16, 256))
-DECODE_STEPS = 8  # decode steps per run after its prefill
+# decode steps per run after its prefill: the first two after a prefill cost 20-35 % more on a CPU
+# (the prefill left the caches cold), so a run decodes long enough for its steps to be mostly the
+# steady ones a long-running batch takes, as most of a real run's decode steps are
+DECODE_STEPS = 24
 PREFILL_CAP = 8192  # most prompt tokens one run prefills (bounds the grid's time)
 
 
