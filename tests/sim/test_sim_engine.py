@@ -6,6 +6,7 @@ import json
 import statistics
 from pathlib import Path
 
+import polars as pl
 import pytest
 
 from tui.engine.engine import Engine
@@ -187,6 +188,11 @@ def test_virtual_clock_recorder_writes_a_run_marked_simulated(tmp_path: Path) ->
         assert r["ok"] == 25
     # continuous batching joins requests between steps: its TTFT is far below static batching's
     assert rows["continuous+paged"]["ttft_p50_ms"] < rows["static+contiguous"]["ttft_p50_ms"]
+    # steps and requests share one clock: each cell's steps lie within the cell (the second cell starts
+    # where the first ended on the virtual clock, well ahead of real time)
+    for cell in info["cells"]:
+        t = run.steps.filter((pl.col("stage") == cell["stage"]) & (pl.col("mode") == cell["mode"]))["t"]
+        assert cell["started_t"] - 1e-3 <= t.min() and t.max() <= cell["ended_t"] + 1e-3  # two clock reads apart
 
 
 def test_swap_preemption_costs_the_host_link_time() -> None:
