@@ -100,7 +100,11 @@ class SimulatedRunner:
             requests.append(r)
             ids.append(_FIRST + (x >> 11) % _LETTERS)
         pairs += ctx
-        step = self.cost.cost(self.cost.work_of(len(chunks), prefills, tokens, pairs, ctx, len(requests)))
+        pad = 0
+        if self.cost.pads:  # a calibrated CPU runner pays for padded decode slots (a GPU preset never)
+            dec = [c.request.num_computed + 1 for c in chunks if c.num_new == 1]
+            pad = len(dec) * max(dec, default=0) - sum(dec)
+        step = self.cost.cost(self.cost.work_of(len(chunks), prefills, tokens, pairs, ctx, len(requests), pad))
         now = self.clock.now()
         start = self.clock.step_start(self._last_release, self.cost.params.overhead_s)
         end = max(start + step.time_s, now)
