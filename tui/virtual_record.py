@@ -13,6 +13,7 @@ directory is the recorder's (requests, steps, gpu Parquet, summary, profile.toml
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -141,8 +142,9 @@ class ClockDriver:
     def __init__(self, engine: Engine, clock: SimClock, profile: Profile, stage: Stage, mode: str, *,
                  run_id: str = "", on_record: Callable[[RequestRecord], Any] | None = None,
                  on_steps: Callable[[list[StepTiming]], Any] | None = None,
-                 on_gpu: Callable[[list[GpuSample]], Any] | None = None):
+                 on_gpu: Callable[[list[GpuSample]], Any] | None = None, fast_forward: bool = True):
         self.engine, self.clock, self.profile, self.stage, self.mode = engine, clock, profile, stage, mode
+        self.fast_forward = fast_forward  # decode-only stretches at once (Engine.fast_forward): same records
         self.run_id = run_id
         self.on_record, self.on_steps = on_record, on_steps
         self.on_gpu = on_gpu if engine.sim is not None else None
@@ -204,12 +206,42 @@ class ClockDriver:
                 r.reason = "" if r.status == "ok" else f"engine finished it: {o.finish_reason}"
                 r.prompt_tokens, r.completion_tokens, r.end_t = o.prompt_tokens, o.output_tokens, t
                 self._done(r)
+        self._after_steps()
+        timing = out.timing
+        return bool(out.outputs) or (timing is not None and timing.batch_size > 0)
+
+    def _after_steps(self) -> None:
         if self.engine.step_index - self.steps_seen >= STEPS_EVERY:
             self.collect_steps()
         if self.on_gpu is not None and self.clock.now() >= self._next_gpu:
             self.sample_gpu()
-        timing = out.timing
-        return bool(out.outputs) or (timing is not None and timing.batch_size > 0)
+
+    def _fast_forward(self, next_arrival: float, deadline: float) -> bool:
+        """A decode-only stretch in one go, if the engine is in one (see :meth:`Engine.fast_forward`),
+        ending where this loop would act between steps: an arrival due, the drain bound passed, a GPU
+        sample due. Each request's record gets a chunk at every step's end, as :meth:`_step` gives it."""
+        gpu_at = self._next_gpu if self.on_gpu is not None else math.inf
+        run = self.engine.fast_forward(STEPS_EVERY, lambda now: now >= next_arrival or now > deadline or now >= gpu_at)
+        if run is None:
+            return False
+        walls = [mono_to_wall(t) for t in run.ends]
+        gaps = [b - a for a, b in itertools.pairwise(walls)]
+        last, k = walls[-1], len(walls)
+        get = self.open.get
+        for req in run.requests:
+            r = get(req.request_id)
+            if r is None:
+                continue
+            if r.last_token_t is None:  # (a decoding request has had its first token; kept general)
+                r.first_token_t = walls[0]
+                r.chunk_gaps_s.extend(gaps)
+            else:
+                r.chunk_gaps_s.append(walls[0] - r.last_token_t)
+                r.chunk_gaps_s.extend(gaps)
+            r.last_token_t = last
+            r.num_chunks += k
+        self._after_steps()
+        return True
 
     def collect_steps(self) -> None:
         """Hand the engine's steps since the last call to ``on_steps``."""
@@ -261,7 +293,9 @@ class ClockDriver:
             if not more and drain_deadline == math.inf:
                 drain_deadline = self.clock.now() + prof.record.drain_timeout_s
             if self.engine.has_unfinished():
-                if not self._step():
+                if self.fast_forward and self._fast_forward(next_t if more else math.inf, drain_deadline):
+                    pass
+                elif not self._step():
                     self.clock.wait_until(min(next_t if more else math.inf, self.clock.now() + IDLE_TICK_S))
             elif more:
                 self.clock.wait_until(next_t)

@@ -37,6 +37,7 @@ from tui.engine.sequence import Request, Status
 from tui.engine.sim.backend import SimulatedBackend
 from tui.engine.sim.backend import build as build_simulated
 from tui.engine.sim.clock import RealClock, SimClock
+from tui.engine.sim.runner import SIM_TOKEN_IDS
 from tui.engine.snapshot import EngineSnapshot, KVTotals, StepTiming
 from tui.engine.tokenizer import ByteTokenizer, Tokenizer
 from tui.engine.views import request_views
@@ -65,6 +66,15 @@ class RequestOutput:
     finish_reason: str | None
     prompt_tokens: int
     output_tokens: int
+
+
+@dataclass
+class DecodeRun:
+    """Steps :meth:`Engine.fast_forward` ran: each of ``requests`` got one token a step, the step ending
+    at ``ends[j]`` (the engine clock); their step records are in the history as ``step()``'s are."""
+
+    requests: list[Request]
+    ends: list[float]
 
 
 @dataclass
@@ -360,6 +370,14 @@ class Engine:
         did_work = bool(sched.chunks or outputs or sched.preempted or sched.swaps)
         if did_work:
             self.step_index += 1
+        timing = self._step_timing(t0, modelled, prefill_tokens, decode_tokens, len(sched.chunks),
+                                   len(sched.preempted), sum(1 for p in sched.swaps if p.direction == "out"),
+                                   swapped_bytes, swap_s, did_work)
+        return StepOutput(outputs, timing)
+
+    def _step_timing(self, t0: float, modelled: float, prefill_tokens: int, decode_tokens: int, batch_size: int,
+                     preempted: int, swaps: int, swapped_bytes: int, swap_s: float, did_work: bool) -> StepTiming:
+        """The record of a step that began at ``t0`` (on ``timer``) and ends now; kept when it did work."""
         end = self.timer()
         duration = end - t0 + modelled
         totals = self.totals()
@@ -367,16 +385,16 @@ class Engine:
             step=self.step_index,
             prefill_tokens=prefill_tokens,
             decode_tokens=decode_tokens,
-            batch_size=len(sched.chunks),
+            batch_size=batch_size,
             duration_s=duration,
-            preempted=len(sched.preempted),
+            preempted=preempted,
             t=self.wall(),
             num_running=len(self.scheduler.running),
             num_waiting=len(self.waiting),
             kv_usage=totals.usage,
             kv_utilization=totals.utilization,
             fragmentation=totals.fragmentation,
-            swaps=sum(1 for p in sched.swaps if p.direction == "out"),
+            swaps=swaps,
             swapped_bytes=swapped_bytes,
             swap_s=swap_s,
             num_swapped=len(self.scheduler.swapped),
@@ -384,7 +402,80 @@ class Engine:
         if did_work:
             self._history.append(timing)
             self._busy.append((end, duration))
-        return StepOutput(outputs, timing)
+        return timing
+
+    def fast_forward(self, max_steps: int, stop: Callable[[float], bool]) -> DecodeRun | None:
+        """Up to ``max_steps`` steps at once where nothing but decoding can happen, exactly as ``step()``
+        one at a time would run them (the same block ids, clock, step records and tokens); None (nothing
+        done) when the engine is not in such a stretch.
+
+        Only a simulated engine on a virtual clock (the recorder's): its step time is a function of the
+        step's sums, so a stretch costs O(running) once and O(1) a step (plus the blocks the requests
+        cross into), not a scheduler pass, a runner pass and an output per request per step. A stretch
+        is: continuous batching, nobody waiting, swapped, pending or finishing within it, every running
+        request one token behind (decoding), the step budget covering them all, no prefix cache, and a
+        free block for every block boundary crossed. ``stop(now)`` is asked after each step (with the
+        engine clock's time) and ends the stretch there: the caller's next arrival, a deadline.
+        No :class:`RequestOutput` is made: the caller reads the run's requests and step end times.
+        """
+        sim, sched = self.sim, self.scheduler
+        if (sim is None or self.runner is not sim.runner or not sim.runner.clock.virtual or self._pending
+                or self.waiting or sched.swapped or self.draining_to is not None
+                or self.mode.batching != "continuous" or self.defenses.prefix_caching
+                or not self.tokenizer.eos_token_ids.isdisjoint(SIM_TOKEN_IDS)):
+            return None
+        running = list(sched.running)
+        rows = len(running)
+        if not rows or rows > self.config.max_num_batched_tokens:
+            return None
+        steps = max_steps
+        kv, bs = self.kv, self.kv.block_size
+        for r in running:
+            out = len(r.output)
+            left = r.params.max_tokens - out - 1  # steps before the one that finishes it
+            if left < steps:
+                if left <= 0:
+                    return None
+                steps = left
+            if not out or r.num_computed != len(r.prompt) + out - 1:
+                return None  # not (only) decoding
+        crossings: dict[int, list[Request]] = {}  # step -> requests that need a new block then, in order
+        ctx = longest = 0
+        for r in running:
+            computed = r.num_computed
+            ctx += computed + 1
+            if computed >= longest:
+                longest = computed + 1
+            for j in range(kv.num_blocks(r) * bs - computed, steps, bs):
+                crossings.setdefault(j, []).append(r)
+        ends: list[float] = []
+        free_blocks = self.totals().free_blocks
+        for j in range(steps):
+            t0 = self.timer()
+            grow = crossings.get(j, ())
+            if len(grow) > free_blocks:
+                break  # a request would find no block: the real step preempts
+            for r in grow:  # one block each (one token a step), in scheduling order
+                if not kv.grow(r, r.num_computed + 1):
+                    raise RuntimeError(f"fast-forward: no block for {r.request_id} with {free_blocks} free")
+            sim.runner.decode_step(rows, ctx, longest)
+            for r in running:
+                r.num_computed += 1
+            ctx += rows
+            longest += 1
+            self.step_index += 1
+            self._step_timing(t0, 0.0, 0, rows, rows, 0, 0, 0, 0.0, True)
+            free_blocks -= len(grow)
+            now = self.clock()
+            ends.append(now)
+            if stop(now):
+                break
+        if not ends:
+            return None
+        k = len(ends)
+        for r in running:
+            r.output.extend(sim.runner.tokens(r.request_id, len(r.output), k))
+        return DecodeRun(running, ends)
 
     def _mark_finished(self, req: Request, reason: str) -> None:
         req.status = Status.FINISHED

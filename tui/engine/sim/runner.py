@@ -32,6 +32,7 @@ from tui.engine.sim.cost import CostModel
 
 _LETTERS = 26
 _FIRST = ord("a")
+SIM_TOKEN_IDS = range(_FIRST, _FIRST + _LETTERS)  # every token the simulated model emits
 
 
 def token_base(seed: int, request_id: str) -> int:
@@ -104,14 +105,28 @@ class SimulatedRunner:
         if self.cost.pads:  # a calibrated CPU runner pays for padded decode slots (a GPU preset never)
             dec = [c.request.num_computed + 1 for c in chunks if c.num_new == 1]
             pad = len(dec) * max(dec, default=0) - sum(dec)
-        step = self.cost.cost(self.cost.work_of(len(chunks), prefills, tokens, pairs, ctx, len(requests), pad))
+        self.run_step(len(chunks), prefills, tokens, pairs, ctx, len(requests), pad)
+        return StepResult(requests, ids)
+
+    def run_step(self, rows: int, prefills: int, tokens: int, pairs: float, ctx: int, sampled: int, pad: int) -> None:
+        """Cost one step from its sums (:meth:`CostModel.work_of`'s) and wait it out on the clock."""
+        step = self.cost.cost(self.cost.work_of(rows, prefills, tokens, pairs, ctx, sampled, pad))
         now = self.clock.now()
         start = self.clock.step_start(self._last_release, self.cost.params.overhead_s)
         end = max(start + step.time_s, now)
         self.clock.wait_until(end)
         self._last_release = end
         self._recent.append((end, step.time_s, step.flops, step.bytes))
-        return StepResult(requests, ids)
+
+    def tokens(self, request_id: str, first: int, n: int) -> list[int]:
+        """Output tokens ``first .. first + n - 1`` of a request, as :meth:`execute` samples them one a step."""
+        base = token_base(self.seed, request_id)
+        return [sim_token(base, p) for p in range(first, first + n)]
+
+    def decode_step(self, rows: int, ctx: int, longest: int) -> None:
+        """One step of ``rows`` decodes and nothing else, costed and waited out exactly as :meth:`execute`
+        would: ``ctx`` = the context they read (sum of ``num_computed + 1``), ``longest`` its largest term."""
+        self.run_step(rows, 0, rows, 0.0 + ctx, ctx, rows, rows * longest - ctx if self.cost.pads else 0)
 
     def swap(self, plans: Sequence[SwapPlan]) -> float | None:
         """KV copies device <-> host (swap preemption): nothing is copied; the copy time (bytes over the

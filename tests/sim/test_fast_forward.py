@@ -1,0 +1,89 @@
+"""The virtual clock's fast-forward (Engine.fast_forward): decode-only stretches run at once give exactly
+the records, step records, GPU samples, tokens and block tables that stepping one at a time gives."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tui.engine.engine as engine_mod
+from tui.engine.engine import Engine
+from tui.engine.sim.clock import VirtualClock
+from tui.profile import EngineMode, Stage, profile_from_dict
+from tui.virtual_record import ClockDriver
+
+
+def _run(prof, mode: str, rate: float, n: int, fast_forward: bool):
+    clock = VirtualClock(1000.0)
+    e = Engine(prof.engine.with_mode(EngineMode.parse(mode)), prof.defenses, sim_clock=clock)
+    e.wall = lambda: 1.7e9 + clock.now()  # (its offset is taken from time.time() when it is made)
+    records, steps, gpu = [], [], []
+    d = ClockDriver(e, clock, prof, Stage("s", rate, n), mode, on_record=records.append, on_steps=steps.extend,
+                    on_gpu=gpu.extend, fast_forward=fast_forward)
+    d.warmup(2)
+    d.run()
+    tables = {rid: list(t) for rid, t in getattr(e.kv, "tables", {}).items()}
+    return ([asdict(r) for r in sorted(records, key=lambda r: r.request_id)], [asdict(s) for s in steps],
+            [asdict(g) for g in gpu], tables, e.num_preemptions, clock.now())
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), rate=st.sampled_from([2.0, 20.0, 80.0]),
+       kv_mb=st.sampled_from([24.0, 64.0, 4096.0]), mode=st.sampled_from(["continuous+paged", "continuous+contiguous"]))
+def test_fast_forward_gives_what_stepping_one_at_a_time_gives(seed, rate, kv_mb, mode):
+    prof = profile_from_dict({
+        "engine": {"backend": "simulated", "model": "llama-3.1-8b", "hardware": "H100-SXM", "kv_budget_mb": kv_mb,
+                   "max_model_len": 1024, "max_num_seqs": 24, "max_num_batched_tokens": 512, "reservation": "exact"},
+        "workload": {"prompt_len": {"dist": "uniform", "low": 8, "high": 200},
+                     "output_len": {"dist": "mixture", "components": [{"weight": 0.7, "value": 6},
+                                                                     {"weight": 0.3, "value": 90}]}, "seed": seed},
+        "load": {"seed": seed},
+    })
+    one_at_a_time = _run(prof, mode, rate, 30, fast_forward=False)
+    assert _run(prof, mode, rate, 30, fast_forward=True) == one_at_a_time
+
+
+def _counting_stretches(monkeypatch) -> list[int]:
+    ran: list[int] = []
+    real = engine_mod.Engine.fast_forward
+
+    def counting(self, *a, **k):
+        out = real(self, *a, **k)
+        if out is not None:
+            ran.append(len(out.ends))
+        return out
+
+    monkeypatch.setattr(engine_mod.Engine, "fast_forward", counting)
+    return ran
+
+
+def test_fast_forward_stops_where_a_block_runs_out(monkeypatch):
+    """A cache so small that decodes outgrow it: the stretch ends before the step that would preempt,
+    and the preemptions happen as they do step by step."""
+    ran = _counting_stretches(monkeypatch)
+    prof = profile_from_dict({
+        "engine": {"backend": "simulated", "model": "llama-3.1-8b", "kv_budget_mb": 16.0, "max_model_len": 1024,
+                   "max_num_seqs": 16},
+        "workload": {"prompt_len": 40, "output_len": 80, "seed": 1},
+    })
+    a = _run(prof, "continuous+paged", 50.0, 12, fast_forward=False)
+    assert not ran
+    b = _run(prof, "continuous+paged", 50.0, 12, fast_forward=True)
+    assert a[4] > 0  # preempted: 16 MB holds 128 tokens (8 blocks), a request needs up to 120
+    assert a == b
+    assert ran  # stretches ran between the preemptions (the waiting queue empties now and then)
+
+
+def test_the_capacity_edge_runs_a_share_of_its_steps_at_once(monkeypatch):
+    """sim-h100-llama8b's capacity edge (60 req/s, ~100 running): arrivals and completions come every
+    step or two, so stretches are short, yet they are what the fast-forward runs; records identical."""
+    from tui.profile import find_profile, load_profile
+
+    prof = load_profile(find_profile("sim-h100-llama8b"))
+    ran = _counting_stretches(monkeypatch)
+    a = _run(prof, "continuous+paged", 60.0, 150, fast_forward=False)
+    b = _run(prof, "continuous+paged", 60.0, 150, fast_forward=True)
+    assert a == b
+    assert sum(ran) > 0.2 * len(a[1])
