@@ -200,15 +200,20 @@ class ClockDriver:
                 r.last_token_t = t
                 r.num_chunks += len(ids)
             if o.finished:
-                del self.open[o.request_id]
-                r.finish_reason = o.finish_reason
-                r.status = _STATUS.get(o.finish_reason or "", "rejected")
-                r.reason = "" if r.status == "ok" else f"engine finished it: {o.finish_reason}"
-                r.prompt_tokens, r.completion_tokens, r.end_t = o.prompt_tokens, o.output_tokens, t
-                self._done(r)
+                self._end(r, o.finish_reason, o.prompt_tokens, o.output_tokens, t)
         self._after_steps()
         timing = out.timing
         return bool(out.outputs) or (timing is not None and timing.batch_size > 0)
+
+    def _end(self, r: RequestRecord, finish_reason: str | None, prompt_tokens: int, output_tokens: int,
+             t: float) -> None:
+        """The engine finished ``r``'s request at ``t``."""
+        del self.open[r.request_id]
+        r.finish_reason = finish_reason
+        r.status = _STATUS.get(finish_reason or "", "rejected")
+        r.reason = "" if r.status == "ok" else f"engine finished it: {finish_reason}"
+        r.prompt_tokens, r.completion_tokens, r.end_t = prompt_tokens, output_tokens, t
+        self._done(r)
 
     def _after_steps(self) -> None:
         if self.engine.step_index - self.steps_seen >= STEPS_EVERY:
@@ -219,27 +224,32 @@ class ClockDriver:
     def _fast_forward(self, next_arrival: float, deadline: float) -> bool:
         """A decode-only stretch in one go, if the engine is in one (see :meth:`Engine.fast_forward`),
         ending where this loop would act between steps: an arrival due, the drain bound passed, a GPU
-        sample due. Each request's record gets a chunk at every step's end, as :meth:`_step` gives it."""
+        sample due. Each request's record gets a chunk at every step's end until its request finishes,
+        and ends then, as :meth:`_step` gives them."""
         gpu_at = self._next_gpu if self.on_gpu is not None else math.inf
         run = self.engine.fast_forward(STEPS_EVERY, lambda now: now >= next_arrival or now > deadline or now >= gpu_at)
         if run is None:
             return False
         walls = [mono_to_wall(t) for t in run.ends]
         gaps = [b - a for a, b in itertools.pairwise(walls)]
-        last, k = walls[-1], len(walls)
+        ended = {req.request_id: j for j, req in run.finished}
         get = self.open.get
         for req in run.requests:
             r = get(req.request_id)
             if r is None:
                 continue
+            n = ended.get(req.request_id, len(walls) - 1) + 1  # the steps it got a token in
             if r.last_token_t is None:  # (a decoding request has had its first token; kept general)
                 r.first_token_t = walls[0]
-                r.chunk_gaps_s.extend(gaps)
             else:
                 r.chunk_gaps_s.append(walls[0] - r.last_token_t)
-                r.chunk_gaps_s.extend(gaps)
-            r.last_token_t = last
-            r.num_chunks += k
+            r.chunk_gaps_s.extend(gaps[: n - 1])
+            r.last_token_t = walls[n - 1]
+            r.num_chunks += n
+        for j, req in run.finished:  # in the order step() reports them
+            r = get(req.request_id)
+            if r is not None:
+                self._end(r, req.finish_reason, len(req.prompt), len(req.output), walls[j])
         self._after_steps()
         return True
 

@@ -3,6 +3,7 @@ the records, step records, GPU samples, tokens and block tables that stepping on
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import asdict
 
 from hypothesis import HealthCheck, given, settings
@@ -15,9 +16,12 @@ from tui.profile import EngineMode, Stage, profile_from_dict
 from tui.virtual_record import ClockDriver
 
 
-def _run(prof, mode: str, rate: float, n: int, fast_forward: bool):
+def _run(prof, mode: str, rate: float, n: int, fast_forward: bool, pad_s: float = 0.0):
     clock = VirtualClock(1000.0)
     e = Engine(prof.engine.with_mode(EngineMode.parse(mode)), prof.defenses, sim_clock=clock)
+    if pad_s:  # a calibrated CPU runner's cost of padding decode rows to the longest context
+        cost = e.sim.runner.cost
+        cost.params = dataclasses.replace(cost.params, per_pad_token_s=pad_s)
     e.wall = lambda: 1.7e9 + clock.now()  # (its offset is taken from time.time() when it is made)
     records, steps, gpu = [], [], []
     d = ClockDriver(e, clock, prof, Stage("s", rate, n), mode, on_record=records.append, on_steps=steps.extend,
@@ -25,14 +29,17 @@ def _run(prof, mode: str, rate: float, n: int, fast_forward: bool):
     d.warmup(2)
     d.run()
     tables = {rid: list(t) for rid, t in getattr(e.kv, "tables", {}).items()}
-    return ([asdict(r) for r in sorted(records, key=lambda r: r.request_id)], [asdict(s) for s in steps],
-            [asdict(g) for g in gpu], tables, e.num_preemptions, clock.now())
+    # records in the order they were handed over (the order they are written in), and the engine's
+    # snapshot (recently finished requests with their events, the last steps, the KV totals)
+    return ([asdict(r) for r in records], [asdict(s) for s in steps], [asdict(g) for g in gpu], tables,
+            e.num_preemptions, clock.now(), e.snapshot().to_dict())
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), rate=st.sampled_from([2.0, 20.0, 80.0]),
-       kv_mb=st.sampled_from([24.0, 64.0, 4096.0]), mode=st.sampled_from(["continuous+paged", "continuous+contiguous"]))
-def test_fast_forward_gives_what_stepping_one_at_a_time_gives(seed, rate, kv_mb, mode):
+       kv_mb=st.sampled_from([24.0, 64.0, 4096.0]), mode=st.sampled_from(["continuous+paged", "continuous+contiguous"]),
+       pad_s=st.sampled_from([0.0, 2e-9]))
+def test_fast_forward_gives_what_stepping_one_at_a_time_gives(seed, rate, kv_mb, mode, pad_s):
     prof = profile_from_dict({
         "engine": {"backend": "simulated", "model": "llama-3.1-8b", "hardware": "H100-SXM", "kv_budget_mb": kv_mb,
                    "max_model_len": 1024, "max_num_seqs": 24, "max_num_batched_tokens": 512, "reservation": "exact"},
@@ -41,8 +48,8 @@ def test_fast_forward_gives_what_stepping_one_at_a_time_gives(seed, rate, kv_mb,
                                                                      {"weight": 0.3, "value": 90}]}, "seed": seed},
         "load": {"seed": seed},
     })
-    one_at_a_time = _run(prof, mode, rate, 30, fast_forward=False)
-    assert _run(prof, mode, rate, 30, fast_forward=True) == one_at_a_time
+    one_at_a_time = _run(prof, mode, rate, 30, fast_forward=False, pad_s=pad_s)
+    assert _run(prof, mode, rate, 30, fast_forward=True, pad_s=pad_s) == one_at_a_time
 
 
 def _counting_stretches(monkeypatch) -> list[int]:

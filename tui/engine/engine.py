@@ -68,13 +68,20 @@ class RequestOutput:
     output_tokens: int
 
 
+def _place(entry: tuple[int, Request, int]) -> int:
+    return entry[0]
+
+
 @dataclass
 class DecodeRun:
     """Steps :meth:`Engine.fast_forward` ran: each of ``requests`` got one token a step, the step ending
-    at ``ends[j]`` (the engine clock); their step records are in the history as ``step()``'s are."""
+    at ``ends[j]`` (the engine clock), until it finished (``finished``: step index and request, in the
+    order step() would report them; every one of them ran out of ``max_tokens``); the step records are
+    in the history as ``step()``'s are."""
 
     requests: list[Request]
     ends: list[float]
+    finished: list[tuple[int, Request]]
 
 
 @dataclass
@@ -370,14 +377,16 @@ class Engine:
         did_work = bool(sched.chunks or outputs or sched.preempted or sched.swaps)
         if did_work:
             self.step_index += 1
-        timing = self._step_timing(t0, modelled, prefill_tokens, decode_tokens, len(sched.chunks),
-                                   len(sched.preempted), sum(1 for p in sched.swaps if p.direction == "out"),
-                                   swapped_bytes, swap_s, did_work)
+        timing, _ = self._step_timing(t0, modelled, prefill_tokens, decode_tokens, len(sched.chunks),
+                                      len(sched.preempted), sum(1 for p in sched.swaps if p.direction == "out"),
+                                      swapped_bytes, swap_s, did_work)
         return StepOutput(outputs, timing)
 
     def _step_timing(self, t0: float, modelled: float, prefill_tokens: int, decode_tokens: int, batch_size: int,
-                     preempted: int, swaps: int, swapped_bytes: int, swap_s: float, did_work: bool) -> StepTiming:
-        """The record of a step that began at ``t0`` (on ``timer``) and ends now; kept when it did work."""
+                     preempted: int, swaps: int, swapped_bytes: int, swap_s: float,
+                     did_work: bool) -> tuple[StepTiming, KVTotals]:
+        """The record of a step that began at ``t0`` (on ``timer``) and ends now, kept when it did work;
+        and the KV totals it read."""
         end = self.timer()
         duration = end - t0 + modelled
         totals = self.totals()
@@ -402,21 +411,22 @@ class Engine:
         if did_work:
             self._history.append(timing)
             self._busy.append((end, duration))
-        return timing
+        return timing, totals
 
     def fast_forward(self, max_steps: int, stop: Callable[[float], bool]) -> DecodeRun | None:
         """Up to ``max_steps`` steps at once where nothing but decoding can happen, exactly as ``step()``
-        one at a time would run them (the same block ids, clock, step records and tokens); None (nothing
-        done) when the engine is not in such a stretch.
+        one at a time would run them (the same block ids, clock, step records, events and tokens); None
+        (nothing done) when the engine is not in such a stretch.
 
         Only a simulated engine on a virtual clock (the recorder's): its step time is a function of the
         step's sums, so a stretch costs O(running) once and O(1) a step (plus the blocks the requests
-        cross into), not a scheduler pass, a runner pass and an output per request per step. A stretch
-        is: continuous batching, nobody waiting, swapped, pending or finishing within it, every running
-        request one token behind (decoding), the step budget covering them all, no prefix cache, and a
-        free block for every block boundary crossed. ``stop(now)`` is asked after each step (with the
-        engine clock's time) and ends the stretch there: the caller's next arrival, a deadline.
-        No :class:`RequestOutput` is made: the caller reads the run's requests and step end times.
+        cross into and the requests that finish), not a scheduler pass, a runner pass and an output per
+        request per step. A stretch is: continuous batching, nobody waiting, swapped or pending (so a
+        request that finishes frees its blocks and nobody is admitted), every running request one token
+        behind (decoding), the step budget covering them all, no prefix cache, and a free block for every
+        block boundary crossed. ``stop(now)`` is asked after each step (with the engine clock's time)
+        and ends the stretch there: the caller's next arrival, a deadline.
+        No :class:`RequestOutput` is made: :class:`DecodeRun` says who got how many tokens and who finished.
         """
         sim, sched = self.sim, self.scheduler
         if (sim is None or self.runner is not sim.runner or not sim.runner.clock.virtual or self._pending
@@ -425,57 +435,69 @@ class Engine:
                 or not self.tokenizer.eos_token_ids.isdisjoint(SIM_TOKEN_IDS)):
             return None
         running = list(sched.running)
-        rows = len(running)
-        if not rows or rows > self.config.max_num_batched_tokens:
+        if not running or len(running) > self.config.max_num_batched_tokens:
             return None
-        steps = max_steps
         kv, bs = self.kv, self.kv.block_size
-        for r in running:
+        # step -> (place in the batch, request, its last step) of the requests that need a new block
+        # then; each is put under its next crossing when it crosses (so a stretch cut short early costs
+        # no more than it ran)
+        crossings: dict[int, list[tuple[int, Request, int]]] = {}
+        finishing: dict[int, list[Request]] = {}  # step -> requests whose last token it samples, in order
+        for i, r in enumerate(running):
             out = len(r.output)
-            left = r.params.max_tokens - out - 1  # steps before the one that finishes it
-            if left < steps:
-                if left <= 0:
-                    return None
-                steps = left
             if not out or r.num_computed != len(r.prompt) + out - 1:
                 return None  # not (only) decoding
-        crossings: dict[int, list[Request]] = {}  # step -> requests that need a new block then, in order
-        ctx = longest = 0
-        for r in running:
-            computed = r.num_computed
-            ctx += computed + 1
-            if computed >= longest:
-                longest = computed + 1
-            for j in range(kv.num_blocks(r) * bs - computed, steps, bs):
-                crossings.setdefault(j, []).append(r)
+            last = min(r.params.max_tokens - out - 1, max_steps - 1)  # the step sampling its last token
+            finishing.setdefault(last, []).append(r)
+            first = kv.num_blocks(r) * bs - r.num_computed
+            if first <= last:
+                crossings.setdefault(first, []).append((i, r, last))
         ends: list[float] = []
+        finished: list[tuple[int, Request]] = []
+        live = running
         free_blocks = self.totals().free_blocks
-        for j in range(steps):
+        ctx = sum(r.num_computed for r in live) + len(live)  # the context the next step reads
+        longest = max(r.num_computed for r in live) + 1
+        for j in range(max_steps):
+            rows = len(live)
+            if not rows:
+                break
             t0 = self.timer()
-            grow = crossings.get(j, ())
+            grow = crossings.get(j, [])
             if len(grow) > free_blocks:
                 break  # a request would find no block: the real step preempts
-            for r in grow:  # one block each (one token a step), in scheduling order
+            grow.sort(key=_place)
+            for i, r, last in grow:  # one block each (one token a step), in scheduling order
                 if not kv.grow(r, r.num_computed + 1):
                     raise RuntimeError(f"fast-forward: no block for {r.request_id} with {free_blocks} free")
-            sim.runner.decode_step(rows, ctx, longest)
-            for r in running:
+                if j + bs <= last:
+                    crossings.setdefault(j + bs, []).append((i, r, last))
+            for r in live:
                 r.num_computed += 1
+            sim.runner.decode_step(rows, ctx, longest)
             ctx += rows
             longest += 1
+            ends.append(self.clock())
+            done = [r for r in finishing.get(j, ()) if r.params.max_tokens - len(r.output) - 1 - j == 0]
+            if done:
+                for r in done:  # as step() finishes them: its tokens, then the end (KV freed)
+                    r.output.extend(sim.runner.tokens(r.request_id, len(r.output), j + 1))
+                    self._finish(r, "length")
+                    finished.append((j, r))
+                    ctx -= r.num_computed + 1
+                live = sched.running
+                if live:
+                    longest = max(r.num_computed for r in live) + 1
             self.step_index += 1
-            self._step_timing(t0, 0.0, 0, rows, rows, 0, 0, 0, 0.0, True)
-            free_blocks -= len(grow)
-            now = self.clock()
-            ends.append(now)
-            if stop(now):
+            free_blocks = self._step_timing(t0, 0.0, 0, rows, rows, 0, 0, 0, 0.0, True)[1].free_blocks
+            if stop(ends[-1]):
                 break
         if not ends:
             return None
         k = len(ends)
-        for r in running:
+        for r in live:
             r.output.extend(sim.runner.tokens(r.request_id, len(r.output), k))
-        return DecodeRun(running, ends)
+        return DecodeRun(running, ends, finished)
 
     def _mark_finished(self, req: Request, reason: str) -> None:
         req.status = Status.FINISHED
