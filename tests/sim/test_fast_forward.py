@@ -24,6 +24,10 @@ def _run(prof, mode: str, rate: float, n: int, fast_forward: bool, pad_s: float 
         cost.params = dataclasses.replace(cost.params, per_pad_token_s=pad_s)
     e.wall = lambda: 1.7e9 + clock.now()  # (its offset is taken from time.time() when it is made)
     records, steps, gpu = [], [], []
+    outputs = []  # every request's token ids and finish reason, as it finishes
+    mark = e._mark_finished
+    e._mark_finished = lambda req, reason: (outputs.append((req.request_id, tuple(req.output), reason)),  # type: ignore[method-assign]
+                                            mark(req, reason))
     d = ClockDriver(e, clock, prof, Stage("s", rate, n), mode, on_record=records.append, on_steps=steps.extend,
                     on_gpu=gpu.extend, fast_forward=fast_forward)
     d.warmup(2)
@@ -32,7 +36,7 @@ def _run(prof, mode: str, rate: float, n: int, fast_forward: bool, pad_s: float 
     # records in the order they were handed over (the order they are written in), and the engine's
     # snapshot (recently finished requests with their events, the last steps, the KV totals)
     return ([asdict(r) for r in records], [asdict(s) for s in steps], [asdict(g) for g in gpu], tables,
-            e.num_preemptions, clock.now(), e.snapshot().to_dict())
+            e.num_preemptions, clock.now(), e.snapshot().to_dict(), outputs)
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])

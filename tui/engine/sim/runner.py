@@ -121,7 +121,8 @@ class SimulatedRunner:
     def tokens(self, request_id: str, first: int, n: int) -> list[int]:
         """Output tokens ``first .. first + n - 1`` of a request, as :meth:`execute` samples them one a step."""
         base = token_base(self.seed, request_id)
-        return [sim_token(base, p) for p in range(first, first + n)]
+        return [_FIRST + ((((base + p * 7_919) & 0xFFFFFFFF) * 2_654_435_761 & 0xFFFFFFFF) >> 11) % _LETTERS
+                for p in range(first, first + n)]  # = sim_token(base, p), inlined (hundreds a step)
 
     def decode_step(self, rows: int, ctx: int, longest: int) -> None:
         """One step of ``rows`` decodes and nothing else, costed and waited out exactly as :meth:`execute`
