@@ -31,6 +31,7 @@ import json
 import os
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -38,6 +39,7 @@ import httpx
 
 from tui.engine.engine import Engine
 from tui.engine.params import SamplingParams
+from tui.engine.sim.hardware import CostParams, GpuSpec, Hardware, dump_hardware
 from tui.load.headroom import LoopBusyMeter, new_timed_loop
 from tui.load.target import OpenAITarget
 from tui.load.workload import RequestSpec
@@ -56,9 +58,28 @@ def prompt(i: int) -> str:
     return (text + "x" * PROMPT_LEN)[:PROMPT_LEN]  # byte-level tokenizer: exactly PROMPT_LEN tokens
 
 
-# The streaming figure: enough sequences and KV for 256 streams of 64 prompt + 128 output tokens.
-STREAM_CONFIG = EngineConfig(model="tiny", device="cpu", threads=1, kv_budget_mb=64.0, max_model_len=1024,
-                             max_num_seqs=256, max_num_batched_tokens=8192)
+# The streaming figure: the simulated backend at zero step time (a hardware profile whose rates are
+# infinite and whose overheads are zero: every step is released as soon as the scheduler has made it),
+# so what limits the rate is the HTTP path, not a forward pass. Enough sequences and KV for 256 streams
+# of 64 prompt + 128 output tokens.
+ZERO_STEP_GPU = "zero-step-time"
+
+
+def zero_step_hardware(path: Path) -> Path:
+    """Write a hardware profile whose modelled steps take no time (still the simulated backend)."""
+    inf = float("inf")
+    gpu = GpuSpec(ZERO_STEP_GPU, peak_flops=inf, mem_bandwidth=inf, memory_bytes=80 * 10**9,
+                  interconnect_bandwidth=inf, interconnect_latency_s=0.0, host_bandwidth=inf, step_overhead_s=0.0,
+                  source="bench/serve.py: zero step time")
+    params = CostParams(overhead_s=0.0, per_seq_s=0.0, flops=inf, bandwidth=inf, attn_flops=inf, kv_bandwidth=inf)
+    path.write_text(dump_hardware(Hardware(gpu, params, calibrated=False, origin=str(path)),
+                                  "zero step time (bench/serve.py)"), encoding="utf-8")
+    return path
+
+
+def stream_config(hardware: Path) -> EngineConfig:
+    return EngineConfig(backend="simulated", model="tiny", hardware=str(hardware), kv_budget_mb=64.0,
+                        max_model_len=1024, max_num_seqs=256, max_num_batched_tokens=8192)
 
 
 # -- in-process ---------------------------------------------------------------------------------------
@@ -154,7 +175,7 @@ def engine_pid(api_pid: int) -> int | None:
 async def stream_rate(base_url: str, api_pid: int, streams: int, max_tokens: int, rounds: int) -> dict[str, float]:
     """``streams`` concurrent streams sent at once through kvtui's load client, ``rounds`` times; the
     best round's tokens/s, and CPU per token of each process over all rounds."""
-    target = OpenAITarget(base_url, "kvtui-tiny", extra_body={"ignore_eos": True}, max_connections=streams)
+    target = OpenAITarget(base_url, "kvtui-tiny", extra_body={"ignore_eos": True})
     spec = RequestSpec(index=0, prompt=prompt(0), prompt_len=PROMPT_LEN, max_tokens=max_tokens, shared_prefix=False)
 
     async def burst(tag: str, n: int) -> list[RequestRecord]:
@@ -191,7 +212,24 @@ async def stream_rate(base_url: str, api_pid: int, streams: int, max_tokens: int
     }
 
 
+async def run_stream(args: argparse.Namespace) -> dict[str, float]:
+    """The streaming figures from a ``kvtui serve`` on the simulated backend at zero step time."""
+    with tempfile.TemporaryDirectory() as tmp, \
+            LocalServer(Profile(engine=stream_config(zero_step_hardware(Path(tmp) / "zero.toml")))) as server:
+        assert server.pid is not None
+        stream = await stream_rate(server.base_url, server.pid, args.streams, args.stream_tokens, args.stream_rounds)
+    print(f"http_stream_tokens_per_s: {stream['tokens_per_s']:.0f}")
+    print(f"server_cpu_us_per_token: {stream['server_us']:.1f}")
+    print(f"engine_cpu_us_per_token: {stream['engine_us']:.1f}")
+    print(f"client_cpu_us_per_token: {stream['client_us']:.1f}")
+    print(f"client_loop_busy_pct: {stream['client_busy_pct']:.0f}")
+    return stream
+
+
 async def run(args: argparse.Namespace) -> None:
+    if args.stream_only:
+        await run_stream(args)
+        return
     engine = Engine(CONFIG)
     with LocalServer(Profile(engine=CONFIG)) as server:
         url = server.base_url + "/completions"
@@ -226,9 +264,7 @@ async def run(args: argparse.Namespace) -> None:
                 http_tps.append(ht)
                 ratios.append(ht / lt)
 
-    with LocalServer(Profile(engine=STREAM_CONFIG)) as server:
-        assert server.pid is not None
-        stream = await stream_rate(server.base_url, server.pid, args.streams, args.stream_tokens, args.stream_rounds)
+    await run_stream(args)
 
     p50_http = statistics.median(http_ttfts) * 1000
     p50_local = statistics.median(local_ttfts) * 1000
@@ -237,11 +273,6 @@ async def run(args: argparse.Namespace) -> None:
               f"server-side mean (receipt to first token) {server_side_ms:.2f} ms; "
               f"GET /health p50 {statistics.median(health_ms):.2f} ms")
         print(f"# throughput tok/s: http {[round(x) for x in http_tps]}, in-process {[round(x) for x in local_tps]}")
-    print(f"http_stream_tokens_per_s: {stream['tokens_per_s']:.0f}")
-    print(f"server_cpu_us_per_token: {stream['server_us']:.1f}")
-    print(f"engine_cpu_us_per_token: {stream['engine_us']:.1f}")
-    print(f"client_cpu_us_per_token: {stream['client_us']:.1f}")
-    print(f"client_loop_busy_pct: {stream['client_busy_pct']:.0f}")
     print(f"http_ttft_overhead_ms_p50: {p50_http - p50_local:.2f}")
     print(f"http_vs_inprocess_throughput: {statistics.median(ratios):.3f}")
 
@@ -249,6 +280,7 @@ async def run(args: argparse.Namespace) -> None:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="fewer requests (< 2 min on 2 cores)")
+    p.add_argument("--stream-only", action="store_true", help="only the streaming figures (zero step time)")
     p.add_argument("-v", "--verbose", action="store_true", help="also print the raw numbers as # comments")
     args = p.parse_args()
     args.ttft_requests = 40 if args.quick else 200

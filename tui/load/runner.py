@@ -77,7 +77,6 @@ def make_target(profile: Profile, base_url: str | None = None, model: str | None
         endpoint=t.endpoint,
         api_key_env=t.api_key_env,
         timeout_s=t.timeout_s,
-        max_connections=profile.load.max_concurrency,
         # The local engine honours vLLM's ignore_eos, which makes output lengths exactly max_tokens;
         # a hosted API would reject the unknown parameter, so it is only sent locally.
         extra_body={"ignore_eos": True} if local else None,
