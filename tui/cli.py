@@ -52,7 +52,8 @@ API keys are never passed on the command line: name the environment variable tha
 """
 
 # The short flags and the profile key each one sets (through the same path as --set).
-ALIASES = {"rate": "load.rate", "num_requests": "load.num_requests", "duration": "load.duration_s"}
+ALIASES = {"rate": "load.rate", "num_requests": "load.num_requests", "duration": "load.duration_s",
+           "workers": "load.workers"}
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -65,6 +66,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rate", metavar="REQ/S", help="arrival rate in requests/s (= --set load.rate=REQ/S)")
     p.add_argument("--num-requests", metavar="N", help="requests to send with --record (= --set load.num_requests=N)")
     p.add_argument("--duration", metavar="SECONDS", help="how long to send with --record (= --set load.duration_s=SECONDS)")
+    p.add_argument("--workers", metavar="N",
+                   help="with --record: load-client processes sharing ONE arrival schedule, each sending every N-th "
+                        "request, for rates one client process cannot keep up with (= --set load.workers=N; default 1)")
 
 
 def _checkpoint_options(p: argparse.ArgumentParser) -> None:
@@ -162,7 +166,7 @@ def alias_overrides(args: argparse.Namespace, prof: Profile) -> list[str]:
         value = getattr(args, dest, None)
         if value is None:
             continue
-        if prof.stages and getattr(args, "record", False):
+        if prof.stages and getattr(args, "record", False) and dest != "workers":  # workers: one for all stages
             field = key.split(".")[1]
             if dest == "rate":
                 raise ProfileError(
