@@ -7,14 +7,16 @@ Prints, one ``name: value`` line each:
   one request at a time, the two interleaved so both see the same machine noise. Target < 2 ms.
 - ``http_vs_inprocess_throughput``: output tokens/s of a burst of concurrent streams through the
   server ÷ the same burst stepped in-process. Target ≥ 0.9.
-- ``http_stream_tokens_per_s``: output tokens/s streamed by ``kvtui serve`` to kvtui's own load client
-  (:class:`tui.load.target.OpenAITarget`, the recorder's), 256 concurrent streams (target ≥ 20,000 on
-  the simulated backend at zero step time, where neither side waits for the engine).
+- ``http_stream_tokens_per_s``: output tokens/s streamed by ``kvtui serve`` on the simulated backend at
+  zero step time (a hardware profile with infinite rates and no overheads: neither side waits for a
+  forward pass) to kvtui's own load client (:class:`tui.load.target.OpenAITarget`, the recorder's),
+  256 concurrent streams (target ≥ 20,000).
 - ``server_cpu_us_per_token``: CPU time of the API server process per streamed token (the HTTP path:
   engine messages in, SSE out; target < 15); ``engine_cpu_us_per_token``: the engine process's.
 - ``client_cpu_us_per_token``: CPU time of the load client per token (SSE parse and timing; target
   < 20); ``client_loop_busy_pct``: the share of wall time the client's event loop was busy (near 100:
-  the client, not the server, set the throughput).
+  the client, not the server, set the throughput); ``http_stream_events_per_token``: SSE events the
+  client parsed per token (1.0: every token its own event, none merged).
 
 CPU times, not wall times, are the figures to compare on a shared machine: they are what each
 process spent, whoever else ran.
@@ -188,7 +190,7 @@ async def stream_rate(base_url: str, api_pid: int, streams: int, max_tokens: int
         eng = engine_pid(api_pid)
         api0, eng0, me0 = cpu_s(api_pid), cpu_s(eng) if eng else 0.0, time.process_time()
         meter = LoopBusyMeter()
-        tokens, rates = 0, []
+        tokens, events, rates = 0, 0, []
         for r in range(rounds):
             t0 = time.perf_counter()
             recs = await burst(f"r{r}", streams)
@@ -198,6 +200,7 @@ async def stream_rate(base_url: str, api_pid: int, streams: int, max_tokens: int
                 raise RuntimeError(f"{len(bad)} stream(s) failed, e.g. {bad[0].status}: {bad[0].reason}")
             n = sum(rec.completion_tokens or 0 for rec in recs)
             tokens += n
+            events += sum(rec.num_chunks for rec in recs)
             rates.append(n / wall)
         busy = meter.busy()
         api1, eng1, me1 = cpu_s(api_pid), cpu_s(eng) if eng else 0.0, time.process_time()
@@ -209,6 +212,7 @@ async def stream_rate(base_url: str, api_pid: int, streams: int, max_tokens: int
         "engine_us": (eng1 - eng0) / tokens * 1e6,
         "client_us": (me1 - me0) / tokens * 1e6,
         "client_busy_pct": 100 * (busy or 0.0),
+        "events_per_token": events / tokens,
     }
 
 
@@ -223,6 +227,7 @@ async def run_stream(args: argparse.Namespace) -> dict[str, float]:
     print(f"engine_cpu_us_per_token: {stream['engine_us']:.1f}")
     print(f"client_cpu_us_per_token: {stream['client_us']:.1f}")
     print(f"client_loop_busy_pct: {stream['client_busy_pct']:.0f}")
+    print(f"http_stream_events_per_token: {stream['events_per_token']:.3f}")
     return stream
 
 
