@@ -12,12 +12,16 @@ directory is the recorder's (requests, steps, gpu Parquet, summary, profile.toml
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
+
+from rich.live import Live
+from rich.text import Text
 
 from tui.engine.engine import Engine, RequestRejected
 from tui.engine.params import SamplingParams
@@ -25,6 +29,7 @@ from tui.engine.sim.clock import SimClock, VirtualClock
 from tui.engine.snapshot import StepTiming
 from tui.load.arrivals import ArrivalProcess, Schedule
 from tui.load.workload import Workload
+from tui.metrics.capacity import cell_attainment
 from tui.metrics.window import RollingWindow
 from tui.profile import EngineMode, Profile, Stage
 from tui.record import Recorder
@@ -42,51 +47,67 @@ class VirtualClockRecorder(Recorder):
 
     clock_kind = "virtual"
     _t_next: float | None = None  # where the next cell's virtual clock starts
+    _simulated_s = 0.0  # simulated seconds of all cells so far
 
     def run(self) -> int:
         self._open_run()
         code = 0
         t0 = time.perf_counter()
-        simulated_s = 0.0
+        self._simulated_s = 0.0
+        self._plan = self._make_plan([m.label for m in self.profile.record.modes])
         try:
-            for stage in self.profile.run_stages():
-                for mode in self.profile.record.modes:
-                    simulated_s += self._run_virtual_cell(stage, mode)
+            with self._plan_progress():
+                while (cell := self._plan.next_cell()) is not None:
+                    stage, mode = cell
+                    self._simulated_s += self._run_virtual_cell(stage, EngineMode.parse(mode))
+                    self._plan.cell_done(partial=False)
                     for w in self._writers.values():
                         w.flush()
+            self._plan.finish(complete=True)
         except KeyboardInterrupt:
             self.interrupted = True
+            self._plan.finish(complete=False)
             code = 130
         except ValueError as e:  # the engine could not be built (e.g. the model does not fit)
             self.fatal = f"the simulated engine did not start: {e}"
             code = 1
         wall = time.perf_counter() - t0
-        self.extra_info = {"simulated_s": simulated_s, "wall_s": wall}
-        self.err.print(f"simulated {simulated_s:,.1f} s of traffic in {wall:,.1f} s of wall time "
-                       f"({simulated_s / wall if wall > 0 else 0:,.0f}x)", highlight=False)
+        self.extra_info = {"simulated_s": self._simulated_s, "wall_s": wall}
+        self.err.print(f"simulated {self._simulated_s:,.1f} s of traffic in {wall:,.1f} s of wall time "
+                       f"({self._simulated_s / wall if wall > 0 else 0:,.0f}x)", highlight=False)
         self._finish(code)
         return code
 
+    @contextlib.contextmanager
+    def _plan_progress(self) -> Iterator[None]:
+        """On a terminal, a live line with the plan's progress (a sweep's probe and its SLO count so far).
+
+        Rich refreshes it from its own thread; it reads only the plan's counters, never the engine.
+        """
+        if not self.err.is_terminal:
+            yield
+            return
+        with Live(get_renderable=lambda: Text(self._plan.status()), console=self.err, refresh_per_second=4,
+                  transient=True):
+            yield
+
     def _run_virtual_cell(self, stage: Stage, mode: EngineMode) -> float:
         """One stage under one mode; returns the simulated seconds it spanned."""
-        prof = self.profile
         # on the monotonic scale (so mono_to_wall maps it), each cell starting where the last one ended
-        clock = VirtualClock(self._t_next if self._t_next is not None else time.monotonic())
-        engine = Engine(prof.engine.with_mode(mode), prof.defenses, sim_clock=clock)
+        start = self._t_next if self._t_next is not None else time.monotonic()
         note: dict[str, Any] = {"stage": stage.name, "mode": mode.label, "rate": stage.rate, "partial": True,
-                                "started_t": mono_to_wall(clock.now())}
+                                "started_t": mono_to_wall(start)}
         self.cells.append(note)
-        cell = ClockDriver(engine, clock, prof, stage, mode.label, run_id=self.run_id, on_record=self._on_record,
-                           on_steps=self._write_steps(stage.name, mode.label))
-        start = clock.now()
-        if prof.load.warmup_requests:
-            cell.warmup(prof.load.warmup_requests)
-        cell.run()
+        cell = run_virtual_cell(self.profile, stage, mode, start=start, run_id=self.run_id, on_record=self._on_record,
+                                on_steps=self._write_steps(stage.name, mode.label))
+        clock = cell.clock
         note["partial"] = False
         note["ended_t"] = mono_to_wall(clock.now())
         w = cell.window.stats()
         p99 = f"{w.ttft.p99 * 1e3:.0f} ms" if w.ttft.p99 is not None else "-"
-        self.err.print(f"{stage.name} / {mode.label}: {w.sent} sent, {w.completed} ok, {w.failed_total} failed, "
+        offered = self.offered_rate(stage)
+        rates = f"target {stage.rate:g}/s" + (f", offered {offered:.2f}/s" if offered is not None else "")
+        self.err.print(f"{stage.name} / {mode.label}: {rates}: {w.sent} sent, {w.completed} ok, {w.failed_total} failed, "
                        f"TTFT P99 {p99} (simulated)", highlight=False)
         self._t_next = clock.now()
         return clock.now() - start
@@ -230,6 +251,32 @@ class ClockDriver:
         self.open.clear()
 
 
-def record_virtual(profile: Profile, out: Path) -> int:
+def run_virtual_cell(profile: Profile, stage: Stage, mode: EngineMode, *, start: float, run_id: str = "",
+                     on_record: Callable[[RequestRecord], Any] | None = None,
+                     on_steps: Callable[[list[StepTiming]], Any] | None = None) -> ClockDriver:
+    """One stage under one mode on a fresh simulated engine whose virtual clock starts at ``start``
+    (monotonic scale): the profile's warm-up, then the stage to its end. Returns the driver (its
+    clock says when the cell ended)."""
+    clock = VirtualClock(start)
+    engine = Engine(profile.engine.with_mode(mode), profile.defenses, sim_clock=clock)
+    cell = ClockDriver(engine, clock, profile, stage, mode.label, run_id=run_id, on_record=on_record,
+                       on_steps=on_steps)
+    if profile.load.warmup_requests:
+        cell.warmup(profile.load.warmup_requests)
+    cell.run()
+    return cell
+
+
+def probe_attainment(profile: Profile, mode: EngineMode, rate: float) -> float:
+    """One sweep probe alone: the goodput attainment of ``profile``'s ``[sweep]`` probe at ``rate`` under
+    ``mode``, run exactly as the recorder's sweep runs it (its cell, its records, the table's number)."""
+    assert profile.sweep is not None
+    records: list[RequestRecord] = []
+    run_virtual_cell(profile, profile.sweep.probe_stage(1, rate), mode, start=time.monotonic(),
+                     on_record=lambda r: None if r.warmup else records.append(r))
+    return cell_attainment(records, profile.slo) or 0.0
+
+
+def record_virtual(profile: Profile, out: Path, *, seed_drawn: bool = False) -> int:
     """``kvtui --record`` for a simulated profile on the virtual clock; returns the exit code."""
-    return VirtualClockRecorder(profile, Path(out)).run()
+    return VirtualClockRecorder(profile, Path(out), seed_drawn=seed_drawn).run()

@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import os
 import socket
 import subprocess
@@ -275,7 +276,10 @@ class _WorkerMain:
         self.conn = conn
         self.spec = spec
         self.out: list[RequestRecord] = []
-        self.runner = LoadRunner(spec.profile, spec.base_url, model=spec.model, rate=spec.rate, stage=spec.stage,
+        profile, mc = spec.profile, spec.profile.load.max_concurrency
+        if mc is not None:  # the concurrency cap is the whole client's: each worker holds its share
+            profile = dataclasses.replace(profile, load=dataclasses.replace(profile.load, max_concurrency=-(-mc // spec.workers)))
+        self.runner = LoadRunner(profile, spec.base_url, model=spec.model, rate=spec.rate, stage=spec.stage,
                                  mode=spec.mode, run_id=spec.run_id, on_record=self.out.append,
                                  shard=(spec.worker, spec.workers))
         self.exit = asyncio.Event()
