@@ -140,3 +140,13 @@ num_requests = 30
     assert summary.get_column("client_workers").to_list() == [2]
     md = (out / "summary.md").read_text(encoding="utf-8")
     assert "2 load-client processes on one schedule" in md
+
+
+def test_the_rolling_window_keeps_the_dispatch_lag_of_every_finished_request():
+    window = RollingWindow(30.0, clock=lambda: 200.0)
+    for i, status in enumerate(["ok", "ok", "timeout", "ok"]):
+        r = RequestRecord(request_id=f"r{i}", index=i, stage="s", mode="m", scheduled_t=190.0 + i)
+        r.send_t, r.end_t, r.status = 190.0 + i + 0.001 * (i + 1), 195.0, status  # lags 1, 2, 3, 4 ms
+        window.add(r)
+    lag = window.stats().dispatch_lag
+    assert lag.p50 == pytest.approx(0.0025) and lag.p99 == pytest.approx(0.00397)
