@@ -36,7 +36,8 @@ modes:
                                   which the [slo] still holds for 90% of requests); prints the edges
   kvtui serve [--host H] [--port P]
                                   the local engine as an OpenAI-compatible server (+ /metrics)
-  kvtui report DIR [DIR2]         print a recorded run's table again, or compare two runs
+  kvtui report DIR [DIR2 ...]     review recorded runs in the terminal: the table, latency against
+                                  offered load, each cell over time (--table, or a pipe: print the table)
   kvtui calibrate [--out FILE]    measure the torch engine here and write a hardware profile for the
                                   simulated backend (engine.backend = "simulated")
   kvtui profiles [show NAME]      list the shipped profiles, or print one with defaults filled in
@@ -134,8 +135,10 @@ def build_parser() -> argparse.ArgumentParser:
     _checkpoint_options(serve)
     _set_option(serve)
 
-    report = sub.add_parser("report", help="print the table of a recorded run, or compare two")
-    report.add_argument("dirs", nargs="+", type=Path, metavar="DIR", help="one run directory, or two to compare")
+    report = sub.add_parser("report", help="review recorded runs: table, load curves, time series (or print the table)")
+    report.add_argument("dirs", nargs="+", type=Path, metavar="DIR", help="one run directory, or several to compare")
+    report.add_argument("--table", action="store_true",
+                        help="print the table instead of opening the review (the default when stdout is not a terminal)")
 
     profiles = sub.add_parser("profiles", help="list the shipped profiles; `profiles show NAME` prints one in full",
                               description="List the shipped profiles (name and description); `show NAME` prints one.")
@@ -262,9 +265,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "report":
-            from tui.report import report_main
+            if args.table or not sys.stdout.isatty():  # pipes and scripts get the printed table, as before
+                from tui.report import report_main
 
-            return report_main(args.dirs)
+                return report_main(args.dirs)
+            from tui.ui.report_app import report_app_main
+
+            return report_app_main(args.dirs)
         if args.command == "serve":
             from tui.serve.app import serve_main
 

@@ -122,12 +122,12 @@ class Sweep(CellPlan):
     def status(self) -> str:
         if self._cell is None:
             return ""
-        stage = self._cell[0]
+        stage, mode = self._cell
         search = self.searches[self._mode]
         done = len(self._records)
         live = f"SLO met {self._met}/{done} so far" if done else "no request finished yet"
         history = " ".join(f"{p.rate:.3g}:{p.attainment:.2f}" for p in search.probes)
-        return (f"sweep probe {len(search.probes) + 1} at {stage.rate:.4g}/s · {live} · target "
+        return (f"sweep {mode} · probe {len(search.probes) + 1} at {stage.rate:.4g}/s · {live} · target "
                 f"{self.config.target_attainment:.0%}" + (f" · before (rate:met) {history}" if history else ""))
 
     def _write(self, finished: bool) -> None:

@@ -12,12 +12,16 @@ directory is the recorder's (requests, steps, gpu Parquet, summary, profile.toml
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
+
+from rich.live import Live
+from rich.text import Text
 
 from tui.engine.engine import Engine, RequestRejected
 from tui.engine.params import SamplingParams
@@ -43,20 +47,22 @@ class VirtualClockRecorder(Recorder):
 
     clock_kind = "virtual"
     _t_next: float | None = None  # where the next cell's virtual clock starts
+    _simulated_s = 0.0  # simulated seconds of all cells so far
 
     def run(self) -> int:
         self._open_run()
         code = 0
         t0 = time.perf_counter()
-        simulated_s = 0.0
+        self._simulated_s = 0.0
         self._plan = self._make_plan([m.label for m in self.profile.record.modes])
         try:
-            while (cell := self._plan.next_cell()) is not None:
-                stage, mode = cell
-                simulated_s += self._run_virtual_cell(stage, EngineMode.parse(mode))
-                self._plan.cell_done(partial=False)
-                for w in self._writers.values():
-                    w.flush()
+            with self._plan_progress():
+                while (cell := self._plan.next_cell()) is not None:
+                    stage, mode = cell
+                    self._simulated_s += self._run_virtual_cell(stage, EngineMode.parse(mode))
+                    self._plan.cell_done(partial=False)
+                    for w in self._writers.values():
+                        w.flush()
             self._plan.finish(complete=True)
         except KeyboardInterrupt:
             self.interrupted = True
@@ -66,11 +72,24 @@ class VirtualClockRecorder(Recorder):
             self.fatal = f"the simulated engine did not start: {e}"
             code = 1
         wall = time.perf_counter() - t0
-        self.extra_info = {"simulated_s": simulated_s, "wall_s": wall}
-        self.err.print(f"simulated {simulated_s:,.1f} s of traffic in {wall:,.1f} s of wall time "
-                       f"({simulated_s / wall if wall > 0 else 0:,.0f}x)", highlight=False)
+        self.extra_info = {"simulated_s": self._simulated_s, "wall_s": wall}
+        self.err.print(f"simulated {self._simulated_s:,.1f} s of traffic in {wall:,.1f} s of wall time "
+                       f"({self._simulated_s / wall if wall > 0 else 0:,.0f}x)", highlight=False)
         self._finish(code)
         return code
+
+    @contextlib.contextmanager
+    def _plan_progress(self) -> Iterator[None]:
+        """On a terminal, a live line with the plan's progress (a sweep's probe and its SLO count so far).
+
+        Rich refreshes it from its own thread; it reads only the plan's counters, never the engine.
+        """
+        if not self.err.is_terminal:
+            yield
+            return
+        with Live(get_renderable=lambda: Text(self._plan.status()), console=self.err, refresh_per_second=4,
+                  transient=True):
+            yield
 
     def _run_virtual_cell(self, stage: Stage, mode: EngineMode) -> float:
         """One stage under one mode; returns the simulated seconds it spanned."""

@@ -240,3 +240,21 @@ def test_the_short_flags_set_every_probe_s_length_and_rate_is_refused() -> None:
     assert prof.sweep is not None and (prof.sweep.num_requests, prof.sweep.duration_s) == (20, 5.0)
     with pytest.raises(ProfileError, match="sweeps the rate"):
         resolve_profile(build_parser().parse_args(["--record", "--profile", "sweep", "--rate", "3", "--out", "x"]))
+
+
+def test_the_live_line_names_the_mode_the_probe_and_the_slo_count(tmp_path: Path) -> None:
+    from tui.records.request import RequestRecord
+    from tui.sweep import Sweep
+
+    said: list[str] = []
+    plan = Sweep(small_profile(), ["continuous+paged"], tmp_path, said.append)
+    stage, mode = plan.next_cell() or (None, None)
+    assert stage is not None and (stage.name, stage.rate, mode) == ("sweep-01", 4.0, "continuous+paged")
+    for i, ttft in enumerate((0.05, 0.3)):  # one within the 150 ms TTFT target, one not
+        plan.on_record(RequestRecord(f"r{i}", i, "sweep-01", mode, 0.0, send_t=10.0, first_token_t=10.0 + ttft,
+                                     last_token_t=10.1 + ttft, completion_tokens=8, status="ok"))
+    plan.on_record(RequestRecord("w", 0, "sweep-01", mode, 0.0, warmup=True, status="ok"))  # warm-ups do not count
+    assert plan.status() == "sweep continuous+paged · probe 1 at 4/s · SLO met 1/2 so far · target 85%"
+    plan.cell_done(partial=False)
+    assert said[-1].startswith("sweep continuous+paged: sweep-01 at 4 req/s: SLO met by 50.0% of 2 requests (missed")
+    assert read_capacity_edges(tmp_path)[0].probes == (Probe(4.0, 0.5, "sweep-01"),)

@@ -9,12 +9,13 @@ entry take the same path.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from textual.binding import Binding
 
-Group = Literal["Load", "Engine", "Defenses", "View"]
+Group = Literal["Load", "Engine", "Defenses", "View", "Review"]
 
 
 @dataclass(frozen=True)
@@ -115,10 +116,11 @@ BY_ID: dict[str, DashboardAction] = {a.id: a for a in ACTIONS}
 DASHBOARD_ACTIONS = frozenset({"act", *(a.id for a in ACTIONS if a.op is None)})
 
 
-def bindings() -> list[Binding]:
-    """The app's key bindings, in the table's order (the footer shows those with a label), help first."""
+def bindings(actions: Sequence[DashboardAction] = ACTIONS) -> list[Binding]:
+    """An app's key bindings from its action table (the dashboard's by default), in the table's order
+    (the footer shows those with a label), help first."""
     out: list[Binding] = []
-    for a in sorted(ACTIONS, key=lambda a: not a.footer_first):
+    for a in sorted(actions, key=lambda a: not a.footer_first):
         if a.keys:
             out.append(Binding(a.keys, a.action, a.label or a.title, show=bool(a.label),
                                key_display=a.key_display, priority=a.priority, id=a.id))
