@@ -38,6 +38,9 @@ modes:
                                   the local engine as an OpenAI-compatible server (+ /metrics)
   kvtui report DIR [DIR2 ...]     review recorded runs in the terminal: the table, latency against
                                   offered load, each cell over time (--table, or a pipe: print the table)
+  kvtui report DIR [DIR2 ...] --html FILE
+                                  one self-contained HTML page of charts (runs overlaid), each chart
+                                  also as SVG and PNG in FILE-charts/ (or --charts-dir DIR)
   kvtui calibrate [--out FILE]    measure the torch engine here and write a hardware profile for the
                                   simulated backend (engine.backend = "simulated")
   kvtui profiles [show NAME]      list the shipped profiles, or print one with defaults filled in
@@ -139,6 +142,10 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("dirs", nargs="+", type=Path, metavar="DIR", help="one run directory, or several to compare")
     report.add_argument("--table", action="store_true",
                         help="print the table instead of opening the review (the default when stdout is not a terminal)")
+    report.add_argument("--html", type=Path, metavar="FILE",
+                        help="write a self-contained HTML report with charts (runs overlaid) to FILE")
+    report.add_argument("--charts-dir", type=Path, metavar="DIR",
+                        help="with --html: where each chart goes as SVG and PNG (default: FILE's name + -charts)")
 
     profiles = sub.add_parser("profiles", help="list the shipped profiles; `profiles show NAME` prints one in full",
                               description="List the shipped profiles (name and description); `show NAME` prints one.")
@@ -265,6 +272,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.command == "report":
+            if args.html is not None:
+                from tui.report_html import html_main
+
+                return html_main(args.dirs, args.html, args.charts_dir)
             if args.table or not sys.stdout.isatty():  # pipes and scripts get the printed table, as before
                 from tui.report import report_main
 
