@@ -30,6 +30,8 @@ from collections import OrderedDict
 from dataclasses import asdict
 from typing import Any
 
+import orjson
+
 from tui.engine.snapshot import (
     ArenaSegment,
     BlockTable,
@@ -198,8 +200,9 @@ def _engine_fields(snap: EngineSnapshot) -> dict[str, Any]:
         "last_steps": [asdict(s) for s in snap.last_steps],
         "num_waiting": snap.num_waiting, "num_running": snap.num_running,
         "num_preemptions": snap.num_preemptions, "num_rejected": snap.num_rejected,
-        "num_timed_out": snap.num_timed_out, "busy_fraction": snap.busy_fraction,
-        "defenses": dict(snap.defenses), "device": snap.device,
+        "num_timed_out": snap.num_timed_out, "num_swapped": snap.num_swapped, "num_swaps": snap.num_swaps,
+        "swapped_bytes": snap.swapped_bytes, "preemption_mode": snap.preemption_mode,
+        "busy_fraction": snap.busy_fraction, "defenses": dict(snap.defenses), "device": snap.device,
         "backend": snap.backend, "sim": snap.sim,
     }
 
@@ -211,10 +214,29 @@ def _engine_from_fields(d: dict[str, Any], requests: tuple[RequestView, ...]) ->
         segments=tuple(ArenaSegment(*s) for s in d["segments"]),
         last_steps=tuple(StepTiming(**s) for s in d["last_steps"]),
         num_waiting=d["num_waiting"], num_running=d["num_running"], num_preemptions=d["num_preemptions"],
-        num_rejected=d["num_rejected"], num_timed_out=d["num_timed_out"], busy_fraction=d["busy_fraction"],
+        num_rejected=d["num_rejected"], num_timed_out=d["num_timed_out"], num_swapped=d.get("num_swapped", 0),
+        num_swaps=d.get("num_swaps", 0), swapped_bytes=d.get("swapped_bytes", 0),
+        preemption_mode=d.get("preemption_mode", "recompute"), busy_fraction=d["busy_fraction"],
         defenses=d["defenses"], device=d["device"],
         backend=d.get("backend", "torch"), sim=d.get("sim"),
     )
+
+
+def frame_json(snap: EngineSnapshot) -> bytes:
+    """The whole state as one self-contained compact JSON document (every request in detail, no
+    delta): a recorded replay frame, readable on its own so a replay can seek to any frame."""
+    engine = _engine_fields(snap)
+    engine["encoding"] = ENCODING
+    engine["requests"] = [encode_request(r) for r in snap.requests]
+    return orjson.dumps(engine)
+
+
+def frame_snapshot(data: bytes) -> EngineSnapshot:
+    """The EngineSnapshot of a :func:`frame_json` document (raises ValueError, KeyError or TypeError
+    when it is not one)."""
+    engine = orjson.loads(data)
+    block_size = engine["totals"].get("block_size", 16)
+    return _engine_from_fields(engine, tuple(decode_request(r, block_size) for r in engine["requests"]))
 
 
 def delta_entries(base: dict[str, dict[str, Any]], encoded: list[dict[str, Any]]) -> list[Any]:

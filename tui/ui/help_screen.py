@@ -14,7 +14,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
-from tui.ui.actions import ACTIONS
+from tui.ui.actions import ACTIONS, DashboardAction
 
 PANES: tuple[tuple[str, str], ...] = (
     ("Mode bar", "the local engine's batching policy (static or continuous), KV layout (contiguous or paged), "
@@ -70,13 +70,14 @@ def _section(title: str, rows: tuple[tuple[str, str], ...] | list[tuple[str, str
     return table
 
 
-def key_rows() -> list[tuple[str, str]]:
-    """The keys, from the action table, by group."""
+def key_rows(actions: tuple[DashboardAction, ...] = ACTIONS,
+             extra: tuple[tuple[str, str], ...] = EXTRA_KEYS) -> list[tuple[str, str]]:
+    """The keys, from an action table (the dashboard's by default), by group, then ``extra``."""
     rows: list[tuple[str, str]] = []
-    for a in ACTIONS:
+    for a in actions:
         if a.keys:
             rows.append((a.shown_keys, f"{a.title.split(': ', 1)[-1]} — {a.help}"))
-    return rows + list(EXTRA_KEYS)
+    return rows + list(extra)
 
 
 class HelpScreen(ModalScreen[None]):
@@ -94,13 +95,20 @@ class HelpScreen(ModalScreen[None]):
         Binding("escape,q,question_mark", "dismiss", "close", key_display="esc"),
     ]
 
+    def __init__(self, actions: tuple[DashboardAction, ...] = ACTIONS,
+                 panes: tuple[tuple[str, str], ...] = PANES, extra_keys: tuple[tuple[str, str], ...] = EXTRA_KEYS,
+                 ) -> None:
+        """The dashboard's help by default; the replay passes its own keys and panes."""
+        super().__init__()
+        self.actions, self.panes, self.extra_keys = actions, panes, extra_keys
+
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help-body") as body:
             body.border_title = "kvtui help · esc closes"
-            yield Static(_section("Panes", PANES, 16), id="help-panes")
+            yield Static(_section("Panes", self.panes, 16), id="help-panes")
             yield Static(_section("Metrics (vLLM's serving benchmark definitions)", METRICS, 16),
                          id="help-metrics")
-            yield Static(_section("Keys", key_rows(), 16), id="help-keys")
+            yield Static(_section("Keys", key_rows(self.actions, self.extra_keys), 16), id="help-keys")
             yield Static(Text("Press esc to go back.", style="dim"))
 
     def on_mount(self) -> None:
