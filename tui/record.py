@@ -8,7 +8,8 @@ grace, writes everything (``run.json`` says partial) and exits 130. A target tha
 refuses the key, or dies mid-run gets one clear line on stderr and a non-zero exit, with whatever
 was recorded written out.
 
-Output directory: requests.parquet, steps.parquet, gpu.parquet, summary.csv, summary.md,
+Output directory: requests.parquet, steps.parquet, gpu.parquet, frames.parquet (the local engine's
+state at ``record.snapshots_per_s``, for ``kvtui report DIR --replay``), summary.csv, summary.md,
 profile.toml (the profile used; an API key appears nowhere, only the NAME of its variable), run.json.
 """
 
