@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import secrets
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from tui import __version__
 from tui.profile import (
+    MAX_SEED,
     Profile,
     ProfileError,
     apply_overrides,
@@ -29,9 +31,16 @@ modes:
   kvtui --target URL --model M    dashboard on any OpenAI-compatible endpoint
   kvtui --record --out DIR        headless: run every stage x mode of the profile, write Parquet
                                   records and the comparison table
+  kvtui --record --profile sweep --out DIR
+                                  headless: find each mode's capacity edge (the highest rate at
+                                  which the [slo] still holds for 90% of requests); prints the edges
   kvtui serve [--host H] [--port P]
                                   the local engine as an OpenAI-compatible server (+ /metrics)
-  kvtui report DIR [DIR2]         print a recorded run's table again, or compare two runs
+  kvtui report DIR [DIR2 ...]     review recorded runs in the terminal: the table, latency against
+                                  offered load, each cell over time (--table, or a pipe: print the table)
+  kvtui report DIR [DIR2 ...] --html FILE
+                                  one self-contained HTML page of charts (runs overlaid), each chart
+                                  also as SVG and PNG in FILE-charts/ (or --charts-dir DIR)
   kvtui report DIR --replay       play a recorded run's scheduler back (keys: space, ← →, [ ], n N, c)
   kvtui calibrate [--out FILE]    measure the torch engine here and write a hardware profile for the
                                   simulated backend (engine.backend = "simulated")
@@ -46,7 +55,16 @@ value written as in TOML; arrays are indexed from 0:
   kvtui --record --profile compare --set stages.0.rate=2 --set 'record.modes=["continuous+paged"]' --out runs/x
   kvtui --profile baseline --rate 8 --set engine.batching=static
 --rate, --num-requests and --duration are short for --set load.rate / load.num_requests /
-load.duration_s (for a profile with [[stages]], --num-requests and --duration set every stage's).
+load.duration_s (for a profile with [[stages]], --num-requests and --duration set every stage's;
+with [sweep], every probe's).
+--seed N sets load.seed and workload.seed: the same seed draws the same arrivals and requests on every
+run (the table's offered/s is the rate that draw offered); repeat a measurement with --seed 1, --seed 2,
+... or --seed random (the seed drawn is printed and recorded, so the run can still be repeated).
+sweep: a profile's [sweep] section probes each mode at growing rates until the share of requests
+meeting every [slo] target falls below target_attainment (default 0.9), then bisects to tolerance
+(default 0.1, relative); keys and defaults: start_rate 1.0, growth 2.0, max_probes 12 per mode,
+max_rate (none); each probe sends max(num_requests, rate x duration_s) requests (defaults 100, 30 s).
+Each probe is a stage (sweep-01, ...); sweep.json in the run directory holds each mode's probes and edge.
 A recorded run's profile.toml has the overrides applied: --profile RUN_DIR repeats the run.
 API keys are never passed on the command line: name the environment variable that holds one with
 --api-key-env (e.g. --api-key-env OPENAI_API_KEY).
@@ -66,6 +84,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rate", metavar="REQ/S", help="arrival rate in requests/s (= --set load.rate=REQ/S)")
     p.add_argument("--num-requests", metavar="N", help="requests to send with --record (= --set load.num_requests=N)")
     p.add_argument("--duration", metavar="SECONDS", help="how long to send with --record (= --set load.duration_s=SECONDS)")
+    p.add_argument("--seed", metavar="N|random",
+                   help="seed of the arrival times and the request contents (= --set load.seed=N --set workload.seed=N); "
+                        "'random' draws one, says which and records it in the run's profile.toml and run.json")
 
 
 def _checkpoint_options(p: argparse.ArgumentParser) -> None:
@@ -118,8 +139,14 @@ def build_parser() -> argparse.ArgumentParser:
     _checkpoint_options(serve)
     _set_option(serve)
 
-    report = sub.add_parser("report", help="print the table of a recorded run, or compare two")
-    report.add_argument("dirs", nargs="+", type=Path, metavar="DIR", help="one run directory, or two to compare")
+    report = sub.add_parser("report", help="review recorded runs: table, load curves, time series (or print the table)")
+    report.add_argument("dirs", nargs="+", type=Path, metavar="DIR", help="one run directory, or several to compare")
+    report.add_argument("--table", action="store_true",
+                        help="print the table instead of opening the review (the default when stdout is not a terminal)")
+    report.add_argument("--html", type=Path, metavar="FILE",
+                        help="write a self-contained HTML report with charts (runs overlaid) to FILE")
+    report.add_argument("--charts-dir", type=Path, metavar="DIR",
+                        help="with --html: where each chart goes as SVG and PNG (default: FILE's name + -charts)")
     report.add_argument("--replay", action="store_true",
                         help="play the run's recorded scheduler states back in the dashboard's panes")
 
@@ -159,14 +186,21 @@ def alias_overrides(args: argparse.Namespace, prof: Profile) -> list[str]:
 
     A profile with ``[[stages]]`` records those, not ``[load]``: there --num-requests and --duration set
     every stage's, and --rate (one rate for every stage would defeat the stages) is refused for --record.
+    A profile with ``[sweep]`` likewise: they set every probe's length, and the sweep chooses the rates.
     """
     items = []
     for dest, key in ALIASES.items():
         value = getattr(args, dest, None)
         if value is None:
             continue
-        if prof.stages and getattr(args, "record", False):
-            field = key.split(".")[1]
+        field = key.split(".")[1]
+        if prof.sweep is not None and getattr(args, "record", False):  # every probe's length
+            if dest == "rate":
+                raise ProfileError(
+                    f"--rate sets load.rate, but profile {prof.name!r} sweeps the rate ([sweep]); set where it "
+                    "starts with --set sweep.start_rate=RATE")
+            items.append(f"sweep.{field}={value}")
+        elif prof.stages and getattr(args, "record", False):
             if dest == "rate":
                 raise ProfileError(
                     f"--rate sets load.rate, but profile {prof.name!r} records its [[stages]], each at its own rate; "
@@ -175,6 +209,32 @@ def alias_overrides(args: argparse.Namespace, prof: Profile) -> list[str]:
         else:
             items.append(f"{key}={value}")
     return items
+
+
+SEED_KEYS = ("load.seed", "workload.seed")
+RANDOM_SEED_BELOW = 2**31  # a drawn seed short enough to read back and retype
+
+
+def seed_overrides(seed: str | None) -> tuple[list[str], int | None]:
+    """``--seed N|random`` as ``--set`` items for every seeded key, and the seed when it was drawn.
+
+    vLLM's ``bench serve --seed`` and guidellm's ``--random-seed`` likewise seed the arrivals and the
+    request contents together. ``random`` draws from the operating system's entropy.
+    """
+    if seed is None:
+        return [], None
+    drawn = None
+    if seed.strip().lower() == "random":
+        drawn = secrets.randbelow(RANDOM_SEED_BELOW)
+        value = drawn
+    else:
+        try:
+            value = int(seed)
+        except ValueError:
+            value = -1
+        if not 0 <= value <= MAX_SEED:
+            raise ProfileError(f"--seed = {seed!r}: expected an integer in [0, {MAX_SEED}] or 'random'")
+    return [f"{key}={value}" for key in SEED_KEYS], drawn
 
 
 def print_profiles() -> int:
@@ -190,7 +250,11 @@ def print_profiles() -> int:
 def resolve_profile(args: argparse.Namespace) -> Profile:
     """The profile named by --profile (or the built-in one), with command-line overrides applied."""
     prof = load_named_profile(args.profile)
-    prof = apply_overrides(prof, [*alias_overrides(args, prof), *getattr(args, "overrides", [])])
+    seeds, drawn = seed_overrides(getattr(args, "seed", None))
+    if drawn is not None:
+        print(f"kvtui: --seed random drew seed {drawn} (repeat this run with --seed {drawn})", file=sys.stderr)
+        args.seed_drawn = drawn
+    prof = apply_overrides(prof, [*alias_overrides(args, prof), *seeds, *getattr(args, "overrides", [])])
     target = prof.target
     if getattr(args, "target", None):
         check_base_url(args.target, "--target")
@@ -229,9 +293,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "report" and args.replay:
             return replay_cli(args.dirs)
         if args.command == "report":
-            from tui.report import report_main
+            if args.html is not None:
+                from tui.report_html import html_main
 
-            return report_main(args.dirs)
+                return html_main(args.dirs, args.html, args.charts_dir)
+            if args.table or not sys.stdout.isatty():  # pipes and scripts get the printed table, as before
+                from tui.report import report_main
+
+                return report_main(args.dirs)
+            from tui.ui.report_app import report_app_main
+
+            return report_app_main(args.dirs)
         if args.command == "serve":
             from tui.serve.app import serve_main
 
@@ -258,10 +330,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             if prof.target.kind == "local" and prof.engine.backend == "simulated" and not args.real_time:
                 from tui.virtual_record import record_virtual
 
-                return record_virtual(prof, args.out)
+                return record_virtual(prof, args.out, seed_drawn=getattr(args, "seed_drawn", None) is not None)
             from tui.record import record_main
 
-            return record_main(prof, args.out)
+            return record_main(prof, args.out, seed_drawn=getattr(args, "seed_drawn", None) is not None)
         if args.real_time:
             parser.error("--real-time is only used with --record (the dashboard always runs in real time)")
         if args.out is not None:

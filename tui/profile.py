@@ -48,6 +48,18 @@ class TargetConfig:
     api_key_env: str | None = None
     endpoint: Literal["completions", "chat"] = "completions"
     timeout_s: float = 120.0
+    # vLLM's extension parameter ``ignore_eos`` in every request body, so output lengths are what the
+    # workload asked for. None: sent to the local engine only; a server that does not know it (a hosted
+    # API) refuses the request, so as in vLLM's ``bench serve --ignore-eos`` it is asked for explicitly.
+    ignore_eos: bool | None = None
+    # The model's tokenizer (a Hugging Face directory holding tokenizer.json, or the file): prompts are
+    # then sized in its tokens. Without it a remote target's prompt lengths are in words (about a token each).
+    tokenizer: str | None = None
+
+    @property
+    def sends_ignore_eos(self) -> bool:
+        """Whether requests carry ``ignore_eos: true`` (``ignore_eos``, or by default: the local engine only)."""
+        return self.ignore_eos if self.ignore_eos is not None else self.kind == "local"
 
 
 @dataclass(frozen=True)
@@ -224,6 +236,35 @@ class SloConfig:
 
 
 @dataclass(frozen=True)
+class SweepConfig:
+    """``[sweep]``: find each mode's capacity edge instead of recording fixed ``[[stages]]``.
+
+    Per mode, probe ``start_rate`` req/s; while the share of a probe's requests meeting every
+    ``[slo]`` target (goodput attainment) stays >= ``target_attainment``, multiply the rate by
+    ``growth`` (up to ``max_rate``); once a probe misses (or the first already does: divide instead),
+    bisect between the highest rate that met the target and the lowest that missed it until they are
+    within ``tolerance`` of each other (relative), at most ``max_probes`` probes per mode. Each probe
+    is an ordinary stage (``sweep-01``, ``sweep-02``, ...) that sends max(``num_requests``,
+    rate x ``duration_s``) requests: enough to count at a low rate, and long enough at a high one for
+    an overload to show (it shows as a queue that grows with the probe's length, so longer probes
+    find a lower, steadier edge).
+    """
+
+    target_attainment: float = 0.9
+    start_rate: float = 1.0
+    growth: float = 2.0
+    tolerance: float = 0.1
+    max_probes: int = 12
+    max_rate: float | None = None
+    num_requests: int = 100
+    duration_s: float = 30.0
+
+    def probe_stage(self, index: int, rate: float) -> Stage:
+        """The stage that probes ``rate``: the ``index``-th probe of a mode (from 1)."""
+        return Stage(f"sweep-{index:02d}", rate, max(self.num_requests, math.ceil(rate * self.duration_s)))
+
+
+@dataclass(frozen=True)
 class Profile:
     """A whole experiment. ``Profile()`` is the built-in default."""
 
@@ -237,12 +278,19 @@ class Profile:
     stages: tuple[Stage, ...] = ()
     record: RecordConfig = field(default_factory=RecordConfig)
     slo: SloConfig = field(default_factory=SloConfig)
+    sweep: SweepConfig | None = None
     source: str = "<builtin>"
 
     def run_stages(self) -> tuple[Stage, ...]:
-        """The stages to record; a profile without ``[[stages]]`` records its ``[load]`` as one."""
+        """The stages to record; a profile without ``[[stages]]`` records its ``[load]`` as one.
+
+        A sweep's probes are chosen as it runs (``tui.sweep``); here it has its first probe as a
+        representative (the feasibility check reads the workload through it).
+        """
         if self.stages:
             return self.stages
+        if self.sweep is not None:
+            return (self.sweep.probe_stage(1, self.sweep.start_rate),)
         n = self.load.num_requests
         if n is None and self.load.duration_s is None:
             n = 50
@@ -355,6 +403,16 @@ RANGES: dict[type, dict[str, Range]] = {
     RecordConfig: {"drain_timeout_s": _SECONDS, "window_s": _SECONDS,
                    "snapshots_per_s": Range(0, MAX_SNAPSHOTS_PER_S)},
     SloConfig: {"ttft_ms": _MS, "tpot_ms": _MS, "e2el_ms": _MS},
+    SweepConfig: {
+        "target_attainment": Range(0, 1, lo_open=True),
+        "start_rate": _RATE,
+        "growth": Range(1, 100, lo_open=True),
+        "tolerance": Range(0, 1, lo_open=True),
+        "max_probes": Range(1, 1000),
+        "max_rate": _RATE,
+        "num_requests": _COUNT,
+        "duration_s": _SECONDS,
+    },
 }
 
 
@@ -640,6 +698,10 @@ def _check_profile(p: Profile, source: str) -> None:
             raise ProfileError(f"{source}: target.model is required when target.kind = 'openai'")
     if t.api_key_env is not None:
         check_env_name(t.api_key_env, f"{source}: target.api_key_env")
+    if t.tokenizer is not None:
+        tok = Path(t.tokenizer).expanduser()
+        if not (tok.is_file() or (tok / "tokenizer.json").is_file()):
+            _fail(source, "target.tokenizer", t.tokenizer, "a tokenizer.json, or a model directory holding one")
     _check_engine(p.engine, source)
     _check_defenses(p.defenses, source)
     names: set[str] = set()
@@ -651,6 +713,20 @@ def _check_profile(p: Profile, source: str) -> None:
         names.add(s.name)
     if not p.record.modes:
         _fail(source, "record.modes", [], "at least one mode")
+    if p.sweep is not None:
+        _check_sweep(p, p.sweep, source)
+
+
+def _check_sweep(p: Profile, sw: SweepConfig, source: str) -> None:
+    if p.stages:
+        raise ProfileError(f"{source}: [sweep] and [[stages]] exclude each other: a sweep makes its own stages "
+                           "(sweep-01, sweep-02, ...); remove one of them")
+    if p.slo.ttft_ms is None and p.slo.tpot_ms is None and p.slo.e2el_ms is None:
+        raise ProfileError(f"{source}: [sweep] needs an [slo] target (slo.ttft_ms, slo.tpot_ms or slo.e2el_ms): "
+                           "the capacity edge is where the share of requests meeting them falls below "
+                           "sweep.target_attainment")
+    if sw.max_rate is not None and sw.max_rate < sw.start_rate:
+        _fail(source, "sweep.max_rate", sw.max_rate, f"a rate >= sweep.start_rate ({sw.start_rate:g})")
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -32,9 +32,13 @@ from rich.text import Text
 
 from tui.errors import api_key_hint, one_line, root_url
 from tui.feasibility import infeasible_cells
+from tui.load.arrivals import ArrivalProcess, planned_deadlines
 from tui.load.headroom import new_timed_loop
-from tui.load.runner import LoadRunner, make_target
+from tui.load.runner import LoadRunner, make_target, prompt_sizing
 from tui.load.target import OpenAITarget, PreflightError
+from tui.load.workload import UNIT_MEANING
+from tui.metrics import stats
+from tui.metrics.capacity import edge_summary_lines, edges_markdown, edges_rich
 from tui.metrics.prom import parse_server_gauges
 from tui.metrics.summary import client_delay_lines, reconciliation_lines, to_markdown, to_rich
 from tui.metrics.types import ServerGauges
@@ -46,6 +50,7 @@ from tui.records.request import RequestRecord
 from tui.report import load_run, wide_console
 from tui.serve.control_client import ControlClient, ControlError
 from tui.serve.state_wire import frame_json
+from tui.sweep import CellPlan, FixedCells, cell_plan
 
 if TYPE_CHECKING:
     from tui.engine.snapshot import EngineSnapshot
@@ -72,7 +77,7 @@ class Recorder:
     clock_kind = "real"  # the virtual-clock recorder (tui.virtual_record) says "virtual"
 
     def __init__(self, profile: Profile, out: Path, *, console_err: Console | None = None,
-                 console_out: Console | None = None):
+                 console_out: Console | None = None, seed_drawn: bool = False):
         self.profile = profile
         self.out = Path(out)
         self.run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
@@ -89,6 +94,8 @@ class Recorder:
         self._server: LocalServer | None = None  # the local target's server, started by us
         self._steps_seen = 0  # the last engine step collected
         self.extra_info: dict[str, Any] = {}  # more for run.json (a subclass's own figures)
+        self.seed_drawn = seed_drawn
+        self._plan: CellPlan = FixedCells((), ())  # which cells run (set when the run starts)
 
     # -- entry -------------------------------------------------------------------------------------
 
@@ -172,11 +179,11 @@ class Recorder:
             if control is not None:
                 await self._check_feasible(target, control)
             modes = [m.label for m in self.profile.record.modes] if local else [REMOTE_MODE]
-            cells = [(stage, mode) for stage in self.profile.run_stages() for mode in modes]
-            for stage, mode in cells:
-                if self._stop.is_set():
-                    break
-                await self._run_cell(target, control, root, stage, mode)
+            self._plan = self._make_plan(modes)
+            while not self._stop.is_set() and (cell := self._plan.next_cell()) is not None:
+                await self._run_cell(target, control, root, *cell)
+                self._plan.cell_done(partial=self._stop.is_set())
+            self._plan.finish(complete=not self._stop.is_set())
         finally:
             flusher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -187,6 +194,10 @@ class Recorder:
         if self.fatal:
             raise FatalTargetError(self.fatal)
         return 130 if self.interrupted else 0
+
+    def _make_plan(self, modes: list[str]) -> CellPlan:
+        """Every stage x mode, or (``[sweep]``) each mode's capacity edge probe by probe."""
+        return cell_plan(self.profile, modes, self.out, lambda line: self.err.print(line, markup=False, highlight=False))
 
     @staticmethod
     async def _served_model(target: OpenAITarget) -> str | None:
@@ -271,8 +282,11 @@ class Recorder:
         note["client_busy"] = runner.loop_busy()
         w = window.stats()  # counts and percentiles from the one place that keeps them
         p99 = f"{w.ttft.p99 * 1e3:.0f} ms" if w.ttft.p99 is not None else "-"
+        offered = self.offered_rate(stage)
         self.err.print(
-            f"{stage.name} / {mode}: {w.sent} sent, {w.completed} ok, "
+            f"{stage.name} / {mode}: target {stage.rate:g}/s"
+            + (f", offered {offered:.2f}/s" if offered is not None else "")
+            + f": {w.sent} sent, {w.completed} ok, "
             f"{w.failed_total} failed{_failures(w.failed)}, TTFT P99 {p99}"
             + (" (partial)" if note["partial"] else "")
         )
@@ -282,6 +296,7 @@ class Recorder:
 
     def _on_record(self, rec: RequestRecord) -> None:
         self._writers["requests"].add(rec.to_row())
+        self._plan.on_record(rec)
         if rec.warmup or self._stop is None:
             return
         if rec.ok:
@@ -420,9 +435,19 @@ class Recorder:
 
     # -- progress, flushing, the end ----------------------------------------------------------------
 
+    def offered_rate(self, stage: Stage) -> float | None:
+        """The arrival rate ``stage``'s schedule will offer (its seeded draw, not the target), planned ahead
+        from the same arrival process; None when the stage is too long to plan."""
+        load = self.profile.load
+        plan = planned_deadlines(ArrivalProcess(load.arrival, load.burstiness, load.seed), stage.rate,
+                                 stage.num_requests, stage.duration_s)
+        return stats.offered_rate(plan) if plan else None
+
     @contextlib.contextmanager
     def _progress(self, stage: Stage, mode: str):
         planned = f"/{stage.num_requests}" if stage.num_requests else ""
+        offered = self.offered_rate(stage)
+        target = f"target {stage.rate:g}/s" + (f" (schedule offers {offered:.2f}/s)" if offered is not None else "")
 
         def render() -> Text:
             r, w = self._runner, self._window
@@ -430,11 +455,13 @@ class Recorder:
                 return Text("")
             s = w.stats()
             p99 = f"{s.ttft.p99 * 1e3:.0f} ms" if s.ttft.p99 is not None else "-"
-            return Text.from_markup(
-                f"[bold]{stage.name}[/bold] · {mode} · target {stage.rate:g}/s · sent {s.sent}{planned} · "
+            line = Text.from_markup(
+                f"[bold]{stage.name}[/bold] · {mode} · {target} · sent {s.sent}{planned} · "
                 f"completed {s.completed} · failed {s.failed_total} · in flight {r.in_flight} · "
                 f"achieved {s.achieved_rate:.1f}/s · TTFT P99 {p99}"
             )
+            extra = self._plan.status()  # a sweep's probe and the SLO attainment so far
+            return Text("\n").join([line, Text(extra)]) if extra else line
 
         if not self.err.is_terminal:
             yield
@@ -459,6 +486,10 @@ class Recorder:
             "interrupted": self.interrupted,
             "error": self.fatal,
             "exit_code": code,
+            # what drew the arrivals and the request contents: the same seeds repeat the run exactly
+            "seed": {"load": self.profile.load.seed, "workload": self.profile.workload.seed,
+                     "drawn_at_random": self.seed_drawn},
+            **self._prompt_unit(),
             "cells": self.cells,
             "written_t": time.time(),
         }
@@ -472,6 +503,11 @@ class Recorder:
         tmp = self.out / "run.json.tmp"
         tmp.write_text(json.dumps(info, indent=2), encoding="utf-8")
         tmp.replace(self.out / "run.json")
+
+    def _prompt_unit(self) -> dict[str, Any]:
+        """What the requested prompt lengths (``prompt_len``) count, for run.json and summary.md."""
+        unit, tokenizer = prompt_sizing(self.profile)
+        return {"prompt_len_unit": unit, "prompt_len_counts": UNIT_MEANING[unit], "prompt_tokenizer": tokenizer}
 
     def _finish(self, code: int) -> None:
         """Write everything collected, the summary, and print the table (also on errors and Ctrl-C)."""
@@ -488,10 +524,18 @@ class Recorder:
         if self.profile.target.kind == "local" and eng.backend == "simulated":
             title += (f" · SIMULATED {eng.model_path or eng.model} on {eng.tensor_parallel_size} x "
                       f"{eng.hardware or 'H100-SXM'}, {self.clock_kind} clock")
-        (self.out / "summary.md").write_text(to_markdown(table, title, self.profile.slo), encoding="utf-8")
+        edges = run.edges  # [] unless the run was a sweep
+        (self.out / "summary.md").write_text(
+            to_markdown(table, title, self.profile.slo, seed=self.profile.load.seed, prompt_unit=self._prompt_unit())
+            + edges_markdown(edges),
+            encoding="utf-8")
         if table.height:
             self.console.print(to_rich(table, title))
             for line in reconciliation_lines(table) + client_delay_lines(table):
+                self.console.print(line, markup=False, highlight=False)
+        if edges:
+            self.console.print(edges_rich(edges))
+            for line in edge_summary_lines(edges):
                 self.console.print(line, markup=False, highlight=False)
         self.err.print(f"records written to {self.out} ({read_records(self.out).num_rows} requests)", highlight=False)
 
@@ -510,7 +554,9 @@ def _failures(failed: dict[str, int]) -> str:
     return " (" + ", ".join(f"{k} {v}" for k, v in sorted(failed.items())) + ")" if failed else ""
 
 
-def record_main(profile: Profile, out: Path) -> int:
-    """The CLI's ``--record``: run every stage x mode of ``profile`` into ``out``; returns the exit code."""
-    return Recorder(profile, Path(out)).run()
+def record_main(profile: Profile, out: Path, *, seed_drawn: bool = False) -> int:
+    """The CLI's ``--record``: run every stage x mode of ``profile`` into ``out``; returns the exit code.
+
+    ``seed_drawn``: the profile's seeds were drawn at random (``--seed random``); run.json says so."""
+    return Recorder(profile, Path(out), seed_drawn=seed_drawn).run()
 

@@ -1,7 +1,9 @@
-"""The report, ``kvtui report DIR [DIR2]``: a recorded run's comparison table again, or two runs side by side.
+"""The report, ``kvtui report DIR [DIR2 ...]``: a recorded run's comparison table again, or runs side by side.
 
 The table is rebuilt from the Parquet records with the same function the recorder used
-(``summary_table``), so a run that crashed before writing ``summary.csv`` still has a report.
+(``summary_table``), so a run that crashed before writing ``summary.csv`` still has a report. This
+module prints it (``--table``, or any stdout that is not a terminal); on a terminal the CLI opens the
+same runs in the Textual review (``tui.ui.report_app``), which reads them through :func:`open_runs`.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import polars as pl
 from rich.console import Console
 from rich.table import Table
 
+from tui.metrics.capacity import CapacityEdge, edge_summary_lines, edges_rich, read_capacity_edges
+from tui.metrics.review import RunReview, review_run
 from tui.metrics.summary import (
     client_delay_lines,
     compare_table,
@@ -39,6 +43,7 @@ class RunData:
     info: dict[str, Any] = field(default_factory=dict)
     profile: Profile | None = None
     summary: pl.DataFrame = field(default_factory=pl.DataFrame)
+    edges: list[CapacityEdge] = field(default_factory=list)  # a sweep's capacity edge per mode ([] otherwise)
 
     @property
     def partial(self) -> bool:
@@ -47,6 +52,14 @@ class RunData:
     @property
     def name(self) -> str:
         return f"{self.path.name} ({self.info.get('profile', '?')})"
+
+    @property
+    def simulated(self) -> str:
+        """"SIMULATED <model> on <n> x <GPU>, <clock> clock" for a simulated engine's run, else ""."""
+        if not self.info.get("simulated"):
+            return ""
+        return (f"SIMULATED {self.info.get('engine_model')} on {self.info.get('tensor_parallel_size', 1)} x "
+                f"{self.info.get('hardware')}, {self.info.get('clock', 'real')} clock")
 
 
 def is_run_dir(path: Path) -> bool:
@@ -72,32 +85,57 @@ def load_run(path: Path) -> RunData:
     run = RunData(path, tables["requests"], tables["steps"], tables["gpu"], info, profile)  # type: ignore[arg-type]
     slo = profile.slo if profile is not None else SloConfig()
     run.summary = summary_table(run.requests, run.steps, run.gpu, slo, info.get("cells", []))
+    run.edges = read_capacity_edges(path)
     return run
 
 
-def _print_run(console: Console, run: RunData) -> None:
+def run_title(run: RunData) -> str:
+    """The run's name as every report shows it: partial, and a simulated engine's run saying so."""
     title = f"{run.name}" + (" (partial)" if run.partial else "")
-    if run.info.get("simulated"):  # a simulated engine's run says so wherever it is shown
-        title += (f" · SIMULATED {run.info.get('engine_model')} on {run.info.get('tensor_parallel_size', 1)} x "
-                  f"{run.info.get('hardware')}, {run.info.get('clock', 'real')} clock")
+    if run.simulated:  # a simulated engine's run says so wherever it is shown
+        title += f" · {run.simulated}"
+    return title
+
+
+def review_of(run: RunData, edges: dict[str, float] | None = None) -> RunReview:
+    """The run's chart data (load curves, CDFs, time series, failures), labelled with its name; the
+    capacity edges are the run's own sweep's (``sweep.json``) unless ``edges`` (mode -> req/s) is given."""
+    slo = run.profile.slo if run.profile is not None else SloConfig()
+    if edges is None:
+        edges = {e.mode: e.edge_rate for e in run.edges if e.edge_rate is not None}
+    return review_run(run.name, run.requests, run.steps, run.summary, slo, cells=run.info.get("cells", []),
+                      simulated=bool(run.info.get("simulated")), edges=edges)
+
+
+def _print_run(console: Console, run: RunData) -> None:
+    title = run_title(run)
     if run.summary.height:
         console.print(to_rich(run.summary, title))
     else:
         console.print(f"{title}: no requests recorded")
     for line in reconciliation_lines(run.summary) + client_delay_lines(run.summary):
         console.print(line, markup=False, highlight=False)
+    if run.edges:  # a sweep's capacity edge per mode
+        console.print(edges_rich(run.edges))
+        for line in edge_summary_lines(run.edges):
+            console.print(line, markup=False, highlight=False)
     if run.info.get("error"):
         console.print(f"the run ended with an error: {run.info['error']}", markup=False, highlight=False)
 
 
+def compare_rows(a: RunData, b: RunData) -> list[list[str]]:
+    """Run B against run A as printed: per stage x mode and metric, A, B and B vs A in percent."""
+    return [[row["stage"], row["mode"], row["metric"], format_cell(row["a"], "r"), format_cell(row["b"], "r"),
+             "-" if row["change_pct"] is None else f"{row['change_pct']:+.1f}%"]
+            for row in compare_table(a.summary, b.summary).iter_rows(named=True)]
+
+
 def _print_compare(console: Console, a: RunData, b: RunData) -> None:
-    df = compare_table(a.summary, b.summary)
     table = Table(title=f"A = {a.name}   B = {b.name}", header_style="bold")
     for col in ("stage", "mode", "metric", "A", "B", "B vs A"):
         table.add_column(col, justify="right" if col in ("A", "B", "B vs A") else "left")
-    for row in df.iter_rows(named=True):
-        change = "-" if row["change_pct"] is None else f"{row['change_pct']:+.1f}%"
-        table.add_row(row["stage"], row["mode"], row["metric"], format_cell(row["a"], "r"), format_cell(row["b"], "r"), change)
+    for row in compare_rows(a, b):
+        table.add_row(*row)
     console.print(table)
 
 
@@ -107,24 +145,39 @@ def wide_console() -> Console:
     return probe if probe.is_terminal else Console(width=220)
 
 
-def report_main(dirs: list[Path]) -> int:
-    """The CLI's ``report``: print one run's table, or compare two; returns the exit code."""
-    console = wide_console()
-    if not 1 <= len(dirs) <= 2:
-        print("kvtui report: give one run directory, or two to compare", file=sys.stderr)
-        return 2
+class ReportError(Exception):
+    """Run directories that cannot be reported: one line for the user, and the exit code."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def open_runs(dirs: list[Path]) -> list[RunData]:
+    """Every run directory given, read; :class:`ReportError` names the first that is not a readable run."""
+    if not dirs:
+        raise ReportError("give one run directory, or more to compare", 2)
     for d in dirs:
         if not Path(d).is_dir() or not is_run_dir(Path(d)):
-            print(f"kvtui report: {d} is not a recorded run (no requests.parquet); record one with "
-                  "kvtui --record --out DIR", file=sys.stderr)
-            return 2
+            raise ReportError(f"{d} is not a recorded run (no requests.parquet); record one with "
+                              "kvtui --record --out DIR", 2)
     try:
-        runs = [load_run(Path(d)) for d in dirs]
+        return [load_run(Path(d)) for d in dirs]
     except DamagedRecords as e:
+        raise ReportError(str(e), 1) from None
+
+
+def report_main(dirs: list[Path]) -> int:
+    """The CLI's ``report`` as printed text: each run's table, then every later run compared with the
+    first; returns the exit code."""
+    console = wide_console()
+    try:
+        runs = open_runs(dirs)
+    except ReportError as e:
         print(f"kvtui report: {e}", file=sys.stderr)
-        return 1
+        return e.code
     for run in runs:
         _print_run(console, run)
-    if len(runs) == 2:
-        _print_compare(console, runs[0], runs[1])
+    for other in runs[1:]:
+        _print_compare(console, runs[0], other)
     return 0

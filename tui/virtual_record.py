@@ -12,19 +12,25 @@ directory is the recorder's (requests, steps, gpu Parquet, summary, profile.toml
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
+
+from rich.live import Live
+from rich.text import Text
 
 from tui.engine.engine import Engine, RequestRejected
 from tui.engine.params import SamplingParams
 from tui.engine.sim.clock import SimClock, VirtualClock
 from tui.engine.snapshot import EngineSnapshot, StepTiming
+from tui.gpu import GpuSample
 from tui.load.arrivals import ArrivalProcess, Schedule
 from tui.load.workload import Workload
+from tui.metrics.capacity import cell_attainment
 from tui.metrics.window import RollingWindow
 from tui.profile import EngineMode, Profile, Stage
 from tui.record import Recorder, frame_row
@@ -35,6 +41,7 @@ from tui.records.request import RequestRecord
 _STATUS = {"length": "ok", "stop": "ok", "timeout": "timeout", "aborted": "cancelled"}
 STEPS_EVERY = 2000  # collect the engine's steps this often (its history holds 20,000)
 IDLE_TICK_S = 0.001  # nothing runs but requests wait (a static batch window): look again this much later
+GPU_EVERY_S = 1.0  # simulated seconds between modelled GPU samples (the live recorder polls NVML as often)
 
 
 class VirtualClockRecorder(Recorder):
@@ -42,54 +49,71 @@ class VirtualClockRecorder(Recorder):
 
     clock_kind = "virtual"
     _t_next: float | None = None  # where the next cell's virtual clock starts
+    _simulated_s = 0.0  # simulated seconds of all cells so far
 
     def run(self) -> int:
         self._open_run()
         code = 0
         t0 = time.perf_counter()
-        simulated_s = 0.0
+        self._simulated_s = 0.0
+        self._plan = self._make_plan([m.label for m in self.profile.record.modes])
         try:
-            for stage in self.profile.run_stages():
-                for mode in self.profile.record.modes:
-                    simulated_s += self._run_virtual_cell(stage, mode)
+            with self._plan_progress():
+                while (cell := self._plan.next_cell()) is not None:
+                    stage, mode = cell
+                    self._simulated_s += self._run_virtual_cell(stage, EngineMode.parse(mode))
+                    self._plan.cell_done(partial=False)
                     for w in self._writers.values():
                         w.flush()
+            self._plan.finish(complete=True)
         except KeyboardInterrupt:
             self.interrupted = True
+            self._plan.finish(complete=False)
             code = 130
         except ValueError as e:  # the engine could not be built (e.g. the model does not fit)
             self.fatal = f"the simulated engine did not start: {e}"
             code = 1
         wall = time.perf_counter() - t0
-        self.extra_info = {"simulated_s": simulated_s, "wall_s": wall}
-        self.err.print(f"simulated {simulated_s:,.1f} s of traffic in {wall:,.1f} s of wall time "
-                       f"({simulated_s / wall if wall > 0 else 0:,.0f}x)", highlight=False)
+        self.extra_info = {"simulated_s": self._simulated_s, "wall_s": wall}
+        self.err.print(f"simulated {self._simulated_s:,.1f} s of traffic in {wall:,.1f} s of wall time "
+                       f"({self._simulated_s / wall if wall > 0 else 0:,.0f}x)", highlight=False)
         self._finish(code)
         return code
 
+    @contextlib.contextmanager
+    def _plan_progress(self) -> Iterator[None]:
+        """On a terminal, a live line with the plan's progress (a sweep's probe and its SLO count so far).
+
+        Rich refreshes it from its own thread; it reads only the plan's counters, never the engine.
+        """
+        if not self.err.is_terminal:
+            yield
+            return
+        with Live(get_renderable=lambda: Text(self._plan.status()), console=self.err, refresh_per_second=4,
+                  transient=True):
+            yield
+
     def _run_virtual_cell(self, stage: Stage, mode: EngineMode) -> float:
         """One stage under one mode; returns the simulated seconds it spanned."""
-        prof = self.profile
         # on the monotonic scale (so mono_to_wall maps it), each cell starting where the last one ended
-        clock = VirtualClock(self._t_next if self._t_next is not None else time.monotonic())
-        engine = Engine(prof.engine.with_mode(mode), prof.defenses, sim_clock=clock)
+        start = self._t_next if self._t_next is not None else time.monotonic()
         note: dict[str, Any] = {"stage": stage.name, "mode": mode.label, "rate": stage.rate, "partial": True,
-                                "started_t": mono_to_wall(clock.now())}
+                                "started_t": mono_to_wall(start)}
         self.cells.append(note)
         frames = self._writers.get("frames")
-        cell = ClockDriver(engine, clock, prof, stage, mode.label, run_id=self.run_id, on_record=self._on_record,
-                           on_steps=self._write_steps(stage.name, mode.label),
-                           on_frame=None if frames is None else
-                           lambda snap, t: frames.add(frame_row(snap, stage.name, mode.label, t)))
-        start = clock.now()
-        if prof.load.warmup_requests:
-            cell.warmup(prof.load.warmup_requests)
-        cell.run()
+        cell = run_virtual_cell(self.profile, stage, mode, start=start, run_id=self.run_id, on_record=self._on_record,
+                                on_steps=self._write_steps(stage.name, mode.label),
+                                on_gpu=self._write_gpu(stage.name, mode.label),
+                                on_frame=None if frames is None else
+                                lambda snap, t: frames.add(frame_row(snap, stage.name, mode.label, t)))
+        clock = cell.clock
         note["partial"] = False
         note["ended_t"] = mono_to_wall(clock.now())
         w = cell.window.stats()
         p99 = f"{w.ttft.p99 * 1e3:.0f} ms" if w.ttft.p99 is not None else "-"
-        self.err.print(f"{stage.name} / {mode.label}: {w.sent} sent, {w.completed} ok, {w.failed_total} failed, "
+        offered = self.offered_rate(stage)
+        rates = f"target {stage.rate:g}/s" + (f", offered {offered:.2f}/s" if offered is not None else "")
+        self.err.print(f"{stage.name} / {mode.label}: {rates}: {w.sent} sent, {w.completed} ok, {w.failed_total} failed, "
                        f"TTFT P99 {p99} (simulated)", highlight=False)
         self._t_next = clock.now()
         return clock.now() - start
@@ -100,6 +124,12 @@ class VirtualClockRecorder(Recorder):
 
         return write
 
+    def _write_gpu(self, stage: str, mode: str) -> Callable[[list[GpuSample]], None]:
+        def write(samples: list[GpuSample]) -> None:
+            self._writers["gpu"].add_many([{**asdict(g), "stage": stage, "mode": mode} for g in samples])
+
+        return write
+
 
 class ClockDriver:
     """One stage of the profile's workload and arrivals driven into an in-process engine on a clock.
@@ -107,18 +137,22 @@ class ClockDriver:
     With a :class:`VirtualClock` nothing waits (the recorder's virtual run); with a real clock
     (``RealClock``, or the torch engine's wall clock) arrivals and idle gaps are waited out, so the
     same driver measures a real engine without HTTP (``bench/sim.py`` compares the two). Finished
-    request records go to ``on_record``; the engine's step records to ``on_steps`` as they pile up;
-    the engine's snapshot, at most ``record.snapshots_per_s`` a (clock) second while the stage runs,
-    to ``on_frame`` with its time on the records' clock (the replay's frames).
+    request records go to ``on_record``; the engine's step records to ``on_steps`` as they pile up; a
+    simulated engine's modelled GPU readings to ``on_gpu``, every ``GPU_EVERY_S`` of its clock; the
+    engine's snapshot, at most ``record.snapshots_per_s`` a (clock) second while the stage runs, to
+    ``on_frame`` with its time on the records' clock (the replay's frames).
     """
 
     def __init__(self, engine: Engine, clock: SimClock, profile: Profile, stage: Stage, mode: str, *,
                  run_id: str = "", on_record: Callable[[RequestRecord], Any] | None = None,
                  on_steps: Callable[[list[StepTiming]], Any] | None = None,
+                 on_gpu: Callable[[list[GpuSample]], Any] | None = None,
                  on_frame: Callable[[EngineSnapshot, float], Any] | None = None):
         self.engine, self.clock, self.profile, self.stage, self.mode = engine, clock, profile, stage, mode
         self.run_id = run_id
         self.on_record, self.on_steps, self.on_frame = on_record, on_steps, on_frame
+        self.on_gpu = on_gpu if engine.sim is not None else None
+        self._next_gpu = clock.now() + GPU_EVERY_S
         rate = profile.record.snapshots_per_s
         self.frame_every = 1.0 / rate if rate > 0 else math.inf
         self.next_frame = math.inf  # no frames during warm-up: run() starts them
@@ -158,17 +192,20 @@ class ClockDriver:
         """One engine step; its outputs become chunks at the step's end. Whether it did anything."""
         out = self.engine.step()
         t = mono_to_wall(self.clock.now())
-        for o in out.outputs:
-            r = self.open.get(o.request_id)
+        get = self.open.get
+        for o in out.outputs:  # every running request, every step: kept lean
+            r = get(o.request_id)
             if r is None:
                 continue
-            if o.new_token_ids:
-                if r.first_token_t is None:
+            ids = o.new_token_ids
+            if ids:
+                last = r.last_token_t
+                if last is None:
                     r.first_token_t = t
                 else:
-                    r.chunk_gaps_s.append(t - r.last_token_t)  # type: ignore[operator]
+                    r.chunk_gaps_s.append(t - last)
                 r.last_token_t = t
-                r.num_chunks += len(o.new_token_ids)
+                r.num_chunks += len(ids)
             if o.finished:
                 del self.open[o.request_id]
                 r.finish_reason = o.finish_reason
@@ -178,6 +215,8 @@ class ClockDriver:
                 self._done(r)
         if self.engine.step_index - self.steps_seen >= STEPS_EVERY:
             self.collect_steps()
+        if self.on_gpu is not None and self.clock.now() >= self._next_gpu:
+            self.sample_gpu()
         if self.on_frame is not None and self.clock.now() >= self.next_frame:
             # the next one a whole period after this one: never more than rate x duration + 1 frames
             self.next_frame = self.clock.now() + self.frame_every
@@ -192,6 +231,15 @@ class ClockDriver:
             if self.on_steps is not None:
                 self.on_steps(steps)
             self.steps_seen = steps[-1].step
+
+    def sample_gpu(self) -> None:
+        """Hand the simulated backend's modelled GPU readings now to ``on_gpu``."""
+        sim = self.engine.sim
+        if self.on_gpu is None or sim is None:
+            return
+        now = self.clock.now()
+        self.on_gpu(sim.gpu_samples(mono_to_wall(now)))
+        self._next_gpu = now + GPU_EVERY_S
 
     # -- the loop --------------------------------------------------------------------------------
 
@@ -244,6 +292,34 @@ class ClockDriver:
         self.open.clear()
 
 
-def record_virtual(profile: Profile, out: Path) -> int:
+def run_virtual_cell(profile: Profile, stage: Stage, mode: EngineMode, *, start: float, run_id: str = "",
+                     on_record: Callable[[RequestRecord], Any] | None = None,
+                     on_steps: Callable[[list[StepTiming]], Any] | None = None,
+                     on_gpu: Callable[[list[GpuSample]], Any] | None = None,
+                     on_frame: Callable[[EngineSnapshot, float], Any] | None = None) -> ClockDriver:
+    """One stage under one mode on a fresh simulated engine whose virtual clock starts at ``start``
+    (monotonic scale): the profile's warm-up, then the stage to its end. Returns the driver (its
+    clock says when the cell ended)."""
+    clock = VirtualClock(start)
+    engine = Engine(profile.engine.with_mode(mode), profile.defenses, sim_clock=clock)
+    cell = ClockDriver(engine, clock, profile, stage, mode.label, run_id=run_id, on_record=on_record,
+                       on_steps=on_steps, on_gpu=on_gpu, on_frame=on_frame)
+    if profile.load.warmup_requests:
+        cell.warmup(profile.load.warmup_requests)
+    cell.run()
+    return cell
+
+
+def probe_attainment(profile: Profile, mode: EngineMode, rate: float) -> float:
+    """One sweep probe alone: the goodput attainment of ``profile``'s ``[sweep]`` probe at ``rate`` under
+    ``mode``, run exactly as the recorder's sweep runs it (its cell, its records, the table's number)."""
+    assert profile.sweep is not None
+    records: list[RequestRecord] = []
+    run_virtual_cell(profile, profile.sweep.probe_stage(1, rate), mode, start=time.monotonic(),
+                     on_record=lambda r: None if r.warmup else records.append(r))
+    return cell_attainment(records, profile.slo) or 0.0
+
+
+def record_virtual(profile: Profile, out: Path, *, seed_drawn: bool = False) -> int:
     """``kvtui --record`` for a simulated profile on the virtual clock; returns the exit code."""
-    return VirtualClockRecorder(profile, Path(out)).run()
+    return VirtualClockRecorder(profile, Path(out), seed_drawn=seed_drawn).run()

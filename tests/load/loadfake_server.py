@@ -34,6 +34,8 @@ class FakeConfig:
     slow_s: float = 3.0  # how long a "slow" request stalls
     error_echo_key: bool = False  # a careless server that echoes the key it got in its 401 body
     metrics: bool = True  # False: no /metrics endpoint (404), as many hosted APIs
+    # When set, a body with any other key is refused with 400, as OpenAI's own API refuses vLLM's extensions
+    known_params: tuple[str, ...] | None = None
 
 
 class FakeServer:
@@ -128,6 +130,10 @@ class FakeServer:
         if body.get("model") not in self.cfg.models:
             return JSONResponse({"error": {"message": f"The model `{body.get('model')}` does not exist.",
                                            "type": "NotFoundError", "code": 404}}, status_code=404)
+        unknown = sorted(set(body) - set(self.cfg.known_params)) if self.cfg.known_params is not None else []
+        if unknown:
+            return JSONResponse({"error": {"message": f"Unrecognized request argument supplied: {unknown[0]}",
+                                           "type": "invalid_request_error"}}, status_code=400)
         fault = self.cfg.faults[n % len(self.cfg.faults)] if self.cfg.faults else "ok"
         if fault == "401":
             return self._unauthorized(request)

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from tui.engine.chat import ChatTemplate, ChatTemplateError, Message, plain_prompt
 from tui.engine.hf_config import CheckpointError, read_json
+from tui.tokenizer_json import TokenizerFileError, read_tokenizer_json
 
 
 class Tokenizer(Protocol):
@@ -64,17 +65,11 @@ class HFTokenizer:
     """A checkpoint's ``tokenizer.json`` (+ ``tokenizer_config.json``), read with ``tokenizers``; no hub."""
 
     def __init__(self, model_dir: Path, vocab_size: int, config_eos: Any = None) -> None:
-        from tokenizers import Tokenizer as _Tok
-
         path = model_dir / "tokenizer.json"
-        if not path.is_file():
-            raise CheckpointError(
-                f"{path}: missing; kvtui reads the checkpoint's fast tokenizer (written by tokenizer.save_pretrained)"
-            )
         try:
-            self._tok = _Tok.from_file(str(path))
-        except Exception as e:  # tokenizers raises a bare Exception with serde's message
-            raise CheckpointError(f"{path}: not a valid tokenizer.json: {e}") from None
+            self._tok = read_tokenizer_json(path, owner="checkpoint")
+        except TokenizerFileError as e:  # a checkpoint's file: the checkpoint's error
+            raise CheckpointError(str(e)) from None
         tc_path = model_dir / "tokenizer_config.json"
         tc = read_json(tc_path, "tokenizer settings") if tc_path.is_file() else {}
         self.special_tokens = {k: v for k in ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token",

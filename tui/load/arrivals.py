@@ -99,3 +99,29 @@ class Schedule:
         u_now = u0 + max(0.0, now - t0) * old if old > 0 else u0
         self._segments.append((max(now, t0), u_now, rate))
         self.rate = rate
+
+
+# A stage with more arrivals than this is not planned ahead (the plan is a convenience for progress displays).
+PLAN_LIMIT = 100_000
+
+
+def planned_deadlines(process: ArrivalProcess, rate: float, num_requests: int | None = None,
+                      duration_s: float | None = None, limit: int = PLAN_LIMIT) -> list[float] | None:
+    """The deadlines (seconds from the start) a stage will draw from ``process`` at a fixed ``rate``.
+
+    ``process`` must be fresh (built with the stage's kind, burstiness and seed): it is consumed, and a
+    new one with the same parameters gives the same deadlines, so this is what the stage's own schedule
+    will offer. Stops after ``num_requests`` or at ``duration_s``; None when neither bounds it below
+    ``limit`` arrivals, or the rate is 0.
+    """
+    if rate <= 0 or (num_requests is None and duration_s is None):
+        return None
+    sched = Schedule(process, rate, 0.0)
+    times: list[float] = []
+    while num_requests is None or len(times) < num_requests:
+        if duration_s is not None and sched.peek() > duration_s:
+            break
+        if len(times) >= limit:
+            return None
+        times.append(sched.advance())
+    return times

@@ -20,6 +20,7 @@ from tui.load.workload import TextUnit, Workload
 from tui.profile import Profile, WorkloadConfig
 from tui.records.clock import mono_to_wall, now
 from tui.records.request import RequestRecord
+from tui.tokenizer_json import read_tokenizer_json
 
 RecordCallback = Callable[[RequestRecord], Any]
 
@@ -67,10 +68,25 @@ def default_max_pending(max_concurrency: int | None) -> int:
     return bound
 
 
+def prompt_sizing(profile: Profile) -> tuple[TextUnit, str | None]:
+    """What a profile's prompt lengths count, and the tokenizer that counts them (None: no tokenizer).
+
+    ``target.tokenizer`` when given; else a local torch engine's checkpoint (its own tokenizer); else the
+    local engine's byte tokenizer (characters); else, for a remote target, words.
+    """
+    t, eng = profile.target, profile.engine
+    if t.tokenizer:
+        return "token", t.tokenizer
+    if t.kind == "local":
+        if eng.model_path and eng.backend == "torch":  # a simulated engine runs the byte tokenizer
+            return "token", eng.model_path
+        return "char", None
+    return "word", None
+
+
 def make_target(profile: Profile, base_url: str | None = None, model: str | None = None) -> OpenAITarget:
     """The HTTP target a profile describes (``base_url``/``model`` override it, e.g. for the local server)."""
     t = profile.target
-    local = t.kind == "local"
     return OpenAITarget(
         base_url or t.base_url or "",
         model or t.model or "kvtui-tiny",
@@ -78,9 +94,9 @@ def make_target(profile: Profile, base_url: str | None = None, model: str | None
         api_key_env=t.api_key_env,
         timeout_s=t.timeout_s,
         max_connections=profile.load.max_concurrency,
-        # The local engine honours vLLM's ignore_eos, which makes output lengths exactly max_tokens;
-        # a hosted API would reject the unknown parameter, so it is only sent locally.
-        extra_body={"ignore_eos": True} if local else None,
+        # vLLM's ignore_eos makes output lengths exactly max_tokens; the local engine honours it, a hosted
+        # API would reject the unknown parameter: sent where target.ignore_eos (default: local only) says.
+        extra_body={"ignore_eos": True} if t.sends_ignore_eos else None,
     )
 
 
@@ -121,10 +137,10 @@ class LoadRunner:
         self.rate = rate if rate is not None else load.rate
         self.stage, self.mode, self.run_id = stage, mode, run_id
         self.on_record, self.on_send, self.window = on_record, on_send, window
-        if text_unit is None:
-            text_unit = "char" if profile.target.kind == "local" else "word"
-        self._text_unit: TextUnit = text_unit
-        self.workload = Workload(profile.workload, text_unit)
+        unit, tokenizer_ref = prompt_sizing(profile)
+        self._text_unit: TextUnit = text_unit or unit
+        self._tokenizer = read_tokenizer_json(tokenizer_ref) if self._text_unit == "token" and tokenizer_ref else None
+        self.workload = Workload(profile.workload, self._text_unit, tokenizer=self._tokenizer)
         self._process = ArrivalProcess(load.arrival, load.burstiness, load.seed)
         self._schedule: Schedule | None = None
         self._sem = asyncio.Semaphore(load.max_concurrency) if load.max_concurrency else None
@@ -178,7 +194,7 @@ class LoadRunner:
 
     def set_workload(self, cfg: WorkloadConfig) -> None:
         """Use a new workload for requests scheduled from now on."""
-        self.workload = Workload(cfg, self._text_unit)
+        self.workload = Workload(cfg, self._text_unit, tokenizer=self._tokenizer)
 
     async def wait_scheduled(self) -> None:
         """Wait until the pacer has scheduled its last request (``num_requests``/``duration_s`` reached or stopped)."""

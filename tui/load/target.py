@@ -340,7 +340,11 @@ class OpenAITarget:
             )
         if rec.status == "connect_error":
             raise PreflightError(f"cannot connect to {address_of(self.url)}: {rec.reason}")
-        raise PreflightError(f"a test request to {self.url} failed ({rec.status}): {rec.reason}")
+        hint = ""
+        if rec.status == "rejected" and self.extra_body.get("ignore_eos"):
+            hint = ("; it carried vLLM's ignore_eos (target.ignore_eos = true), which a server that does not know "
+                    "it refuses: try --set target.ignore_eos=false")
+        raise PreflightError(f"a test request to {self.url} failed ({rec.status}): {rec.reason}{hint}")
 
     def _connect_message(self, e: Exception) -> str:
         return (

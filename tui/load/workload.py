@@ -1,22 +1,39 @@
 """Request contents: prompt and output lengths from the profile's distributions, all from one seed.
 
 Request ``i`` of a workload is a pure function of ``(seed, i)``: the same profile always produces the
-same requests, in any order, whatever the arrival process or the rate did. On the local engine (a
-byte-level tokenizer) a prompt of N tokens is exactly N ASCII characters. For a remote endpoint the
-prompt is built from common English words, each about one token in the usual BPE vocabularies, so N
-requested tokens land close to N; the server's ``usage`` is what gets recorded either way.
+same requests, in any order, whatever the arrival process or the rate did. A prompt length is counted
+in one of three units (:data:`TextUnit`):
+
+- ``"char"``: on the local engine's byte tokenizer a prompt of N tokens is exactly N ASCII characters;
+- ``"token"``: with the model's own tokenizer (``tokenizer.json``) the prompt is common English words
+  cut to exactly N tokens as that tokenizer counts a prompt (special tokens such as BOS included), so
+  the server's ``usage.prompt_tokens`` equals N on the completions endpoint;
+- ``"word"``: without a tokenizer, N common English words, each about one token in the usual BPE
+  vocabularies: N words, not N tokens. The server's ``usage`` is what gets recorded either way.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
 from tui.profile import LengthDist, WorkloadConfig
 
-TextUnit = Literal["char", "word"]
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
+
+TextUnit = Literal["char", "word", "token"]
+
+# What a prompt length counts, in each unit (for run.json, summary.md and the docs).
+UNIT_MEANING: dict[TextUnit, str] = {
+    "char": "tokens (the local engine's byte tokenizer: one character, one token)",
+    "token": "tokens of the model's own tokenizer (tokenizer.json), special tokens included",
+    "word": ("words, not tokens (common English words, about one token each in GPT-2/Llama/Qwen vocabularies; "
+             "set target.tokenizer to size prompts in the model's tokens)"),
+}
 
 # Lowercase letters and spaces only: one byte, one token, nothing a tokenizer could merge or escape.
 _ALPHABET = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz     ", dtype=np.uint8)
@@ -62,15 +79,64 @@ def sample_length(dist: LengthDist, rng: np.random.Generator) -> int:
     return max(1, round(n))
 
 
-class Workload:
-    """Turns a :class:`WorkloadConfig` into :class:`RequestSpec`s, request ``i`` from ``(seed, i)``."""
+class TokenSizer:
+    """Cuts word text to an exact number of tokens of one tokenizer, counted as a server counts a prompt."""
 
-    def __init__(self, cfg: WorkloadConfig, text_unit: TextUnit = "char", max_prompt_len: int | None = None):
+    MAX_TRIES = 8  # decode and re-encode until the count holds (a cut can re-tokenize differently)
+
+    def __init__(self, tokenizer: Tokenizer):
+        self.tokenizer = tokenizer
+        self.added = len(tokenizer.encode("", add_special_tokens=True).ids)  # BOS and the like, on every prompt
+
+    def count(self, text: str) -> int:
+        """Tokens of ``text`` as a prompt (special tokens included)."""
+        return len(self.tokenizer.encode(text, add_special_tokens=True).ids)
+
+    def _ids(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False).ids
+
+    def cut(self, text: str, n: int, more: Callable[[int], str]) -> str:
+        """A prefix of ``text`` (continued with ``more(k)``, k more words, when short) of ``n`` prompt tokens.
+
+        The cut is at a token boundary of ``text``'s own tokenization, so a shared head of ``text`` stays
+        the same text in every request that starts with it.
+        """
+        want = max(1, n - self.added)
+        ids = self._ids(text)
+        while len(ids) < want:
+            text += more(want - len(ids))
+            ids = self._ids(text)
+        cut = text
+        for _ in range(self.MAX_TRIES):
+            cut = self.tokenizer.decode(ids[:want], skip_special_tokens=False)
+            ids = self._ids(cut)
+            if len(ids) == want:
+                break
+            if len(ids) < want:  # the cut re-tokenized into fewer tokens: continue it and cut again
+                ids = self._ids(cut + more(want - len(ids)))
+        return cut
+
+
+class Workload:
+    """Turns a :class:`WorkloadConfig` into :class:`RequestSpec`s, request ``i`` from ``(seed, i)``.
+
+    ``text_unit = "token"`` needs ``tokenizer`` (the model's, from ``tui.tokenizer_json``).
+    """
+
+    def __init__(self, cfg: WorkloadConfig, text_unit: TextUnit = "char", max_prompt_len: int | None = None,
+                 tokenizer: Tokenizer | None = None):
+        if text_unit == "token" and tokenizer is None:
+            raise ValueError("prompts sized in tokens need the model's tokenizer")
         self.cfg = cfg
         self.text_unit = text_unit
         self.max_prompt_len = max_prompt_len
+        self._sizer = TokenSizer(tokenizer) if text_unit == "token" and tokenizer is not None else None
         # The shared prefix is the same text for every request that uses it (prefix caching needs that).
-        self._prefix = self._text(np.random.default_rng([cfg.seed, 2**31 - 1]), cfg.shared_prefix_tokens)
+        prefix_rng = np.random.default_rng([cfg.seed, 2**31 - 1])
+        self._prefix = self._text(prefix_rng, cfg.shared_prefix_tokens)
+        if self._sizer is not None and cfg.shared_prefix_tokens:
+            self._prefix = self._sizer.cut(self._prefix, cfg.shared_prefix_tokens + self._sizer.added,
+                                           lambda k: self._words(prefix_rng, k))
 
     def lengths(self, index: int) -> tuple[int, int]:
         """Request ``index``'s (prompt tokens, max_tokens), without building its text (feasibility)."""
@@ -93,7 +159,10 @@ class Workload:
         """The contents of request ``index``."""
         cfg = self.cfg
         prompt_len, max_tokens, use_prefix, rng = self._draw(index)
-        if use_prefix:
+        if self._sizer is not None:
+            head = self._prefix if use_prefix else ""
+            prompt = self._sizer.cut(head + self._words(rng, prompt_len), prompt_len, lambda k: self._words(rng, k))
+        elif use_prefix:
             head = self._take(self._prefix, prompt_len)
             prompt = head + self._text(rng, prompt_len - self._units(head))
         else:
@@ -108,6 +177,10 @@ class Workload:
             chars = _ALPHABET[rng.integers(0, len(_ALPHABET), n)]
             chars[0] = ord("a")  # never start with a space (some servers strip it)
             return chars.tobytes().decode("ascii")
+        return self._words(rng, n)
+
+    @staticmethod
+    def _words(rng: np.random.Generator, n: int) -> str:
         idx = rng.integers(0, len(_WORDS), n)
         return " " + " ".join(_WORDS[i] for i in idx)
 

@@ -7,7 +7,7 @@ Definitions follow vLLM's serving benchmark (shared DESIGN.md), on raw record ti
 - TPOT = (E2EL − TTFT) / (output_tokens − 1), only where output_tokens > 1
 - ITL  = every gap between consecutive output chunks, pooled over requests
 - throughput = output tokens / wall time of the measured window (requests likewise)
-- goodput = requests meeting every configured SLO, per second
+- goodput = requests meeting every configured SLO, per second; attainment = their share of all requests sent
 - percentiles: numpy's default (linear) method
 
 Everything takes numpy arrays (NaN = missing) so the rolling window, the summary table and the
@@ -52,6 +52,21 @@ def rate(count: float, wall_s: float) -> float:
     return float(count) / wall_s if wall_s > 0 else 0.0
 
 
+def offered_rate(scheduled_t: np.ndarray | list[float]) -> float | None:
+    """The arrival rate the schedule actually offered: (requests − 1) / (last − first scheduled send).
+
+    A seeded Poisson sample is one draw, not the rate it was drawn at (100 requests at 2 req/s with
+    the default seed offer 1.80 req/s), so this is stated beside the target. ``n − 1`` gaps span the
+    first to the last arrival; None with fewer than two requests.
+    """
+    t = np.asarray(scheduled_t, dtype=float)
+    t = t[np.isfinite(t)]
+    if t.size < 2:
+        return None
+    span = float(t.max() - t.min())
+    return (t.size - 1) / span if span > 0 else None
+
+
 def meets_slo(ttft: np.ndarray, tpot: np.ndarray, e2el: np.ndarray, slo: SloConfig) -> np.ndarray:
     """Per request: True when every configured SLO (in ms) is met.
 
@@ -73,7 +88,32 @@ def goodput(ttft: np.ndarray, tpot: np.ndarray, e2el: np.ndarray, slo: SloConfig
     return rate(int(meets_slo(ttft, tpot, e2el, slo).sum()), wall_s)
 
 
+def attainment(ttft: np.ndarray, tpot: np.ndarray, e2el: np.ndarray, slo: SloConfig, total: int) -> float | None:
+    """Goodput attainment: the share of ``total`` requests (every one sent, failures included) that
+    succeeded and met every SLO; the latencies are the successful requests'. None when ``total`` is 0."""
+    return int(meets_slo(ttft, tpot, e2el, slo).sum()) / total if total > 0 else None
+
+
 def pooled(gap_lists) -> np.ndarray:
     """Every inter-chunk gap of every request, as one array (ITL)."""
     parts = [np.asarray(g, dtype=float) for g in gap_lists if g is not None and len(g)]
     return np.concatenate(parts) if parts else np.empty(0)
+
+
+def quantile_curve(values: np.ndarray | list[float], max_points: int = 200) -> tuple[np.ndarray, np.ndarray]:
+    """The empirical CDF of the finite values as (value, cumulative fraction) points.
+
+    Read as the quantile function at evenly spaced fractions with numpy's linear method — the method
+    :func:`percentiles` uses, so the curve passes exactly through P50, P90 and P99 (always included).
+    With ``n <= max_points`` values the points are the sorted values themselves at fractions
+    ``i / (n - 1)``; a long run is summarized by ``max_points`` (plus the three) instead.
+    """
+    a = np.asarray(values, dtype=float)
+    a = a[np.isfinite(a)]
+    if a.size == 0:
+        return np.empty(0), np.empty(0)
+    if a.size == 1:
+        return a.copy(), np.ones(1)
+    k = max(2, min(int(a.size), max_points))
+    q = np.union1d(np.linspace(0.0, 100.0, k), QUANTILES)
+    return np.percentile(a, q), q / 100.0

@@ -20,11 +20,16 @@ from tui.records.request import FAILURE_STATUSES
 # Reasons that mean "the KV cache could not hold it" (the engine's own word, or a server's OOM text).
 _KV_FULL = ("too_long", "kv", "oom", "out of memory", "memory")
 
+# Where a cell's KV use came from (the ``kv_source`` column; None: nowhere, it is not reported).
+KV_FROM_ENGINE = "engine steps"
+KV_FROM_SERVER = "server /metrics"
+
 # What the printed table shows: (column, header, format)
 DISPLAY: tuple[tuple[str, str, str], ...] = (
     ("stage", "stage", "s"),
     ("mode", "mode", "s"),
     ("target_rate", "rate/s", "r"),
+    ("offered_rate", "offered/s", "r"),
     ("requests", "reqs", "d"),
     ("ttft_p50_ms", "TTFT P50", "ms"),
     ("ttft_p99_ms", "TTFT P99", "ms"),
@@ -35,6 +40,7 @@ DISPLAY: tuple[tuple[str, str, str], ...] = (
     ("req_per_s", "req/s", "r"),
     ("output_tok_per_s", "out tok/s", "r"),
     ("goodput_req_per_s", "goodput/s", "r"),
+    ("slo_attainment", "SLO met", "r"),
     ("failures", "failures", "s"),
     ("preemptions", "preempt", "d"),
     ("swaps", "swaps", "d"),
@@ -121,21 +127,32 @@ def _arr(df: pl.DataFrame, col: str) -> np.ndarray:
     return df.get_column(col).cast(pl.Float64).fill_null(float("nan")).to_numpy()
 
 
+# Every distribution the table reports gets the design's three percentiles (P50, P90, P99, numpy's
+# linear method, all from ``stats.percentiles``), as columns ``<metric>_p<q>_ms``: the vLLM latencies
+# over successful requests, and the dispatch lag (actual − scheduled send) over every request sent.
+DISTRIBUTIONS = ("ttft", "tpot", "itl", "e2el", "dispatch_lag")
+PERCENTILES = ("p50", "p90", "p99")
+
+
+def percentile_columns(metric: str) -> tuple[str, ...]:
+    """The summary columns holding ``metric``'s percentiles, in milliseconds."""
+    return tuple(f"{metric}_{q}_ms" for q in PERCENTILES)
+
+
 _SCHEMA: dict[str, Any] = {
-    "stage": pl.String, "mode": pl.String, "target_rate": pl.Float64, "requests": pl.Int64, "ok": pl.Int64,
-    "ttft_p50_ms": pl.Float64, "ttft_p90_ms": pl.Float64, "ttft_p99_ms": pl.Float64,
-    "tpot_p50_ms": pl.Float64, "tpot_p90_ms": pl.Float64, "tpot_p99_ms": pl.Float64,
-    "itl_p50_ms": pl.Float64, "itl_p99_ms": pl.Float64,
-    "e2el_p50_ms": pl.Float64, "e2el_p99_ms": pl.Float64,
-    "dispatch_lag_p99_ms": pl.Float64, "client_wait_p99_ms": pl.Float64, "client_busy_pct": pl.Float64,
+    "stage": pl.String, "mode": pl.String, "target_rate": pl.Float64, "offered_rate": pl.Float64,
+    "requests": pl.Int64, "ok": pl.Int64,
+    **{col: pl.Float64 for metric in DISTRIBUTIONS for col in percentile_columns(metric)},
+    "client_wait_p99_ms": pl.Float64, "client_busy_pct": pl.Float64,
     "wall_s": pl.Float64,
     "req_per_s": pl.Float64, "output_tok_per_s": pl.Float64, "goodput_req_per_s": pl.Float64,
+    "slo_attainment": pl.Float64,
     "failed": pl.Int64, "failures": pl.String,
     **{f"fail_{s}": pl.Int64 for s in FAILURE_STATUSES},
     "kv_full": pl.Int64, "preemptions": pl.Int64,
     "swaps": pl.Int64, "swapped_gib": pl.Float64, "swap_stall_s": pl.Float64,
     "prompt_tokens": pl.Int64, "completion_tokens": pl.Int64, "tokens_estimated": pl.Int64,
-    "kv_use_mean_pct": pl.Float64, "kv_use_peak_pct": pl.Float64,
+    "kv_source": pl.String, "kv_use_mean_pct": pl.Float64, "kv_use_peak_pct": pl.Float64,
     "frag_mean_pct": pl.Float64, "frag_peak_pct": pl.Float64,
     "gpu_sm_mean_pct": pl.Float64, "gpu_vram_peak_gib": pl.Float64,
     "server_prompt_tokens": pl.Int64, "server_completion_tokens": pl.Int64,
@@ -151,14 +168,17 @@ def _row(stage: str, mode: str, r: pl.DataFrame, steps: pl.DataFrame | None, gpu
         _arr(ok, "send_t"), _arr(ok, "first_token_t"), _arr(ok, "last_token_t"), _arr(ok, "completion_tokens")
     )
     itl = stats.pooled(ok.get_column("chunk_gaps_s").to_list())
-    lag = stats.percentiles(_arr(r, "dispatch_lag_s"))
     client_wait = stats.percentiles(_arr(r, "wire_t") - _arr(r, "send_t"))  # pool + connect inside the client
     wall = 0.0
     if r.height:
         t0 = np.nanmin(_arr(r, "scheduled_t"))
         ends = _arr(r, "end_t")
         wall = float(np.nanmax(ends) - t0) if np.isfinite(ends).any() else 0.0
-    p = {name: stats.percentiles(v) for name, v in (("ttft", ttft), ("tpot", tpot), ("itl", itl), ("e2el", e2el))}
+    dists = {"ttft": ttft, "tpot": tpot, "itl": itl, "e2el": e2el, "dispatch_lag": _arr(r, "dispatch_lag_s")}
+    pct: dict[str, float | None] = {}
+    for metric in DISTRIBUTIONS:
+        p = stats.percentiles(dists[metric])
+        pct.update(zip(percentile_columns(metric), (_ms(p.p50), _ms(p.p90), _ms(p.p99)), strict=True))
     out_tokens = float(np.nansum(_arr(ok, "completion_tokens")))
     counts = dict(r.group_by("status").len().iter_rows()) if r.height else {}
     failed = {s: int(counts.get(s, 0)) for s in FAILURE_STATUSES}
@@ -169,16 +189,15 @@ def _row(stage: str, mode: str, r: pl.DataFrame, steps: pl.DataFrame | None, gpu
     )
     row: dict[str, Any] = {
         "stage": stage, "mode": mode, "target_rate": note.get("rate"),
+        "offered_rate": stats.offered_rate(_arr(r, "scheduled_t")) if r.height else None,
         "requests": r.height, "ok": ok.height,
-        "ttft_p50_ms": _ms(p["ttft"].p50), "ttft_p90_ms": _ms(p["ttft"].p90), "ttft_p99_ms": _ms(p["ttft"].p99),
-        "tpot_p50_ms": _ms(p["tpot"].p50), "tpot_p90_ms": _ms(p["tpot"].p90), "tpot_p99_ms": _ms(p["tpot"].p99),
-        "itl_p50_ms": _ms(p["itl"].p50), "itl_p99_ms": _ms(p["itl"].p99),
-        "e2el_p50_ms": _ms(p["e2el"].p50), "e2el_p99_ms": _ms(p["e2el"].p99),
-        "dispatch_lag_p99_ms": _ms(lag.p99), "client_wait_p99_ms": _ms(client_wait.p99), "wall_s": wall,
+        **pct,
+        "client_wait_p99_ms": _ms(client_wait.p99), "wall_s": wall,
         "client_busy_pct": 100 * note["client_busy"] if note.get("client_busy") is not None else None,
         "req_per_s": stats.rate(ok.height, wall),
         "output_tok_per_s": stats.rate(out_tokens, wall),
         "goodput_req_per_s": stats.goodput(ttft, tpot, e2el, slo, wall),
+        "slo_attainment": stats.attainment(ttft, tpot, e2el, slo, r.height),
         "failed": sum(failed.values()),
         "failures": (" ".join(f"{s}:{n}" for s, n in failed.items() if n) or "none")
         + (f" (kv_full:{kv_full})" if kv_full else ""),
@@ -192,6 +211,7 @@ def _row(stage: str, mode: str, r: pl.DataFrame, steps: pl.DataFrame | None, gpu
     if steps is not None and steps.height:
         kv, frag = _arr(steps, "kv_usage"), _arr(steps, "fragmentation")
         row.update(
+            kv_source=KV_FROM_ENGINE,
             preemptions=int(np.nansum(_arr(steps, "preempted"))),
             kv_use_mean_pct=100 * float(np.nanmean(kv)), kv_use_peak_pct=100 * float(np.nanmax(kv)),
             frag_mean_pct=100 * float(np.nanmean(frag)), frag_peak_pct=100 * float(np.nanmax(frag)),
@@ -201,7 +221,7 @@ def _row(stage: str, mode: str, r: pl.DataFrame, steps: pl.DataFrame | None, gpu
                        swapped_gib=float(np.nansum(_arr(steps, "swapped_bytes"))) / 2**30,
                        swap_stall_s=float(np.nansum(_arr(steps, "swap_s"))))
     elif note.get("server_kv_mean") is not None:  # a remote server's own gauge, polled during the stage
-        row.update(kv_use_mean_pct=100 * float(note["server_kv_mean"]),
+        row.update(kv_source=KV_FROM_SERVER, kv_use_mean_pct=100 * float(note["server_kv_mean"]),
                    kv_use_peak_pct=100 * float(note["server_kv_peak"]))
     if row.get("preemptions") is None and note.get("server_preemptions") is not None:
         row["preemptions"] = int(note["server_preemptions"])
@@ -281,20 +301,37 @@ def client_delay_lines(df: pl.DataFrame, min_ms: float = 5.0, share: float = 0.1
     return lines
 
 
-def to_markdown(df: pl.DataFrame, title: str | None = None, slo: SloConfig | None = None) -> str:
-    """The table as GitHub markdown, with the metric definitions and the reconciliation under it."""
+def to_markdown(df: pl.DataFrame, title: str | None = None, slo: SloConfig | None = None,
+                seed: int | None = None, prompt_unit: dict[str, Any] | None = None) -> str:
+    """The table as GitHub markdown, with the metric definitions, the offered load and dispatch lag of each
+    cell (``seed``: the arrivals' seed, said there) and the reconciliation under it.
+
+    ``prompt_unit``: run.json's ``prompt_len_counts`` (and ``prompt_tokenizer``): what requested prompt
+    lengths count, said under the legend."""
     headers, rows = display_rows(df)
     out = [f"# {title}", ""] if title else []
     out.append("| " + " | ".join(headers) + " |")
     out.append("|" + "|".join("---" for _ in headers) + "|")
     out += ["| " + " | ".join(r) + " |" for r in rows]
-    out += ["", _LEGEND]
+    out += ["", f"{_LEGEND} {kv_legend(df)}".rstrip()]
     if slo is not None:
         targets = [f"{k} <= {v:g} ms" for k, v in (("TTFT", slo.ttft_ms), ("TPOT", slo.tpot_ms), ("E2EL", slo.e2el_ms))
                    if v is not None]
-        out.append(f"Goodput SLOs: {', '.join(targets) if targets else 'none set (goodput = throughput of ok requests)'}.")
+        out.append(f"Goodput SLOs: {', '.join(targets) if targets else 'none set (goodput = throughput of ok requests)'}; "
+                   "SLO met: the share of all requests sent that succeeded and met them (goodput attainment).")
+    if prompt_unit is not None:
+        tok = prompt_unit.get("prompt_tokenizer")
+        out.append(f"Requested prompt lengths (prompt_len in requests.parquet) count {prompt_unit['prompt_len_counts']}"
+                   + (f"; tokenizer: {tok}" if tok else "") + ". prompt tok is the server's own count.")
     if any(df.get_column("partial").to_list()) if df.height else False:
         out.append("Partial: the run was interrupted; cells marked partial did not finish.")
+    sched = schedule_lines(df)
+    if sched:
+        out += ["", "## Offered load and dispatch lag", ""]
+        if seed is not None:
+            out += [f"Arrivals drawn with load.seed = {seed}: the same sample on every run with this seed "
+                    "(vary it with --seed N, or --seed random, which records the seed drawn).", ""]
+        out += [f"- {line}" for line in sched]
     slow = client_delay_lines(df)
     if slow:
         out += ["", "## Client delay", ""] + [f"- {line}" for line in slow]
@@ -307,19 +344,58 @@ def to_markdown(df: pl.DataFrame, title: str | None = None, slo: SloConfig | Non
 _LEGEND = (
     "Latencies in ms over successful requests (vLLM serving-benchmark definitions): TTFT send -> first "
     "output chunk; TPOT = (E2EL - TTFT)/(output tokens - 1); ITL every gap between output chunks; E2EL "
-    "send -> last chunk; percentiles numpy linear. Throughput = ok requests (output tokens) / wall time "
-    "from first scheduled send to last end. KV use and fragmentation: mean and peak over engine steps; "
-    "swaps: requests swapped out to host memory, swap GiB: KV copied device<->host, swap stall s: step "
+    "send -> last chunk; percentiles numpy linear (summary.csv has P50, P90 and P99 of each). rate/s is "
+    "the target arrival rate, offered/s the rate the drawn schedule offered: (requests - 1) / (last - first "
+    "scheduled send). Throughput = ok requests (output tokens) / wall time "
+    "from first scheduled send to last end. "
+    "Swaps: requests swapped out to host memory, swap GiB: KV copied device<->host, swap stall s: step "
     "time spent on those copies; "
     "SM/VRAM from NVML."
 )
 
+_KV_SENTENCES = {
+    KV_FROM_ENGINE: "KV use and fragmentation: mean and peak over engine steps",
+    KV_FROM_SERVER: ("KV use: mean and peak of the server's own /metrics gauge (vLLM's kv_cache_usage_perc), "
+                     "sampled about once a second; a server reports no fragmentation"),
+    None: "KV use: not reported (no engine steps, and the server's /metrics has no KV gauge)",
+}
+
+
+def kv_legend(df: pl.DataFrame) -> str:
+    """Where each cell's KV figures came from: engine steps, the server's /metrics, or nowhere.
+
+    One sentence when every cell shares a source; otherwise one per source, naming its cells.
+    """
+    by_source: dict[str | None, list[str]] = {}
+    for row in df.iter_rows(named=True):
+        by_source.setdefault(row.get("kv_source"), []).append(f"{row['stage']} / {row['mode']}")
+    if not by_source:
+        return ""
+    if len(by_source) == 1:
+        return _KV_SENTENCES[next(iter(by_source))] + "."
+    return " ".join(f"{_KV_SENTENCES[src]} ({', '.join(cells)})." for src, cells in by_source.items())
+
+
+def schedule_lines(df: pl.DataFrame) -> list[str]:
+    """One line per cell: the target rate, the rate its schedule offered, and the dispatch lag's percentiles."""
+    lines = []
+    for row in df.iter_rows(named=True):
+        target, offered = row.get("target_rate"), row.get("offered_rate")
+        lag = [row.get(c) for c in percentile_columns("dispatch_lag")]
+        if target is None and offered is None and lag[0] is None:
+            continue
+        rates = f"target {format_cell(target, 'r')} req/s, offered {format_cell(offered, 'r')} req/s"
+        lag_text = "/".join(format_cell(v, "ms") for v in lag)
+        lines.append(f"{row['stage']} / {row['mode']}: {rates}; dispatch lag (actual - scheduled send) "
+                     f"P50/P90/P99 {lag_text} ms")
+    return lines
+
 
 # The terminal shows the table in two halves so neither is squeezed into unreadable columns.
 _RICH_PARTS = (
-    ("latency and throughput", ("stage", "mode", "target_rate", "requests", "ttft_p50_ms", "ttft_p99_ms",
+    ("latency and throughput", ("stage", "mode", "target_rate", "offered_rate", "requests", "ttft_p50_ms", "ttft_p99_ms",
                                 "tpot_p50_ms", "tpot_p99_ms", "itl_p99_ms", "e2el_p99_ms", "req_per_s",
-                                "output_tok_per_s", "goodput_req_per_s")),
+                                "output_tok_per_s", "goodput_req_per_s", "slo_attainment")),
     ("failures and capacity", ("stage", "mode", "failures", "preemptions", "swaps", "swapped_gib", "swap_stall_s",
                                "kv_use_mean_pct", "kv_use_peak_pct",
                                "frag_mean_pct", "gpu_sm_mean_pct", "gpu_vram_peak_gib", "prompt_tokens",

@@ -9,12 +9,13 @@ entry take the same path.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from textual.binding import Binding
 
-Group = Literal["Load", "Engine", "Defenses", "View", "Replay"]
+Group = Literal["Load", "Engine", "Defenses", "View", "Review", "Replay"]
 
 
 @dataclass(frozen=True)
@@ -144,10 +145,9 @@ REPLAY_ACTIONS: tuple[DashboardAction, ...] = (
 )
 REPLAY_BY_ID: dict[str, DashboardAction] = {a.id: a for a in REPLAY_ACTIONS}
 
-
-def bindings(actions: tuple[DashboardAction, ...] = ACTIONS) -> list[Binding]:
-    """An app's key bindings from its action table (the dashboard's by default), in the table's
-    order (the footer shows those with a label), help first."""
+def bindings(actions: Sequence[DashboardAction] = ACTIONS) -> list[Binding]:
+    """An app's key bindings from its action table (the dashboard's by default), in the table's order
+    (the footer shows those with a label), help first."""
     out: list[Binding] = []
     for a in sorted(actions, key=lambda a: not a.footer_first):
         if a.keys:

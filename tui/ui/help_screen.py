@@ -6,6 +6,8 @@ and the command palette come from, so it cannot drift from what the keys do.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
@@ -70,9 +72,9 @@ def _section(title: str, rows: tuple[tuple[str, str], ...] | list[tuple[str, str
     return table
 
 
-def key_rows(actions: tuple[DashboardAction, ...] = ACTIONS,
+def key_rows(actions: Sequence[DashboardAction] = ACTIONS,
              extra: tuple[tuple[str, str], ...] = EXTRA_KEYS) -> list[tuple[str, str]]:
-    """The keys, from an action table (the dashboard's by default), by group, then ``extra``."""
+    """The keys, from an action table (the dashboard's by default), by group."""
     rows: list[tuple[str, str]] = []
     for a in actions:
         if a.keys:
@@ -81,7 +83,9 @@ def key_rows(actions: tuple[DashboardAction, ...] = ACTIONS,
 
 
 class HelpScreen(ModalScreen[None]):
-    """What each pane shows, the metric definitions, the keys. Any of esc, q, ? closes it."""
+    """What each pane shows, the metric definitions, the keys. Any of esc, q, ? closes it.
+
+    The dashboard's by default; another app (the report) passes its own panes and key rows."""
 
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
@@ -95,20 +99,18 @@ class HelpScreen(ModalScreen[None]):
         Binding("escape,q,question_mark", "dismiss", "close", key_display="esc"),
     ]
 
-    def __init__(self, actions: tuple[DashboardAction, ...] = ACTIONS,
-                 panes: tuple[tuple[str, str], ...] = PANES, extra_keys: tuple[tuple[str, str], ...] = EXTRA_KEYS,
-                 ) -> None:
-        """The dashboard's help by default; the replay passes its own keys and panes."""
+    def __init__(self, panes: tuple[tuple[str, str], ...] = PANES, keys: list[tuple[str, str]] | None = None,
+                 title: str = "kvtui help") -> None:
         super().__init__()
-        self.actions, self.panes, self.extra_keys = actions, panes, extra_keys
+        self.panes, self.keys, self.help_title = panes, keys if keys is not None else key_rows(), title
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help-body") as body:
-            body.border_title = "kvtui help · esc closes"
+            body.border_title = f"{self.help_title} · esc closes"
             yield Static(_section("Panes", self.panes, 16), id="help-panes")
             yield Static(_section("Metrics (vLLM's serving benchmark definitions)", METRICS, 16),
                          id="help-metrics")
-            yield Static(_section("Keys", key_rows(self.actions, self.extra_keys), 16), id="help-keys")
+            yield Static(_section("Keys", self.keys, 16), id="help-keys")
             yield Static(Text("Press esc to go back.", style="dim"))
 
     def on_mount(self) -> None:

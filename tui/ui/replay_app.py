@@ -19,7 +19,7 @@ from textual.widgets import Footer
 
 from tui.ui.actions import DASHBOARD_ACTIONS, REPLAY_ACTIONS, REPLAY_BY_ID, bindings
 from tui.ui.gpu import GpuPane
-from tui.ui.help_screen import PANES, HelpScreen
+from tui.ui.help_screen import PANES, HelpScreen, key_rows
 from tui.ui.latency import LatencyPane
 from tui.ui.messages import OpenRequest, ViewChanged
 from tui.ui.model import DashboardSnapshot
@@ -113,7 +113,7 @@ class ReplayApp(App[int]):
         getattr(self.player, entry.op)(*entry.args)
 
     def action_show_help(self) -> None:
-        self.push_screen(HelpScreen(REPLAY_ACTIONS, REPLAY_PANES, REPLAY_EXTRA_KEYS))
+        self.push_screen(HelpScreen(REPLAY_PANES, key_rows(REPLAY_ACTIONS, REPLAY_EXTRA_KEYS), "kvtui replay help"))
 
     def action_toggle_zoom(self) -> None:
         self.screen_stack[0].toggle_class("-alt")

@@ -1,0 +1,101 @@
+"""The sweep through the live recorder: an OpenAI-compatible target over HTTP, and the local engine in real time.
+
+Real time is not deterministic, so these check the sweep's mechanics (each probe a stage with its
+records and, locally, its engine steps; sweep.json agreeing with the table; the edge printed), not
+where the edge lands; the virtual-clock tests (tests/sim/test_sweep.py) check that.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+from loadfake_server import FakeConfig
+
+from tui.metrics.capacity import SWEEP_FILE, read_capacity_edges
+from tui.profile import load_profile
+from tui.record import record_main
+from tui.report import load_run
+
+pytestmark = pytest.mark.slow  # recorded runs over HTTP
+
+
+def _table_agrees_with_sweep_json(out: Path) -> None:
+    run = load_run(out)
+    rows = {(r["stage"], r["mode"]): r for r in run.summary.iter_rows(named=True)}
+    for edge in run.edges:
+        for p in edge.probes:
+            assert rows[(p.stage, edge.mode)]["slo_attainment"] == p.attainment
+            assert rows[(p.stage, edge.mode)]["target_rate"] == p.rate
+
+
+def test_a_remote_target_is_swept_up_to_max_rate(fake_server, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    srv = fake_server(FakeConfig(ttft_s=0.002, token_delay_s=0.001))  # never near a 2 s SLO: the sweep tops out
+    path = tmp_path / "p.toml"
+    path.write_text(f'''
+name = "remote-sweep"
+[target]
+kind = "openai"
+base_url = "{srv.base_url}"
+model = "fake-model"
+[workload]
+prompt_len = 8
+output_len = 4
+[sweep]
+start_rate = 20
+max_rate = 40
+num_requests = 8
+duration_s = 0.01
+[record]
+drain_timeout_s = 5.0
+[slo]
+ttft_ms = 2000
+''', encoding="utf-8")
+    out = tmp_path / "run"
+    assert record_main(load_profile(path), out) == 0
+    (edge,) = read_capacity_edges(out)
+    assert edge.mode == "remote" and edge.status == "above" and edge.edge_rate == 40.0
+    assert [(p.rate, p.attainment, p.stage) for p in edge.probes] == [(20.0, 1.0, "sweep-01"), (40.0, 1.0, "sweep-02")]
+    _table_agrees_with_sweep_json(out)
+    printed = capsys.readouterr()
+    assert "capacity edge (sweep)" in printed.out and ">= 40" in printed.out
+    assert "sweep remote: capacity edge at least 40 req/s (2 probes, above)" in printed.err
+    assert json.loads((out / SWEEP_FILE).read_text())["finished"] is True
+
+
+def test_the_local_engine_is_swept_in_real_time(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "p.toml"
+    path.write_text('''
+name = "local-sweep"
+[engine]
+kv_budget_mb = 1.0
+max_model_len = 256
+static_batch_size = 4
+batch_wait_ms = 20
+[workload]
+prompt_len = {dist = "uniform", low = 16, high = 64}
+output_len = {dist = "uniform", low = 4, high = 12}
+[sweep]
+start_rate = 8
+max_probes = 2
+num_requests = 6
+duration_s = 0.01
+[record]
+modes = ["static+contiguous", "continuous+paged"]
+drain_timeout_s = 60
+[slo]
+ttft_ms = 5000
+''', encoding="utf-8")
+    out = tmp_path / "run"
+    assert record_main(load_profile(path), out) == 0, capsys.readouterr().err
+    edges = read_capacity_edges(out)
+    assert [e.mode for e in edges] == ["static+contiguous", "continuous+paged"]
+    assert all(len(e.probes) == 2 for e in edges)
+    _table_agrees_with_sweep_json(out)
+    steps = pl.read_parquet(out / "steps.parquet")
+    for e in edges:  # the engine was reset into each mode and its steps kept per probe, as for any stage
+        for p in e.probes:
+            assert steps.filter((pl.col("stage") == p.stage) & (pl.col("mode") == e.mode)).height > 0
+    assert "capacity edge (sweep)" in capsys.readouterr().out

@@ -1,0 +1,277 @@
+"""The capacity edge: the highest arrival rate at which a mode still meets its SLOs, and its search.
+
+A sweep (``[sweep]`` in a profile, run by ``tui.sweep``) probes each mode at a series of arrival
+rates; every probe is an ordinary stage of the run (``sweep-01``, ``sweep-02``, ...). A probe
+*passes* when its goodput attainment -- the share of its requests (every non-warm-up request sent,
+failures included) meeting every ``[slo]`` target -- is at least the sweep's target. Attainment is
+the summary table's ``slo_attainment`` column (``stats.attainment``, over the same per-request SLO
+check as goodput): :func:`cell_attainment` reads a probe's value from that table, so the number that
+decides the search is the number the table prints.
+
+:class:`EdgeSearch` picks the rates: start low, grow geometrically while probes pass, then bisect
+(geometric midpoint) between the highest passing rate below the lowest failing one until the two
+are within the relative tolerance. The result per mode is a :class:`CapacityEdge`; the recorder
+writes them to ``sweep.json`` in the run directory (:func:`write_capacity_edges`) after every probe,
+and :func:`read_capacity_edges` reads them back (``[]`` for a run without a sweep) for the recorder's
+summary, ``kvtui report`` and its charts.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, NamedTuple
+
+import polars as pl
+
+from tui.metrics.summary import summary_table  # the table is the one place a probe's attainment is made
+from tui.profile import MAX_RATE, SloConfig, SweepConfig
+from tui.records.parquet import rows_to_table
+from tui.records.request import REQUEST_SCHEMA, RequestRecord
+
+SWEEP_FILE = "sweep.json"  # in the run directory, beside run.json
+SWEEP_FORMAT = 1
+
+# The mode pair whose edges make the headline ratio (continuous+paged over static+contiguous).
+RATIO_MODES = ("continuous+paged", "static+contiguous")
+
+EdgeStatus = Literal["found", "above", "below", "incomplete"]
+STATUS_MEANING: dict[str, str] = {
+    "found": "bracketed within the tolerance",
+    "above": "never missed the target: the edge is at least this rate",
+    "below": "missed the target at every rate probed: the edge is below the lowest",
+    "incomplete": "stopped (probe limit or interrupt) before the bracket narrowed to the tolerance",
+}
+
+
+class Probe(NamedTuple):
+    """One probe of a sweep: its arrival rate (req/s), its goodput attainment (0..1), its stage's name."""
+
+    rate: float
+    attainment: float
+    stage: str
+
+
+@dataclass(frozen=True)
+class CapacityEdge:
+    """One mode's capacity edge, as a sweep found it.
+
+    ``edge_rate`` is the highest probed rate that met the target below the lowest rate that missed
+    it (``fail_rate``); the true edge lies between the two. ``edge_rate`` is None when no probe met
+    the target (``status = "below"``), ``fail_rate`` None when none missed it (``"above"``).
+    """
+
+    mode: str
+    edge_rate: float | None
+    attainment_at_edge: float | None
+    fail_rate: float | None
+    attainment_at_fail: float | None
+    probes: tuple[Probe, ...]
+    target: float
+    tolerance: float
+    status: EdgeStatus
+
+    @property
+    def found(self) -> bool:
+        """The edge is bracketed within the tolerance."""
+        return self.status == "found"
+
+
+def passes(attainment: float, target: float) -> bool:
+    """Whether a probe's attainment meets the sweep's target."""
+    return attainment >= target
+
+
+def edge_of(mode: str, probes: Sequence[Probe], target: float, tolerance: float) -> CapacityEdge:
+    """The capacity edge the probes so far show (whatever order they ran in)."""
+    fails = [p for p in probes if not passes(p.attainment, target)]
+    low_fail = min(fails, key=lambda p: p.rate) if fails else None
+    ok = [p for p in probes if passes(p.attainment, target) and (low_fail is None or p.rate < low_fail.rate)]
+    high_pass = max(ok, key=lambda p: p.rate) if ok else None
+    status: EdgeStatus
+    if not probes:
+        status = "incomplete"
+    elif high_pass is None:
+        status = "below"
+    elif low_fail is None:
+        status = "above"
+    elif low_fail.rate <= high_pass.rate * (1 + tolerance):
+        status = "found"
+    else:
+        status = "incomplete"
+    return CapacityEdge(
+        mode=mode,
+        edge_rate=high_pass.rate if high_pass else None,
+        attainment_at_edge=high_pass.attainment if high_pass else None,
+        fail_rate=low_fail.rate if low_fail else None,
+        attainment_at_fail=low_fail.attainment if low_fail else None,
+        probes=tuple(probes),
+        target=target,
+        tolerance=tolerance,
+        status=status,
+    )
+
+
+class EdgeSearch:
+    """The rates one mode's sweep probes, one at a time: ``next_rate()``, run it, ``observe(...)``."""
+
+    def __init__(self, mode: str, config: SweepConfig):
+        self.mode = mode
+        self.config = config
+        self.probes: list[Probe] = []
+
+    def next_rate(self) -> float | None:
+        """The rate to probe next; None when the edge is bracketed, bounded, or the probes are spent."""
+        cfg = self.config
+        if len(self.probes) >= cfg.max_probes:
+            return None
+        if not self.probes:
+            return cfg.start_rate
+        edge = self.edge()
+        max_rate = cfg.max_rate if cfg.max_rate is not None else MAX_RATE
+        if edge.edge_rate is None:  # even the lowest rate missed: go down
+            assert edge.fail_rate is not None
+            return edge.fail_rate / cfg.growth
+        if edge.fail_rate is None:  # every rate met it: go up, to max_rate at most
+            if edge.edge_rate >= max_rate:
+                return None
+            return min(edge.edge_rate * cfg.growth, max_rate)
+        if edge.status == "found":
+            return None
+        return math.sqrt(edge.edge_rate * edge.fail_rate)  # a relative tolerance halves in log space
+
+    def observe(self, rate: float, attainment: float, stage: str) -> None:
+        """Record one finished probe."""
+        self.probes.append(Probe(rate, attainment, stage))
+
+    def edge(self) -> CapacityEdge:
+        """The edge as the probes so far show it."""
+        return edge_of(self.mode, self.probes, self.config.target_attainment, self.config.tolerance)
+
+
+def cell_attainment(records: Sequence[RequestRecord], slo: SloConfig) -> float | None:
+    """One probe's goodput attainment from its request records (one stage x mode, no warm-up), as the
+    summary table computes it (its ``slo_attainment`` column); None when it has no requests."""
+    requests = pl.from_arrow(rows_to_table([r.to_row() for r in records], REQUEST_SCHEMA))
+    table = summary_table(requests, slo=slo)  # type: ignore[arg-type]
+    if table.height != 1:
+        return None
+    value = table.get_column("slo_attainment")[0]
+    return None if value is None else float(value)
+
+
+# ---------------------------------------------------------------------------------------------------
+# sweep.json: written by the recorder after every probe, read by the summary, the report and charts
+
+
+def _edge_to_json(e: CapacityEdge) -> dict[str, Any]:
+    return {
+        "mode": e.mode, "edge_rate": e.edge_rate, "attainment_at_edge": e.attainment_at_edge,
+        "fail_rate": e.fail_rate, "attainment_at_fail": e.attainment_at_fail, "status": e.status,
+        "target": e.target, "tolerance": e.tolerance,
+        "probes": [{"rate": p.rate, "attainment": p.attainment, "stage": p.stage} for p in e.probes],
+    }
+
+
+def write_capacity_edges(run_dir: Path, edges: Sequence[CapacityEdge], *, finished: bool) -> Path:
+    """Write ``sweep.json`` (atomically: a crash leaves the last complete version)."""
+    path = Path(run_dir) / SWEEP_FILE
+    tmp = path.with_suffix(".json.tmp")
+    doc = {"format": SWEEP_FORMAT, "finished": finished, "edges": [_edge_to_json(e) for e in edges]}
+    tmp.write_text(json.dumps(doc, indent=2), encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def read_capacity_edges(run_dir: Path) -> list[CapacityEdge]:
+    """The capacity edges of a recorded run, one per mode swept, in sweep order; ``[]`` for a run
+    without a sweep (or an unreadable ``sweep.json``). The edge and status are recomputed from the
+    stored probes by :func:`edge_of`, so every reader agrees with the recorder."""
+    path = Path(run_dir) / SWEEP_FILE
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        edges = []
+        for e in doc["edges"]:
+            probes = [Probe(float(p["rate"]), float(p["attainment"]), str(p["stage"])) for p in e["probes"]]
+            edges.append(edge_of(str(e["mode"]), probes, float(e["target"]), float(e["tolerance"])))
+        return edges
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+
+
+# ---------------------------------------------------------------------------------------------------
+# Rendering: the edge table under the comparison table (terminal, summary.md, report)
+
+
+def edge_ratio(edges: Sequence[CapacityEdge], modes: tuple[str, str] = RATIO_MODES) -> float | None:
+    """``modes[0]``'s edge over ``modes[1]``'s (continuous+paged / static+contiguous by default);
+    None unless both were swept and both edges exist."""
+    by_mode = {e.mode: e for e in edges}
+    num, den = by_mode.get(modes[0]), by_mode.get(modes[1])
+    if num is None or den is None or num.edge_rate is None or not den.edge_rate:
+        return None
+    return num.edge_rate / den.edge_rate
+
+
+EDGE_HEADERS = ("mode", "capacity edge req/s", "SLO met at edge", "missed at req/s", "SLO met there",
+                "probes", "status")
+
+
+def edge_rows(edges: Sequence[CapacityEdge]) -> list[list[str]]:
+    """The edge table's formatted rows (one per mode), columns as :data:`EDGE_HEADERS`."""
+
+    def num(x: float | None, fmt: str = ".3g") -> str:
+        return "-" if x is None else format(x, fmt)
+
+    rows = []
+    for e in edges:
+        edge = num(e.edge_rate)
+        if e.status == "above":
+            edge = f">= {edge}"
+        elif e.status == "below":
+            edge = f"< {num(e.fail_rate)}"
+        rows.append([e.mode, edge, num(e.attainment_at_edge, ".2f"), num(e.fail_rate), num(e.attainment_at_fail, ".2f"),
+                     str(len(e.probes)), e.status])
+    return rows
+
+
+def edge_summary_lines(edges: Sequence[CapacityEdge]) -> list[str]:
+    """What the table cannot say in a cell: the target, the tolerance, the ratio between modes."""
+    if not edges:
+        return []
+    e0 = edges[0]
+    lines = [f"Capacity edge: the highest arrival rate probed at which at least {e0.target:.0%} of requests met "
+             f"every SLO, bracketed to {e0.tolerance:.0%} (the next rate up missed it)."]
+    ratio = edge_ratio(edges)
+    if ratio is not None:
+        lines.append(f"Capacity edge ratio {RATIO_MODES[0]} / {RATIO_MODES[1]}: {ratio:.2f}x")
+    for e in edges:
+        if e.status != "found":
+            lines.append(f"{e.mode}: {e.status}: {STATUS_MEANING[e.status]}")
+    return lines
+
+
+def edges_markdown(edges: Sequence[CapacityEdge]) -> str:
+    """The edge table and its lines as a markdown section (for summary.md); '' without a sweep."""
+    if not edges:
+        return ""
+    out = ["", "## Capacity edge (sweep)", "", "| " + " | ".join(EDGE_HEADERS) + " |",
+           "|" + "|".join("---" for _ in EDGE_HEADERS) + "|"]
+    out += ["| " + " | ".join(r) + " |" for r in edge_rows(edges)]
+    out += ["", *edge_summary_lines(edges)]
+    return "\n".join(out) + "\n"
+
+
+def edges_rich(edges: Sequence[CapacityEdge], title: str = "capacity edge (sweep)"):
+    """The edge table for the terminal (a ``rich`` table)."""
+    from rich.table import Table
+
+    t = Table(title=title, header_style="bold", title_justify="left")
+    for h in EDGE_HEADERS:
+        t.add_column(h, justify="left" if h in ("mode", "status") else "right")
+    for r in edge_rows(edges):
+        t.add_row(*r)
+    return t

@@ -1,0 +1,149 @@
+"""Which cells a recorded run runs, one at a time: every stage x mode, or a sweep for each mode's capacity edge.
+
+Both recorders (:mod:`tui.record` live over HTTP, :mod:`tui.virtual_record` on the virtual clock) ask
+a :class:`CellPlan` for the next (stage, mode), run it as any cell, hand it every request record and
+say when the cell is done. :class:`FixedCells` is the plain run: the profile's stages under every
+mode. :class:`Sweep` (a profile with ``[sweep]``) chooses each probe's rate from the ones before it
+(:class:`~tui.metrics.capacity.EdgeSearch`), mode after mode, and writes ``sweep.json`` after every
+probe; each probe is an ordinary stage (``sweep-01``, ...), so its records, steps and table row are
+like any other cell's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from tui.metrics import stats
+from tui.metrics.capacity import EdgeSearch, cell_attainment, passes, write_capacity_edges
+from tui.profile import Profile, Stage, SweepConfig
+from tui.records.request import RequestRecord
+
+
+class CellPlan:
+    """The cells of one run in order; the plain plan needs nothing back from the cells it hands out."""
+
+    def next_cell(self) -> tuple[Stage, str] | None:
+        """The next (stage, mode label) to run; None when the run is complete."""
+        raise NotImplementedError
+
+    def on_record(self, rec: RequestRecord) -> None:
+        """Every request record of the run, as it is finished (warm-up ones included)."""
+
+    def cell_done(self, partial: bool) -> None:
+        """The cell last handed out has ended (``partial``: it was cut short by a stop)."""
+
+    def finish(self, complete: bool) -> None:
+        """The run is over (``complete``: not stopped early)."""
+
+    def status(self) -> str:
+        """A short progress text for the recorder's live line ('' when there is nothing to add)."""
+        return ""
+
+
+class FixedCells(CellPlan):
+    """Every stage under every mode, stage by stage."""
+
+    def __init__(self, stages: Sequence[Stage], modes: Sequence[str]):
+        self._cells = [(stage, mode) for stage in stages for mode in modes]
+
+    def next_cell(self) -> tuple[Stage, str] | None:
+        return self._cells.pop(0) if self._cells else None
+
+
+class Sweep(CellPlan):
+    """Each mode's capacity edge, mode after mode: probe, measure goodput attainment, choose the next rate.
+
+    A probe's attainment is its row of the summary table (:func:`~tui.metrics.capacity.cell_attainment`),
+    built from the records this plan was handed. ``say`` prints a line per probe and per edge found.
+    """
+
+    def __init__(self, profile: Profile, modes: Sequence[str], out: Path, say: Callable[[str], None]):
+        assert profile.sweep is not None
+        self.config: SweepConfig = profile.sweep
+        self.slo = profile.slo
+        self.out = Path(out)
+        self.say = say
+        self.searches = [EdgeSearch(mode, self.config) for mode in modes]
+        self._mode = 0  # index of the mode being swept
+        self._cell: tuple[Stage, str] | None = None
+        self._records: list[RequestRecord] = []
+        self._met = 0  # requests of the running probe that met every SLO so far (for the live line)
+
+    def next_cell(self) -> tuple[Stage, str] | None:
+        while self._mode < len(self.searches):
+            search = self.searches[self._mode]
+            rate = search.next_rate()
+            if rate is not None:
+                stage = self.config.probe_stage(len(search.probes) + 1, rate)
+                self._cell = (stage, search.mode)
+                self._records, self._met = [], 0
+                return self._cell
+            edge = search.edge()
+            self.say(f"sweep {search.mode}: capacity edge {_edge_text(edge.edge_rate, edge.fail_rate, edge.status)} "
+                     f"({len(edge.probes)} probes, {edge.status})")
+            self._mode += 1
+        self._cell = None
+        return None
+
+    def on_record(self, rec: RequestRecord) -> None:
+        if rec.warmup or self._cell is None or (rec.stage, rec.mode) != (self._cell[0].name, self._cell[1]):
+            return
+        self._records.append(rec)
+        if rec.ok:  # the live count uses the table's own SLO check, one request at a time
+            ttft, e2el, tpot = stats.latencies(*(np.array([v], dtype=float) for v in (
+                rec.send_t, rec.first_token_t, rec.last_token_t, rec.completion_tokens)))
+            self._met += int(stats.meets_slo(ttft, tpot, e2el, self.slo)[0])
+
+    def cell_done(self, partial: bool) -> None:
+        if self._cell is None:
+            return
+        stage, mode = self._cell
+        search = self.searches[self._mode]
+        if partial:  # a probe cut short says nothing about its rate
+            self.say(f"sweep {mode}: probe at {stage.rate:.4g} req/s stopped before it finished; not counted")
+            self._write(finished=False)
+            return
+        attainment = cell_attainment(self._records, self.slo)
+        attainment = 0.0 if attainment is None else attainment  # a probe without requests met nothing
+        search.observe(stage.rate, attainment, stage.name)
+        edge = search.edge()
+        verdict = "met" if passes(attainment, self.config.target_attainment) else "missed"
+        self.say(f"sweep {mode}: {stage.name} at {stage.rate:.4g} req/s: SLO met by {attainment:.1%} of "
+                 f"{len(self._records)} requests ({verdict} the {self.config.target_attainment:.0%} target); "
+                 f"edge {_edge_text(edge.edge_rate, edge.fail_rate, edge.status)}")
+        self._write(finished=False)
+
+    def finish(self, complete: bool) -> None:
+        self._write(finished=complete)
+
+    def status(self) -> str:
+        if self._cell is None:
+            return ""
+        stage, mode = self._cell
+        search = self.searches[self._mode]
+        done = len(self._records)
+        live = f"SLO met {self._met}/{done} so far" if done else "no request finished yet"
+        history = " ".join(f"{p.rate:.3g}:{p.attainment:.2f}" for p in search.probes)
+        return (f"sweep {mode} · probe {len(search.probes) + 1} at {stage.rate:.4g}/s · {live} · target "
+                f"{self.config.target_attainment:.0%}" + (f" · before (rate:met) {history}" if history else ""))
+
+    def _write(self, finished: bool) -> None:
+        write_capacity_edges(self.out, [s.edge() for s in self.searches if s.probes], finished=finished)
+
+
+def _edge_text(edge_rate: float | None, fail_rate: float | None, status: str) -> str:
+    if edge_rate is None:
+        return f"below {fail_rate:.4g} req/s" if fail_rate is not None else "not probed"
+    if fail_rate is None:
+        return f"at least {edge_rate:.4g} req/s"
+    return f"between {edge_rate:.4g} and {fail_rate:.4g} req/s"
+
+
+def cell_plan(profile: Profile, modes: Sequence[str], out: Path, say: Callable[[str], None]) -> CellPlan:
+    """The plan a recorder runs: a sweep for a profile with ``[sweep]``, else every stage x mode."""
+    if profile.sweep is not None:
+        return Sweep(profile, modes, out, say)
+    return FixedCells(profile.run_stages(), modes)
