@@ -32,7 +32,7 @@ def small_scene(**record) -> Profile:
     return dataclasses.replace(prof, stages=(dataclasses.replace(prof.stages[0], num_requests=24),))
 
 
-@pytest.mark.parametrize("rate", [2.0, 5.0])
+@pytest.mark.parametrize("rate", [2.0, pytest.param(5.0, marks=pytest.mark.slow)])
 def test_frames_come_at_most_at_the_rate(tmp_path, rate):
     out = record_scene(tmp_path / "run", small_scene(snapshots_per_s=rate))
     frames = read_records(out, "frames").to_pylist()
