@@ -233,6 +233,7 @@ class Recorder:
             await runner.warmup(self.profile.load.warmup_requests, timeout_s=rec_cfg.drain_timeout_s)
             if control is not None:
                 step_base = await self._engine_step(control, step_base)
+        offered = self.offered_rate(stage)  # what this stage's drawn schedule offers (None: too long to plan)
         before = await self._gauges(target, root)
         kv_samples: list[float] = []  # a remote server's own KV gauge, when it has one
         watchdog = framer = None
@@ -245,7 +246,7 @@ class Recorder:
             poller = asyncio.create_task(self._poll_server_kv(target, root, kv_samples))
         stop_wait = asyncio.create_task(self._stop.wait())
         try:
-            with self._progress(stage, mode):
+            with self._progress(stage, mode, offered):
                 await runner.start(stage.num_requests, stage.duration_s)
                 sent = asyncio.create_task(runner.wait_scheduled())
                 await asyncio.wait({sent, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
@@ -282,7 +283,6 @@ class Recorder:
         note["client_busy"] = runner.loop_busy()
         w = window.stats()  # counts and percentiles from the one place that keeps them
         p99 = f"{w.ttft.p99 * 1e3:.0f} ms" if w.ttft.p99 is not None else "-"
-        offered = self.offered_rate(stage)
         self.err.print(
             f"{stage.name} / {mode}: target {stage.rate:g}/s"
             + (f", offered {offered:.2f}/s" if offered is not None else "")
@@ -444,9 +444,8 @@ class Recorder:
         return stats.offered_rate(plan) if plan else None
 
     @contextlib.contextmanager
-    def _progress(self, stage: Stage, mode: str):
+    def _progress(self, stage: Stage, mode: str, offered: float | None):
         planned = f"/{stage.num_requests}" if stage.num_requests else ""
-        offered = self.offered_rate(stage)
         target = f"target {stage.rate:g}/s" + (f" (schedule offers {offered:.2f}/s)" if offered is not None else "")
 
         def render() -> Text:
