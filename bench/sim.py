@@ -115,7 +115,10 @@ def cpu_timed_engine(cfg, clock: VirtualClock) -> Engine:
 
     The machine this runs on is shared: wall time would charge the engine for every moment another
     process held its core. Process CPU time (torch runs one thread) is what the engine itself spent;
-    arrivals, the static batch window and every timestamp run on the timeline it drives.
+    arrivals, the static batch window and every timestamp run on the timeline it drives. A step that
+    did nothing (the driver polling while a static batch waits out its window) does not move it: a real
+    engine's window runs on the wall clock whatever it polls in the meantime, and the simulated
+    engine's idle steps take no time either (a few µs each here: a consistency, not a correction).
     """
     engine = Engine(cfg, clock=clock.now)
     engine.timer = time.process_time
@@ -124,7 +127,7 @@ def cpu_timed_engine(cfg, clock: VirtualClock) -> Engine:
 
     def timed_step():
         out = step()
-        if out.timing is not None:
+        if out.timing is not None and (out.timing.batch_size or out.outputs):
             clock.wait_until(clock.now() + out.timing.duration_s)
         return out
 
