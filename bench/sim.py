@@ -20,8 +20,9 @@ Prints one ``name: value`` line per figure (the README quotes them):
   efficiency factors, and a per-step overhead for the point's serving stack fitted to the other points
   of that stack (leave-one-out; the preset default where the stack has no other point). Serving
   stacks differ by milliseconds per step in what they do besides moving weights and KV (NeMo's 2023
-  TensorRT-LLM ~3.5 ms, LMDeploy ~1.7 ms, vLLM's CI latency harness ~3 ms, vLLM serving ~0.9 ms at batch 1, ~1.4 ms with its concurrency points), which
-  no GPU datasheet gives; a comment line gives the error with the presets' default overhead for all;
+  TensorRT-LLM ~3.5 ms, LMDeploy ~1.7 ms, vLLM's CI latency harness ~3 ms, vLLM serving ~0.9 ms at
+  batch 1 and ~1.4 ms with its concurrency points), which no GPU datasheet gives; a comment line
+  gives the error with the presets' default overhead for all;
 - sim_throughput_ratio_continuous_paged_vs_static_contiguous: compare's workload on Llama-3.1-8B on a
   simulated H100 (profile sim-h100-llama8b: the same KV bytes and batch cap for both), saturated:
   every request queued at t=0, output tokens per simulated second while the queue is non-empty, past
