@@ -186,7 +186,8 @@ def load_named_profile(ref: str | None, overrides: Sequence[str] = ()) -> Profil
 
 
 def alias_overrides(args: argparse.Namespace, prof: Profile) -> list[str]:
-    """``--rate``/``--num-requests``/``--duration`` as ``--set`` items.
+    """``--rate``/``--num-requests``/``--duration``/``--workers`` as ``--set`` items (``--workers`` is always
+    ``load.workers``: one client layout for the whole run).
 
     A profile with ``[[stages]]`` records those, not ``[load]``: there --num-requests and --duration set
     every stage's, and --rate (one rate for every stage would defeat the stages) is refused for --record.

@@ -150,3 +150,14 @@ def test_the_rolling_window_keeps_the_dispatch_lag_of_every_finished_request():
         window.add(r)
     lag = window.stats().dispatch_lag
     assert lag.p50 == pytest.approx(0.0025) and lag.p99 == pytest.approx(0.00397)
+
+
+def test_workers_flag_sets_load_workers_for_every_stage():
+    from tui.cli import alias_overrides, build_parser
+    from tui.profile import Stage, apply_overrides
+
+    args = build_parser().parse_args(["--record", "--out", "x", "--workers", "3"])
+    staged = Profile(stages=(Stage("a", 1.0, num_requests=5), Stage("b", 2.0, num_requests=5)))
+    items = alias_overrides(args, staged)
+    assert items == ["load.workers=3"]
+    assert apply_overrides(staged, items).load.workers == 3
