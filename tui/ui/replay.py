@@ -133,6 +133,7 @@ class Recording:
             if not row["warmup"]:
                 self._records.setdefault((row["stage"], row["mode"]), []).append(_record(row))
         self._latency: dict[int, CellLatency] = {}
+        self.stalled: set[int] = set()  # every frame of a stall (its onset is the event)
         self.events = self._events(frames.column("num_running").to_pylist(), frames.column("num_waiting").to_pylist(),
                                    frames.column("num_preemptions").to_pylist())
         self.snapshot = lru_cache(maxsize=16)(self._decode)
@@ -192,8 +193,11 @@ class Recording:
                 stalled_for = stalled_for + 1 if stalled else 0
                 if stalled_for == STALL_FRAMES:
                     onset = i - STALL_FRAMES + 1
+                    self.stalled.update(range(onset, i + 1))
                     events.append(Event(onset, "stall", f"stall: {waiting[onset]} waiting while {running[onset]} of "
                                                         f"{cell.batch_slots} batch slots run"))
+                elif stalled_for > STALL_FRAMES:
+                    self.stalled.add(i)
         events.sort(key=lambda e: e.frame)
         return events
 
@@ -361,9 +365,14 @@ class ReplayPlayer:
             here = rec.events_at(i)
             if here:
                 status = " · ".join(e.text for e in here)
-                detail = stall_detail(engine) if any(e.kind == "stall" for e in here) else ""
-                status += f" · {detail}" if detail else ""
                 level = "warn"
+            elif i in rec.stalled:  # inside a stall, past its onset: still say so while stepping through it
+                status = (f"stalled: {engine.num_waiting} waiting while {engine.num_running} of {cell.batch_slots} "
+                          "batch slots run")
+                level = "warn"
+            if i in rec.stalled:
+                detail = stall_detail(engine)
+                status += f" · {detail}" if detail else ""
         info = rec.info
         model = info.get("engine_model") or rec.profile.engine.model
         if rec.simulated:
