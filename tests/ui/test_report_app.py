@@ -110,7 +110,7 @@ async def test_keys_switch_views_and_cells(run_dirs) -> None:
         view = app.query_one(CellSeriesView)
         await pilot.press("right_square_bracket")  # jumps to the time series and the next cell
         assert tabs.active == "series" and view.selected == 1  # type: ignore[attr-defined]
-        assert view.cells[1].label == "A r2 · continuous+paged"
+        assert view.cells[1].label == "A r2 · continuous+paged · 2/s"
         kv = app.query_one("#series-0", XYChart)
         assert kv.plot is view.cells[1].plots[0]
         await pilot.press("left_square_bracket", "left_square_bracket")  # wraps to the last cell (B's)

@@ -10,6 +10,7 @@ drawn bright and P50 dim.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -80,13 +81,14 @@ def load_plots(review: Review) -> tuple[Plot, ...]:
     for i, c in _runs_curves(review):
         hi, lo = RUN_MARKERS[i % len(RUN_MARKERS)]
         bright, dim = mode_colours(c.mode)
-        curves.append(Curve(_tag(review, i, f"{_short(c.mode)} goodput"), tuple(zip(c.target, c.goodput, strict=True)),
-                            bright, hi))
+        # throughput first: where every request met the SLOs the goodput point lies on it and is drawn over it
         curves.append(Curve(_tag(review, i, f"{_short(c.mode)} ok req/s"),
                             tuple(zip(c.target, c.throughput, strict=True)), dim, lo))
+        curves.append(Curve(_tag(review, i, f"{_short(c.mode)} goodput"), tuple(zip(c.target, c.goodput, strict=True)),
+                            bright, hi))
     goodput = Plot("goodput (requests meeting every SLO) and throughput vs offered load", tuple(curves),
                    _edge_rules(review), x_label="offered req/s", x_unit="req/s", y_unit="req/s", x_log=True,
-                   note="no cell has an offered rate")
+                   y_log=True, note="no cell has an offered rate")
     return (
         _latency(review, "ttft", review.slo.ttft_ms, "TTFT vs offered load"),
         _latency(review, "tpot", review.slo.tpot_ms, "TPOT vs offered load"),
@@ -151,9 +153,16 @@ def cell_views(review: Review) -> tuple[CellView, ...]:
     out = []
     for i, run in enumerate(review.runs):
         series = {(s.stage, s.mode): s for s in run.series}
+        rates = {(stage, c.mode): rate for c in run.curves for stage, rate in zip(c.stages, c.target, strict=True)}
+        failed = {(f.stage, f.mode): f.total for f in run.failures}
         for stage, mode in run.cells:
             cdfs = [(_tag(review, j, f"{_short(c.mode)}"), c)
                     for j, other in enumerate(review.runs) for c in other.cdfs if c.stage == stage]
-            out.append(CellView(_tag(review, i, f"{stage} · {mode}"),
-                                series_plots(series.get((stage, mode)), stage, cdfs, slo)))
+            label = f"{stage} · {mode}"
+            rate = rates.get((stage, mode))
+            if rate is not None and math.isfinite(rate):
+                label += f" · {rate:.3g}/s"
+            if failed.get((stage, mode)):
+                label += f" · {failed[(stage, mode)]} failed"
+            out.append(CellView(_tag(review, i, label), series_plots(series.get((stage, mode)), stage, cdfs, slo)))
     return tuple(out)

@@ -140,6 +140,7 @@ class _Canvas:
         self.colour: list[list[str | None]] = [[None] * cols for _ in range(rows)]
         self.text: list[list[tuple[str, str] | None]] = [[None] * cols for _ in range(rows)]
         self.markers: set[tuple[int, int]] = set()
+        self.labels: set[tuple[int, int]] = set()
 
     def dot(self, px: int, py: int, colour: str) -> None:
         c, r = px // 2, py // 4
@@ -165,7 +166,15 @@ class _Canvas:
             return
         if layer == "marker":
             self.markers.add((r, c))
+        elif layer == "label":
+            self.labels.add((r, c))
         self.text[r][c] = (ch, colour)
+
+    def free(self, r: int, c0: int, n: int) -> bool:
+        """Whether a label ``n`` cells long fits at row ``r`` from ``c0`` without hiding a measured
+        point or another label."""
+        return c0 >= 0 and c0 + n <= self.cols and not any(
+            (r, c) in self.markers or (r, c) in self.labels for c in range(c0, c0 + n))
 
     def row(self, r: int) -> list[Segment]:
         segs: list[Segment] = []
@@ -325,8 +334,7 @@ class XYChart(Widget):
             n = len(rule.label)
             # the label at the right end, or at the left where a measured point sits at the right
             starts = [max(0, canvas.cols - n - 1), 1, max(0, (canvas.cols - n) // 2)]
-            start = next((c0 for c0 in starts if not any((r, c) in canvas.markers for c in range(c0, c0 + n))),
-                         starts[0])
+            start = next((c0 for c0 in starts if canvas.free(r, c0, n)), starts[0])
             for i, ch in enumerate(rule.label):
                 canvas.put(start + i, r, ch, rule.colour, "label")
         else:
@@ -336,9 +344,12 @@ class XYChart(Widget):
             c = px // 2
             for r in range(canvas.rows):
                 canvas.put(c, r, "┆", rule.colour, "rule")
-            start = c + 1 if c + 1 + len(rule.label) <= canvas.cols else max(0, c - len(rule.label))
+            n = len(rule.label)
+            start = c + 1 if c + 1 + n <= canvas.cols else max(0, c - n)
+            # the top row, or the first row down where it hides no point and no other label
+            row = next((r for r in range(canvas.rows) if canvas.free(r, start, n)), 0)
             for i, ch in enumerate(rule.label):
-                canvas.put(start + i, 0, ch, rule.colour, "label")
+                canvas.put(start + i, row, ch, rule.colour, "label")
 
     def _x_axis(self, axis: Axis, plot: Plot, label_w: int, cols: int) -> list[list[Segment]]:
         line = ["─"] * cols
