@@ -14,7 +14,7 @@ import os
 import sys
 from pathlib import Path
 
-from tui.engine.measure import StepSample, measure
+from tui.engine.measure import Measurement, StepSample, measure
 from tui.engine.sim.calibrate import Fit, fit
 from tui.engine.sim.cost import CostModel
 from tui.engine.sim.hardware import PRESETS, CostParams, GpuSpec, Hardware, dump_hardware
@@ -50,12 +50,16 @@ def fit_samples(samples: list[StepSample], model: ModelSpec, gpu: GpuSpec) -> tu
     return Hardware(gpu, f.params, calibrated=True, origin="kvtui calibrate"), f
 
 
-def calibrate(cfg: EngineConfig, *, quick: bool = False, progress=None) -> tuple[Hardware, Fit, ModelSpec]:
-    """Measure the torch engine of ``cfg`` and fit; the hardware profile, the fit and the model shape."""
-    m = measure(cfg, quick=quick, progress=progress)
+def fit_measurement(m: Measurement, cfg: EngineConfig) -> tuple[Hardware, Fit, ModelSpec]:
+    """Fit the cost model of ``cfg``'s model to a measurement; the hardware profile, the fit, the model."""
     model = resolve_model(cfg.model, cfg.model_path, m.dtype_bytes)
     hw, f = fit_samples(m.samples, model, _machine_gpu(m.device_label, m.dtype_bytes))
     return hw, f, model
+
+
+def calibrate(cfg: EngineConfig, *, quick: bool = False, progress=None) -> tuple[Hardware, Fit, ModelSpec]:
+    """Measure the torch engine of ``cfg`` and fit; the hardware profile, the fit and the model shape."""
+    return fit_measurement(measure(cfg, quick=quick, progress=progress), cfg)
 
 
 def calibrate_main(profile: Profile, out: Path, quick: bool = False) -> int:
@@ -70,8 +74,9 @@ def calibrate_main(profile: Profile, out: Path, quick: bool = False) -> int:
     note = f"{model.name} on {hw.gpu.name}, {f.num_samples} steps, fit MAPE {f.mape:.1f} %"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(dump_hardware(hw, note), encoding="utf-8")
-    print(f"fitted {f.num_samples} steps (MAPE {f.mape:.1f} %): overhead {p.overhead_s * 1e3:.3f} ms/step, "
+    print(f"fitted {f.num_samples} steps (MAPE {f.mape:.1f} %, median {f.median_ape:.1f} %): overhead {p.overhead_s * 1e3:.3f} ms/step, "
           f"{p.per_seq_s * 1e6:.1f} us/request, {p.per_prefill_s * 1e6:.0f} us/prefill chunk, "
+          f"{p.per_pad_token_s * 1e9:.0f} ns/padded decode slot, "
           f"{p.flops / 1e9:.1f} GFLOP/s, {p.bandwidth / 1e9:.1f} GB/s; attention {p.attn_flops / 1e9:.1f} GFLOP/s, "
           f"KV {p.kv_bandwidth / 1e9:.1f} GB/s")
     print(f"wrote {out}; use it with [engine] backend = \"simulated\", hardware = \"{out}\", "

@@ -41,6 +41,7 @@ modes:
   kvtui report DIR [DIR2 ...] --html FILE
                                   one self-contained HTML page of charts (runs overlaid), each chart
                                   also as SVG and PNG in FILE-charts/ (or --charts-dir DIR)
+  kvtui report DIR --replay       play a recorded run's scheduler back (keys: space, ← →, [ ], n N, c)
   kvtui calibrate [--out FILE]    measure the torch engine here and write a hardware profile for the
                                   simulated backend (engine.backend = "simulated")
   kvtui profiles [show NAME]      list the shipped profiles, or print one with defaults filled in
@@ -146,6 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="write a self-contained HTML report with charts (runs overlaid) to FILE")
     report.add_argument("--charts-dir", type=Path, metavar="DIR",
                         help="with --html: where each chart goes as SVG and PNG (default: FILE's name + -charts)")
+    report.add_argument("--replay", action="store_true",
+                        help="play the run's recorded scheduler states back in the dashboard's panes")
 
     profiles = sub.add_parser("profiles", help="list the shipped profiles; `profiles show NAME` prints one in full",
                               description="List the shipped profiles (name and description); `show NAME` prints one.")
@@ -266,11 +269,29 @@ def resolve_profile(args: argparse.Namespace) -> Profile:
     return dataclasses.replace(prof, target=target)
 
 
+def replay_cli(dirs: list[Path]) -> int:
+    """``kvtui report DIR --replay``: one run; a run without frames is one line and exit 1."""
+    from tui.records.parquet import DamagedRecords
+    from tui.ui.replay import ReplayError
+    from tui.ui.replay_app import replay_main
+
+    if len(dirs) != 1:
+        print("kvtui report --replay: give one run directory", file=sys.stderr)
+        return 2
+    try:
+        return replay_main(dirs[0])
+    except (ReplayError, DamagedRecords) as e:
+        print(f"kvtui report --replay: {e}", file=sys.stderr)
+        return 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``kvtui`` console script; returns the exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        if args.command == "report" and args.replay:
+            return replay_cli(args.dirs)
         if args.command == "report":
             if args.html is not None:
                 from tui.report_html import html_main

@@ -8,7 +8,8 @@ grace, writes everything (``run.json`` says partial) and exits 130. A target tha
 refuses the key, or dies mid-run gets one clear line on stderr and a non-zero exit, with whatever
 was recorded written out.
 
-Output directory: requests.parquet, steps.parquet, gpu.parquet, summary.csv, summary.md,
+Output directory: requests.parquet, steps.parquet, gpu.parquet, frames.parquet (the local engine's
+state at ``record.snapshots_per_s``, for ``kvtui report DIR --replay``), summary.csv, summary.md,
 profile.toml (the profile used; an API key appears nowhere, only the NAME of its variable), run.json.
 """
 
@@ -48,9 +49,11 @@ from tui.records.parquet import PartWriter, read_records
 from tui.records.request import RequestRecord
 from tui.report import load_run, wide_console
 from tui.serve.control_client import ControlClient, ControlError
+from tui.serve.state_wire import frame_json
 from tui.sweep import CellPlan, FixedCells, cell_plan
 
 if TYPE_CHECKING:
+    from tui.engine.snapshot import EngineSnapshot
     from tui.serve.local import LocalServer
 
 GRACE_S = 0.25  # how long in-flight requests may finish after Ctrl-C (the whole stop stays under 2 s)
@@ -100,7 +103,10 @@ class Recorder:
         """Create the run directory: the effective profile, the Parquet writers, an unfinished run.json."""
         self.out.mkdir(parents=True, exist_ok=True)
         (self.out / "profile.toml").write_text(dump_profile(self.profile), encoding="utf-8")
-        self._writers = {name: PartWriter(self.out, name) for name in ("requests", "steps", "gpu")}
+        names = ["requests", "steps", "gpu"]
+        if self.profile.target.kind == "local" and self.profile.record.snapshots_per_s > 0:
+            names.append("frames")  # replay frames: only the kvtui engine has a state to keep
+        self._writers = {name: PartWriter(self.out, name) for name in names}
         self._write_run_json(finished=False, code=None)
 
     def run(self) -> int:
@@ -227,17 +233,20 @@ class Recorder:
             await runner.warmup(self.profile.load.warmup_requests, timeout_s=rec_cfg.drain_timeout_s)
             if control is not None:
                 step_base = await self._engine_step(control, step_base)
+        offered = self.offered_rate(stage)  # what this stage's drawn schedule offers (None: too long to plan)
         before = await self._gauges(target, root)
         kv_samples: list[float] = []  # a remote server's own KV gauge, when it has one
-        watchdog = None
+        watchdog = framer = None
         if control is not None:
             poller = asyncio.create_task(self._poll_engine(control, stage.name, mode, step_base))
             watchdog = asyncio.create_task(self._watch_local(control))
+            if "frames" in self._writers:
+                framer = asyncio.create_task(self._poll_frames(control, stage.name, mode))
         else:
             poller = asyncio.create_task(self._poll_server_kv(target, root, kv_samples))
         stop_wait = asyncio.create_task(self._stop.wait())
         try:
-            with self._progress(stage, mode):
+            with self._progress(stage, mode, offered):
                 await runner.start(stage.num_requests, stage.duration_s)
                 sent = asyncio.create_task(runner.wait_scheduled())
                 await asyncio.wait({sent, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
@@ -252,7 +261,7 @@ class Recorder:
                 await sent
         finally:
             stop_wait.cancel()
-            for task in (poller, watchdog):
+            for task in (poller, watchdog, framer):
                 if task is not None:
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
@@ -274,7 +283,6 @@ class Recorder:
         note["client_busy"] = runner.loop_busy()
         w = window.stats()  # counts and percentiles from the one place that keeps them
         p99 = f"{w.ttft.p99 * 1e3:.0f} ms" if w.ttft.p99 is not None else "-"
-        offered = self.offered_rate(stage)
         self.err.print(
             f"{stage.name} / {mode}: target {stage.rate:g}/s"
             + (f", offered {offered:.2f}/s" if offered is not None else "")
@@ -393,6 +401,17 @@ class Recorder:
                 gpu = (await control.state()).gpu
                 self._writers["gpu"].add_many([{**dataclasses.asdict(g), "stage": stage, "mode": mode} for g in gpu])
 
+    async def _poll_frames(self, control: ControlClient, stage: str, mode: str) -> None:
+        """The engine's state at ``record.snapshots_per_s`` while the stage runs: the replay's frames."""
+        loop = asyncio.get_running_loop()
+        period = 1.0 / self.profile.record.snapshots_per_s
+        while True:
+            started = loop.time()
+            with contextlib.suppress(ControlError):
+                snap = (await control.state()).engine
+                self._writers["frames"].add(frame_row(snap, stage, mode, now()))
+            await asyncio.sleep(max(0.0, period - (loop.time() - started)))
+
     async def _gauges(self, target: OpenAITarget, root: str) -> ServerGauges:
         """The server's own ``/metrics`` gauges and counters (all None when it has no /metrics)."""
         try:
@@ -425,9 +444,8 @@ class Recorder:
         return stats.offered_rate(plan) if plan else None
 
     @contextlib.contextmanager
-    def _progress(self, stage: Stage, mode: str):
+    def _progress(self, stage: Stage, mode: str, offered: float | None):
         planned = f"/{stage.num_requests}" if stage.num_requests else ""
-        offered = self.offered_rate(stage)
         target = f"target {stage.rate:g}/s" + (f" (schedule offers {offered:.2f}/s)" if offered is not None else "")
 
         def render() -> Text:
@@ -519,6 +537,12 @@ class Recorder:
             for line in edge_summary_lines(edges):
                 self.console.print(line, markup=False, highlight=False)
         self.err.print(f"records written to {self.out} ({read_records(self.out).num_rows} requests)", highlight=False)
+
+
+def frame_row(snap: EngineSnapshot, stage: str, mode: str, t: float) -> dict[str, Any]:
+    """One replay frame (``tui.records.frames``): the engine state at ``t`` in its compact JSON form."""
+    return {"stage": stage, "mode": mode, "t": t, "step": snap.step, "num_running": snap.num_running,
+            "num_waiting": snap.num_waiting, "num_preemptions": snap.num_preemptions, "state": frame_json(snap)}
 
 
 def _raise_interrupt(signum, frame):  # SIGTERM outside the event loop behaves like Ctrl-C

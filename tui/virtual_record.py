@@ -26,13 +26,14 @@ from rich.text import Text
 from tui.engine.engine import Engine, RequestRejected
 from tui.engine.params import SamplingParams
 from tui.engine.sim.clock import SimClock, VirtualClock
-from tui.engine.snapshot import StepTiming
+from tui.engine.snapshot import EngineSnapshot, StepTiming
+from tui.gpu import GpuSample
 from tui.load.arrivals import ArrivalProcess, Schedule
 from tui.load.workload import Workload
 from tui.metrics.capacity import cell_attainment
 from tui.metrics.window import RollingWindow
 from tui.profile import EngineMode, Profile, Stage
-from tui.record import Recorder
+from tui.record import Recorder, frame_row
 from tui.records.clock import mono_to_wall
 from tui.records.request import RequestRecord
 
@@ -40,6 +41,7 @@ from tui.records.request import RequestRecord
 _STATUS = {"length": "ok", "stop": "ok", "timeout": "timeout", "aborted": "cancelled"}
 STEPS_EVERY = 2000  # collect the engine's steps this often (its history holds 20,000)
 IDLE_TICK_S = 0.001  # nothing runs but requests wait (a static batch window): look again this much later
+GPU_EVERY_S = 1.0  # simulated seconds between modelled GPU samples (the live recorder polls NVML as often)
 
 
 class VirtualClockRecorder(Recorder):
@@ -98,8 +100,12 @@ class VirtualClockRecorder(Recorder):
         note: dict[str, Any] = {"stage": stage.name, "mode": mode.label, "rate": stage.rate, "partial": True,
                                 "started_t": mono_to_wall(start)}
         self.cells.append(note)
+        frames = self._writers.get("frames")
         cell = run_virtual_cell(self.profile, stage, mode, start=start, run_id=self.run_id, on_record=self._on_record,
-                                on_steps=self._write_steps(stage.name, mode.label))
+                                on_steps=self._write_steps(stage.name, mode.label),
+                                on_gpu=self._write_gpu(stage.name, mode.label),
+                                on_frame=None if frames is None else
+                                lambda snap, t: frames.add(frame_row(snap, stage.name, mode.label, t)))
         clock = cell.clock
         note["partial"] = False
         note["ended_t"] = mono_to_wall(clock.now())
@@ -118,6 +124,12 @@ class VirtualClockRecorder(Recorder):
 
         return write
 
+    def _write_gpu(self, stage: str, mode: str) -> Callable[[list[GpuSample]], None]:
+        def write(samples: list[GpuSample]) -> None:
+            self._writers["gpu"].add_many([{**asdict(g), "stage": stage, "mode": mode} for g in samples])
+
+        return write
+
 
 class ClockDriver:
     """One stage of the profile's workload and arrivals driven into an in-process engine on a clock.
@@ -125,15 +137,25 @@ class ClockDriver:
     With a :class:`VirtualClock` nothing waits (the recorder's virtual run); with a real clock
     (``RealClock``, or the torch engine's wall clock) arrivals and idle gaps are waited out, so the
     same driver measures a real engine without HTTP (``bench/sim.py`` compares the two). Finished
-    request records go to ``on_record``; the engine's step records to ``on_steps`` as they pile up.
+    request records go to ``on_record``; the engine's step records to ``on_steps`` as they pile up; a
+    simulated engine's modelled GPU readings to ``on_gpu``, every ``GPU_EVERY_S`` of its clock; the
+    engine's snapshot, at most ``record.snapshots_per_s`` a (clock) second while the stage runs, to
+    ``on_frame`` with its time on the records' clock (the replay's frames).
     """
 
     def __init__(self, engine: Engine, clock: SimClock, profile: Profile, stage: Stage, mode: str, *,
                  run_id: str = "", on_record: Callable[[RequestRecord], Any] | None = None,
-                 on_steps: Callable[[list[StepTiming]], Any] | None = None):
+                 on_steps: Callable[[list[StepTiming]], Any] | None = None,
+                 on_gpu: Callable[[list[GpuSample]], Any] | None = None,
+                 on_frame: Callable[[EngineSnapshot, float], Any] | None = None):
         self.engine, self.clock, self.profile, self.stage, self.mode = engine, clock, profile, stage, mode
         self.run_id = run_id
-        self.on_record, self.on_steps = on_record, on_steps
+        self.on_record, self.on_steps, self.on_frame = on_record, on_steps, on_frame
+        self.on_gpu = on_gpu if engine.sim is not None else None
+        self._next_gpu = clock.now() + GPU_EVERY_S
+        rate = profile.record.snapshots_per_s
+        self.frame_every = 1.0 / rate if rate > 0 else math.inf
+        self.next_frame = math.inf  # no frames during warm-up: run() starts them
         self.workload = Workload(profile.workload, "char")  # the byte tokenizer: one character, one token
         self.window = RollingWindow(profile.record.window_s, clock=lambda: mono_to_wall(clock.now()))
         self.open: dict[str, RequestRecord] = {}
@@ -170,17 +192,20 @@ class ClockDriver:
         """One engine step; its outputs become chunks at the step's end. Whether it did anything."""
         out = self.engine.step()
         t = mono_to_wall(self.clock.now())
-        for o in out.outputs:
-            r = self.open.get(o.request_id)
+        get = self.open.get
+        for o in out.outputs:  # every running request, every step: kept lean
+            r = get(o.request_id)
             if r is None:
                 continue
-            if o.new_token_ids:
-                if r.first_token_t is None:
+            ids = o.new_token_ids
+            if ids:
+                last = r.last_token_t
+                if last is None:
                     r.first_token_t = t
                 else:
-                    r.chunk_gaps_s.append(t - r.last_token_t)  # type: ignore[operator]
+                    r.chunk_gaps_s.append(t - last)
                 r.last_token_t = t
-                r.num_chunks += len(o.new_token_ids)
+                r.num_chunks += len(ids)
             if o.finished:
                 del self.open[o.request_id]
                 r.finish_reason = o.finish_reason
@@ -190,6 +215,12 @@ class ClockDriver:
                 self._done(r)
         if self.engine.step_index - self.steps_seen >= STEPS_EVERY:
             self.collect_steps()
+        if self.on_gpu is not None and self.clock.now() >= self._next_gpu:
+            self.sample_gpu()
+        if self.on_frame is not None and self.clock.now() >= self.next_frame:
+            # the next one a whole period after this one: never more than rate x duration + 1 frames
+            self.next_frame = self.clock.now() + self.frame_every
+            self.on_frame(self.engine.snapshot(), t)
         timing = out.timing
         return bool(out.outputs) or (timing is not None and timing.batch_size > 0)
 
@@ -200,6 +231,15 @@ class ClockDriver:
             if self.on_steps is not None:
                 self.on_steps(steps)
             self.steps_seen = steps[-1].step
+
+    def sample_gpu(self) -> None:
+        """Hand the simulated backend's modelled GPU readings now to ``on_gpu``."""
+        sim = self.engine.sim
+        if self.on_gpu is None or sim is None:
+            return
+        now = self.clock.now()
+        self.on_gpu(sim.gpu_samples(mono_to_wall(now)))
+        self._next_gpu = now + GPU_EVERY_S
 
     # -- the loop --------------------------------------------------------------------------------
 
@@ -217,6 +257,7 @@ class ClockDriver:
         prof = self.profile
         load = prof.load
         start = self.clock.now()
+        self.next_frame = start
         schedule = Schedule(ArrivalProcess(load.arrival, load.burstiness, load.seed), self.stage.rate, start)
         n, dur = self.stage.num_requests, self.stage.duration_s
         end = start + dur if dur is not None else math.inf
@@ -253,14 +294,16 @@ class ClockDriver:
 
 def run_virtual_cell(profile: Profile, stage: Stage, mode: EngineMode, *, start: float, run_id: str = "",
                      on_record: Callable[[RequestRecord], Any] | None = None,
-                     on_steps: Callable[[list[StepTiming]], Any] | None = None) -> ClockDriver:
+                     on_steps: Callable[[list[StepTiming]], Any] | None = None,
+                     on_gpu: Callable[[list[GpuSample]], Any] | None = None,
+                     on_frame: Callable[[EngineSnapshot, float], Any] | None = None) -> ClockDriver:
     """One stage under one mode on a fresh simulated engine whose virtual clock starts at ``start``
     (monotonic scale): the profile's warm-up, then the stage to its end. Returns the driver (its
     clock says when the cell ended)."""
     clock = VirtualClock(start)
     engine = Engine(profile.engine.with_mode(mode), profile.defenses, sim_clock=clock)
     cell = ClockDriver(engine, clock, profile, stage, mode.label, run_id=run_id, on_record=on_record,
-                       on_steps=on_steps)
+                       on_steps=on_steps, on_gpu=on_gpu, on_frame=on_frame)
     if profile.load.warmup_requests:
         cell.warmup(profile.load.warmup_requests)
     cell.run()

@@ -155,6 +155,9 @@ class SlabKV:
     def holding(self, req: Request) -> KVHolding:
         return KVHolding(arena_start=self.where[req.request_id], arena_reserved=self.slab)
 
+    def num_blocks(self, req: Request) -> int:
+        return -(-self.slab // self.block_size) if req.request_id in self.where else 0
+
     def segments(self, holders: Mapping[str, Request]) -> tuple[ArenaSegment, ...]:
         return tuple(ArenaSegment(i * self.slab, self.slab, r) for i, r in enumerate(self.owner))
 

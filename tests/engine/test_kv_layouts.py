@@ -110,3 +110,44 @@ def test_both_layouts_get_the_same_slots_from_a_budget():
     slots = slots_for_budget(4 << 20, bytes_per_token=1024, block_size=16)
     assert slots == 4096
     assert PagedKV(slots // 16, 16).num_slots == ContiguousKV(slots, "max", 2048).num_slots
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_paged_totals_fast_path_counts_what_the_block_by_block_count_does(seed):
+    """The per-step totals count each holder's tokens in one pass unless a block is shared; whatever
+    the admissions, growth, prefix hits and frees, that equals counting block by block."""
+    import random
+
+    from tui.engine.params import SamplingParams
+    from tui.engine.sequence import Request
+    from tui.engine.snapshot import paged_totals
+
+    rng = random.Random(seed)
+    kv = PagedKV(num_blocks=64, block_size=4, enable_prefix_caching=seed % 2 == 0)
+    held: dict[str, Request] = {}
+    shared_steps = 0
+    for i in range(200):
+        if held and rng.random() < 0.3:
+            rid = rng.choice(sorted(held))
+            kv.free(rid)
+            del held[rid]
+        elif held and rng.random() < 0.6:
+            req = held[rng.choice(sorted(held))]
+            if kv.grow(req, req.num_computed + rng.randint(1, 6)):
+                req.num_computed = min(req.num_computed + rng.randint(0, 6), len(kv.table(req.request_id)) * 4)
+                kv.cache_computed([req])
+        else:
+            prompt = [rng.randint(0, 3) for _ in range(rng.randint(1, 20))]  # few values: shared prefixes
+            req = Request(f"r{i}", prompt, SamplingParams.exact(4), arrival_time=0.0)
+            hit = kv.match_prefix(req)
+            if kv.admit(req, len(prompt), hit):
+                req.num_computed = hit.num_tokens
+                held[req.request_id] = req
+        fast = kv.totals(held)
+        slow = paged_totals(block_size=4, total_blocks=64, used_blocks=kv.pool.num_used,
+                            cached_blocks=kv.pool.num_cached_free,
+                            tables=[(t, held[rid].num_computed) for rid, t in kv.tables.items()])
+        assert fast == slow
+        shared_steps += sum(len(t) for t in kv.tables.values()) != kv.pool.num_used
+    if kv.pool.enable_prefix_caching:
+        assert 0 < shared_steps < 200  # both paths taken

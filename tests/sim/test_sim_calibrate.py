@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 from pathlib import Path
 
@@ -33,15 +34,16 @@ def _steps(cm: CostModel, n: int, seed: int) -> list:
 
 @pytest.mark.parametrize("gpu", ["H100-SXM", "L40S"])
 def test_fit_recovers_known_coefficients(gpu: str) -> None:
-    true = CostParams(3e-4, 2e-6, 4.1e14, 1.9e12, 2.2e14, 1.2e12, 5e-5)
+    true = CostParams(3e-4, 2e-6, 4.1e14, 1.9e12, 2.2e14, 1.2e12, 5e-5, per_pad_token_s=3e-9)
     g = GPUS[gpu]
     cm = CostModel(MODELS["llama-3.1-8b"], g, true)
     works = _steps(cm, 200, seed=1)
     times = [cm.cost(w).time_s for w in works]
     f = fit(works, times, CostParams.from_gpu(g))  # starts from the preset, far from the truth
-    for name in ("overhead_s", "per_seq_s", "flops", "bandwidth", "attn_flops", "kv_bandwidth", "per_prefill_s"):
+    for name in ("overhead_s", "per_seq_s", "flops", "bandwidth", "attn_flops", "kv_bandwidth", "per_prefill_s",
+                 "per_pad_token_s"):
         assert getattr(f.params, name) == pytest.approx(getattr(true, name), rel=0.02), name
-    assert f.mape < 0.1
+    assert f.mape < 0.1 and f.median_ape < 0.1
 
 
 def test_fit_sets_outliers_aside() -> None:
@@ -68,10 +70,42 @@ def test_fit_with_noise_stays_close() -> None:
     assert f.mape < 3.0
 
 
+def test_fit_follows_the_typical_step_when_a_neighbour_slows_a_third_of_them() -> None:
+    """A shared machine: for stretches of the measurement a neighbour on the same physical core makes
+    every step ~35 % slower. The robust fit reproduces the undisturbed steps, not a blend."""
+    true = CostParams(5e-4, 1e-6, 5e14, 2.6e12, 3e14, 2.0e12, 2e-5)
+    g = GPUS["H100-SXM"]
+    cm = CostModel(MODELS["llama-3.1-8b"], g, true)
+    works = _steps(cm, 300, seed=6)
+    slow = [(i // 20) % 3 == 2 for i in range(len(works))]  # every third stretch of 20 steps
+    times = [cm.cost(w).time_s * (1.35 if s else 1.0) for w, s in zip(works, slow, strict=True)]
+    f = fit(works, times, CostParams.from_gpu(g))
+    assert f.params.overhead_s == pytest.approx(true.overhead_s, rel=0.03)
+    assert f.params.bandwidth == pytest.approx(true.bandwidth, rel=0.03)
+    assert f.params.flops == pytest.approx(true.flops, rel=0.03)
+    assert f.median_ape < 3.0  # the undisturbed two thirds are reproduced
+
+
+def test_a_rate_whose_time_comes_out_zero_stays_out_of_the_max() -> None:
+    """On a CPU the tiny model's weights stream from cache: reading them costs nothing measurable, and
+    the fitted bandwidth must not fall back to a prior that would make the weight read the larger side."""
+    true = CostParams(1e-3, 2e-5, 6e10, math.inf, 8e9, 3e9, 4e-4)
+    tiny = resolve_model("tiny", None, dtype_bytes=4)
+    g = GPUS["H100-SXM"]
+    cm = CostModel(tiny, g, true)
+    works = _steps(cm, 200, seed=8)
+    times = [cm.cost(w).time_s for w in works]
+    prior = CostParams(1e-3, 0.0, 5e10, 1e10, 5e10, 1e10)  # a CPU prior: weight reads would dominate
+    f = fit(works, times, prior)
+    p = f.params
+    assert f.mape < 0.5
+    assert all(w.weight_bytes / p.bandwidth <= w.linear_flops / p.flops * (1 + 1e-9) for w in works)
+
+
 def test_fit_needs_enough_positive_samples() -> None:
     cm = CostModel(MODELS["llama-3.1-8b"], GPUS["H100-SXM"], CostParams.from_gpu(GPUS["H100-SXM"]))
     works = _steps(cm, 5, seed=4)
-    with pytest.raises(ValueError, match="at least 7"):
+    with pytest.raises(ValueError, match="at least 8"):
         fit(works, [1e-3] * 5, cm.params)
 
 
@@ -125,15 +159,15 @@ def test_calibrated_profile_drives_the_simulated_engine(tmp_path: Path) -> None:
 
     tiny = resolve_model("tiny", None, dtype_bytes=4)
     gpu = _machine_gpu("cpu", 4)
-    true = CostParams(8e-4, 3e-5, 4e10, 8e9, 6e9, 3e9, 1e-3)
+    true = CostParams(8e-4, 3e-5, 4e10, 8e9, 6e9, 3e9, 1e-3, per_pad_token_s=1e-7)
     cm = CostModel(tiny, gpu, true)
     samples = []
     for n in (16, 64, 256, 512, 1024):
         samples.append(StepSample(((n, 0),), 1, cm.step([(n, 0)], 1).time_s))
     for b in (1, 4, 16, 64):
         for c in (32, 256, 768):
-            shape = tuple([(1, c)] * b)
-            samples.append(StepSample(shape, b, cm.step(shape, b).time_s))
+            for shape in (((1, c),) * b, tuple((1, 16 + (c - 16) * i // b) for i in range(b))):  # equal, spread
+                samples.append(StepSample(shape, b, cm.step(shape, b).time_s))
     samples.append(StepSample(((1, 40),) * 8 + ((300, 200),), 8, cm.step([(1, 40)] * 8 + [(300, 200)], 8).time_s))
     hw, f = fit_samples(samples, tiny, gpu)
     assert f.mape < 1.0
@@ -147,3 +181,10 @@ def test_calibrated_profile_drives_the_simulated_engine(tmp_path: Path) -> None:
     e.add_request("a", [97] * 100, SamplingParams.exact(3))
     first = e.step().timing
     assert first is not None and first.duration_s == pytest.approx(cm.step([(100, 0)], 1).time_s, rel=0.02)
+    # decodes at different contexts: the simulated runner charges the calibrated padding too
+    e.add_request("b", [97] * 400, SamplingParams.exact(3))
+    e.step()  # b's prefill beside a's decode
+    both = e.step().timing  # a at context 102, b at 401
+    expected = cm.step([(1, 101), (1, 400)], 2)
+    assert expected.work.pad_tokens == 401 - 102
+    assert both is not None and both.duration_s == pytest.approx(expected.time_s, rel=0.02)

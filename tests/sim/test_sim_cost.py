@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from tui.engine.sim.cost import CostModel
@@ -93,3 +95,20 @@ def test_batch_latency_adds_prefill_and_decode_steps() -> None:
     d1, d2 = m.step([(1, 100)] * 2, 2).time_s, m.step([(1, 101)] * 2, 2).time_s
     assert tpot == pytest.approx((d1 + d2) / 2)
     assert e2e == pytest.approx(ttft + d1 + d2)
+
+
+def test_padded_decode_slots_cost_only_where_a_runner_pays_for_them() -> None:
+    # three decodes at contexts 100, 400 and 1000 (past + the new token) beside a prefill chunk
+    chunks = [(1, 99), (1, 399), (1, 999), (64, 0)]
+    gpu = model_8b()
+    w = gpu.work(chunks, 4)
+    assert w.pad_tokens == 3 * 1000 - (100 + 400 + 1000)  # 1,500 padded slots
+    assert not gpu.pads and gpu.cost(w).time_s == pytest.approx(
+        gpu.cost(dataclasses.replace(w, pad_tokens=0)).time_s)  # a GPU preset reads only real blocks
+    per_pad = 2e-7
+    cpu = CostModel(MODELS["llama-3.1-8b"], H100, dataclasses.replace(CostParams.from_gpu(H100),
+                                                                     per_pad_token_s=per_pad))
+    assert cpu.pads
+    assert cpu.step(chunks, 4).time_s == pytest.approx(gpu.step(chunks, 4).time_s + 1500 * per_pad)
+    # equal contexts pad nothing; a prefill chunk is never padded
+    assert cpu.work([(1, 511)] * 8, 8).pad_tokens == 0 and cpu.work([(300, 0), (20, 0)], 2).pad_tokens == 0

@@ -10,6 +10,7 @@ import polars as pl
 import pytest
 
 from tui.engine.engine import Engine
+from tui.engine.kv import SwapPlan
 from tui.engine.params import SamplingParams
 from tui.engine.sim.clock import RealClock, VirtualClock
 from tui.engine.sim.cost import CostModel
@@ -186,6 +187,9 @@ def test_virtual_clock_recorder_writes_a_run_marked_simulated(tmp_path: Path) ->
     assert set(rows) == {"static+contiguous", "continuous+paged"}
     for r in rows.values():
         assert r["ok"] == 25
+    # the modelled GPU readings, one a simulated second, named as simulated
+    assert run.gpu.height >= 2 and set(run.gpu["name"]) == {"simulated H100-SXM"}
+    assert 0 < run.gpu["sm_util_pct"].max() <= 100 and run.gpu["mem_used_bytes"].min() > 60e9  # 0.9 x 80 GB
     # continuous batching joins requests between steps: its TTFT is far below static batching's
     assert rows["continuous+paged"]["ttft_p50_ms"] < rows["static+contiguous"]["ttft_p50_ms"]
     # steps and requests share one clock: each cell's steps lie within the cell (the second cell starts
@@ -212,3 +216,6 @@ def test_swap_preemption_costs_the_host_link_time() -> None:
     for t in swapped:
         assert t.swap_s == pytest.approx(t.swapped_bytes / 50e9, rel=1e-6)  # H100: PCIe Gen5, as achieved
         assert t.duration_s >= t.swap_s
+    # the runner says what the copy costs (the modelled seconds), whatever the wall clock did
+    plan = SwapPlan("r0", "out", ((0, 0, 1000),))
+    assert e.runner.swap([plan]) == pytest.approx(1000 * e.bytes_per_token / 50e9, rel=1e-9)

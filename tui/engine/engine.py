@@ -216,7 +216,7 @@ class Engine:
         if not prompt_token_ids:
             raise ValueError("the prompt is empty")
         vocab = self.vocab_size
-        if any(not 0 <= t < vocab for t in prompt_token_ids):
+        if min(prompt_token_ids) < 0 or max(prompt_token_ids) >= vocab:
             raise ValueError(f"prompt token ids must lie in [0, {vocab})")
         d = self.defenses
         if d.backlog_limit is not None and len(self.waiting) >= d.backlog_limit:
@@ -312,8 +312,9 @@ class Engine:
         self._expire_waiting()
         outputs, self._pending = self._pending, []
         self._maybe_complete_switch()
-        sched = self.scheduler.schedule()
-        prefill_tokens, decode_tokens = sched.token_counts()  # before progress moves
+        scheduler = self.scheduler
+        sched = scheduler.schedule()
+        prefill_tokens = decode_tokens = 0  # counted below, before each request's progress moves
         modelled = 0.0  # a runner that models a device: its time minus the wall time it actually took
         swap_s, swapped_bytes = 0.0, 0
         if sched.swaps:  # the copies the scheduler's swaps planned; the forward waits for them
@@ -330,23 +331,30 @@ class Engine:
             if result.elapsed_s is not None:
                 modelled += result.elapsed_s - (self.timer() - t_run)
             now = self.clock()
+            # (per request per step: the hot path at GPU scale, so plain locals and no property calls)
             for c in sched.chunks:
-                if not c.padding:
-                    req = c.request
-                    # A decode computes just the newest output token; anything else is (re)computing
-                    # the prompt, or after a preemption prompt and output, in chunks.
-                    decode = bool(req.output) and req.num_computed == req.num_tokens - 1
-                    req.num_computed += c.num_new
-                    if not decode:
-                        req.record(now, "prefill", tokens=c.num_new, blocks=self.scheduler.blocks_held(req))
+                if c.padding:
+                    continue
+                req = c.request
+                num_new, computed, prompt_len = c.num_new, req.num_computed, len(req.prompt)
+                if computed >= prompt_len:  # StepTiming's split: past the prompt counts as decode
+                    decode_tokens += num_new
+                else:
+                    prefill_tokens += num_new
+                req.num_computed = computed + num_new
+                # A decode computes just the newest output token; anything else is (re)computing
+                # the prompt, or after a preemption prompt and output, in chunks.
+                if not (req.output and computed == prompt_len + len(req.output) - 1):
+                    req.record(now, "prefill", tokens=num_new, blocks=scheduler.blocks_held(req))
             for req, token in zip(result.requests, result.token_ids, strict=True):
                 reason = req.append_token(token)
-                if len(req.output) == 1:
-                    req.record(now, "first_token", tokens=1, blocks=self.scheduler.blocks_held(req))
+                num_output = len(req.output)
+                if num_output == 1:
+                    req.record(now, "first_token", tokens=1, blocks=scheduler.blocks_held(req))
                 if reason:
                     self._finish(req, reason)
                 outputs.append(RequestOutput(req.request_id, [token], reason is not None, reason,
-                                             len(req.prompt), len(req.output)))
+                                             len(req.prompt), num_output))
             self.kv.cache_computed(c.request for c in sched.chunks)
         self._maybe_complete_switch()
         did_work = bool(sched.chunks or outputs or sched.preempted or sched.swaps)
@@ -397,7 +405,7 @@ class Engine:
     def _record_end(self, req: Request, reason: str) -> None:
         """The last event of a request's life (a static batch member keeps its KV until the batch ends)."""
         kind = {"timeout": "timed_out", "aborted": "aborted", "rejected_too_long": "rejected"}.get(reason, "finished")
-        held = self.scheduler.blocks_held(req) if req.request_id in self.scheduler.holders() else 0
+        held = self.scheduler.blocks_held(req) if self.scheduler.holds(req) else 0
         req.record(self.clock(), kind, tokens=len(req.output), blocks=held, detail=reason)
 
     def _expire_waiting(self) -> None:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Protocol
 
 import torch
@@ -188,9 +188,9 @@ class HostPool:
         """A swapped-out request's row: its host blocks."""
         return KVHolding(host_blocks=tuple(self.owned[rid][0]))
 
-    def add_to(self, totals: KVTotals) -> KVTotals:
-        """The device pool's totals with this host pool's use added."""
-        return replace(totals, host_total_blocks=self.num_blocks, host_used_blocks=self.num_used)
+    def totals_kwargs(self) -> dict[str, int]:
+        """This host pool's use, as :func:`paged_totals` and :func:`contiguous_totals` take it."""
+        return {"host_total_blocks": self.num_blocks, "host_used_blocks": self.num_used}
 
     def runs(self, rid: str) -> list[tuple[int, int]]:
         """``rid``'s host slots as (first slot, length) runs, in token order."""
@@ -371,6 +371,10 @@ class KVManager(Protocol):
         """Where held request ``req`` sits, for its row in the snapshot."""
         ...
 
+    def num_blocks(self, req: Request) -> int:
+        """``holding(req).num_blocks(block_size)`` without building the holding (0 when swapped out)."""
+        ...
+
     def segments(self, holders: Mapping[str, Request]) -> tuple[ArenaSegment, ...]:
         """The address space as reservations and holes, in address order (empty for a block pool)."""
         ...
@@ -387,6 +391,7 @@ class PagedKV:
         self.block_size = block_size
         self.pool = BlockPool(num_blocks, block_size, enable_prefix_caching)
         self.tables: dict[str, list[int]] = {}
+        self._entries = 0  # sum of the tables' lengths: equal to the pool's used blocks unless one is shared
         self.num_slots = num_blocks * block_size
         self.sliding_window = sliding_window
         self.host = HostPool(host_blocks, block_size)
@@ -424,6 +429,7 @@ class PagedKV:
         self.pool.touch(hits)
         new = self.pool.allocate(max(need, 0)) or []
         self.tables[rid] = [*table, *hits, *new]
+        self._entries += len(hits) + len(new)
         return True
 
     def register_full_blocks(self, rid: str, hashes: Sequence[int], num_computed: int) -> None:
@@ -456,9 +462,7 @@ class PagedKV:
         return self.allocate(req.request_id, num_tokens)
 
     def free(self, rid: str) -> None:
-        table = self.tables.pop(rid, None)
-        if table:
-            self.pool.free(table)
+        self._free_device(rid)
         self.host.release(rid)
 
     def num_holders(self) -> int:
@@ -480,6 +484,7 @@ class PagedKV:
         """Drop ``rid``'s device blocks only (its host copy stays)."""
         table = self.tables.pop(rid, None)
         if table:
+            self._entries -= len(table)
             self.pool.free(table)
 
     def swap_in(self, req: Request) -> SwapPlan | None:
@@ -527,11 +532,26 @@ class PagedKV:
 
     def totals(self, holders: Mapping[str, Request]) -> KVTotals:
         pool = self.pool
-        return self.host.add_to(paged_totals(
-            block_size=self.block_size, total_blocks=pool.num_blocks, used_blocks=pool.num_used,
+        bs = self.block_size
+        if self._entries == pool.num_used:
+            # no block is shared (the usual case; this runs after every step): each holder's tokens once,
+            # in one pass, without handing the tables over
+            used = 0
+            for rid, t in self.tables.items():
+                h = holders.get(rid)
+                if h is not None:
+                    n, cap = h.num_computed, len(t) * bs
+                    used += n if n < cap else cap
+            return paged_totals(
+                block_size=bs, total_blocks=pool.num_blocks, used_blocks=pool.num_used,
+                cached_blocks=pool.num_cached_free, tables=(), used_slots=used, **self.host.totals_kwargs(),
+            )
+        return paged_totals(
+            block_size=bs, total_blocks=pool.num_blocks, used_blocks=pool.num_used,
             cached_blocks=pool.num_cached_free,
             tables=[(t, holders[rid].num_computed) for rid, t in self.tables.items() if rid in holders],
-        ))
+            **self.host.totals_kwargs(),
+        )
 
     def holding(self, req: Request) -> KVHolding:
         if self.host.holds(req.request_id):
@@ -543,6 +563,9 @@ class PagedKV:
             BlockView(b, min(max(n - i * bs, 0), bs), refs[b] > 1, (i + 1) * bs > window_start)
             for i, b in enumerate(self.table(req.request_id))
         ))
+
+    def num_blocks(self, req: Request) -> int:
+        return len(self.tables.get(req.request_id, ()))
 
     def segments(self, holders: Mapping[str, Request]) -> tuple[ArenaSegment, ...]:
         return ()
@@ -693,17 +716,22 @@ class ContiguousKV:
         return torch.where(held, starts[:, None] + offsets, 0).view(-1)
 
     def totals(self, holders: Mapping[str, Request]) -> KVTotals:
-        return self.host.add_to(contiguous_totals(
+        return contiguous_totals(
             block_size=self.block_size, total_slots=self.num_slots,
             reservations=[(r.start, r.length, holders[rid].num_computed if rid in holders else 0)
                           for rid, r in self.reservations.items()],
-        ))
+            **self.host.totals_kwargs(),
+        )
 
     def holding(self, req: Request) -> KVHolding:
         if self.host.holds(req.request_id):
             return self.host.holding(req.request_id)
         r = self.reservations.get(req.request_id)
         return KVHolding(arena_start=r.start, arena_reserved=r.length) if r is not None else KVHolding()
+
+    def num_blocks(self, req: Request) -> int:
+        r = self.reservations.get(req.request_id)
+        return cdiv(r.length, self.block_size) if r is not None else 0
 
     def segments(self, holders: Mapping[str, Request]) -> tuple[ArenaSegment, ...]:
         segs = [ArenaSegment(r.start, r.length, rid, holders[rid].num_computed if rid in holders else 0)

@@ -1,18 +1,33 @@
 """Measure the torch engine's step times across the shapes the cost model distinguishes.
 
-Prefills of growing length, then decode batches of growing size at short, medium and long contexts
-(their first steps are prefills and mixed steps, which are kept too). Each step's shape — every
-scheduled request's ``(new tokens, cached tokens)`` — is taken from the runner as the engine calls it,
-and its time is the engine's own ``StepTiming.duration_s``: the whole step, scheduling included, the
-time the simulated backend has to reproduce. On a CPU the engine's step timer is the process's CPU
-time (``time.process_time``: torch runs one thread there), so a step that lost the CPU to another
-process on a shared machine is not counted as slow; on CUDA it is wall time (the step ends with a
-device sync when tokens are read back).
+The grid (:func:`grid`) is a list of runs, each a few requests driven through the engine to the end:
+
+- **prefills** of growing length (one request each);
+- **decode batches** of growing size at short to long contexts, every row at the same context;
+- the same batches with **spread contexts** (prompts from short to the batch's longest), the shape of
+  a continuous batch under real traffic, where a runner that pads its rows to the longest context
+  pays for the padding;
+- **mixed steps**: a batch decoding when a new prompt arrives, so one step carries decodes and a
+  prefill chunk together, as most steps of a loaded continuous batcher do.
+
+Every step of every run is kept (a decode run's first steps are prefills). The grid is walked
+``passes`` times, each pass in its own seeded order, so that a machine whose speed drifts while it
+is measured (a shared machine, a neighbour on the same physical core) spreads the drift over all
+shapes instead of charging it to the shapes that happened to run at that moment.
+
+Each step's shape — every scheduled request's ``(new tokens, cached tokens)`` — is taken from the
+runner as the engine calls it, and its time is the engine's own ``StepTiming.duration_s``: the whole
+step, scheduling included, the time the simulated backend has to reproduce. On a CPU the engine's
+step timer is the process's CPU time (``time.process_time``: torch runs one thread there), so a step
+that lost the CPU to another process is not counted as slow; on CUDA it is wall time (the step ends
+with a device sync when tokens are read back). Whoever compares a run against the model must time
+that run's steps the same way (``bench/sim.py`` does).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -60,56 +75,144 @@ class ShapeRecorder:
         return self.inner.swap(plans)
 
 
+@dataclass(frozen=True)
+class GridRun:
+    """Requests ``(prompt tokens, output tokens)`` started together; ``late`` ones are added after
+    ``late_after`` steps (a prompt arriving while the first ones decode: mixed steps)."""
+
+    requests: tuple[tuple[int, int], ...]
+    late: tuple[tuple[int, int], ...] = ()
+    late_after: int = 0
+
+    @property
+    def context(self) -> int:
+        return max(p + o for p, o in self.requests + self.late)
+
+
 PREFILLS = (16, 32, 64, 128, 256, 384, 512, 768, 1024, 1536)
-BATCHES = (1, 2, 4, 8, 16, 24, 32, 48, 64)
-CONTEXTS = (32, 256, 768)
+BATCHES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+CONTEXTS = (32, 256, 768, 1280)
+MIXED = ((1, 64), (1, 256), (4, 128), (4, 512), (16, 64), (16, 384))  # (decoding rows, arriving prompt)
 QUICK_PREFILLS = (32, 128, 512, 1024)
-QUICK_BATCHES = (1, 4, 16, 32, 64)
-QUICK_CONTEXTS = (64, 512)
+QUICK_BATCHES = (1, 2, 4, 8, 16, 32, 64)
+QUICK_CONTEXTS = (64, 512, 1152)
+QUICK_MIXED = ((1, 128), (4, 512), (16, 256))
+# decode steps per run after its prefill: the first two after a prefill cost 20-35 % more on a CPU
+# (the prefill left the caches cold), so a run decodes long enough for its steps to be mostly the
+# steady ones a long-running batch takes, as most of a real run's decode steps are
+DECODE_STEPS = 24
+PREFILL_CAP = 8192  # most prompt tokens one run prefills (bounds the grid's time)
+
+
+def grid(*, quick: bool = False, decode_steps: int = DECODE_STEPS) -> list[GridRun]:
+    """The runs of one pass over the grid (see the module doc)."""
+    prefills = QUICK_PREFILLS if quick else PREFILLS
+    batches, contexts = (QUICK_BATCHES, QUICK_CONTEXTS) if quick else (BATCHES, CONTEXTS)
+    mixed = QUICK_MIXED if quick else MIXED
+    out = decode = decode_steps + 1
+    runs = [GridRun(((n, 1),)) for n in prefills]
+    for c in contexts:
+        for b in batches:
+            if b * c <= PREFILL_CAP:
+                runs.append(GridRun(((c, out),) * b))
+            if b >= 2 and b * (c + 16) // 2 <= PREFILL_CAP and c >= 128:
+                # prompts evenly from 16 tokens to c: the rows' contexts differ by up to c
+                runs.append(GridRun(tuple((16 + (c - 16) * i // (b - 1), out) for i in range(b))))
+    for b, prompt in mixed:
+        runs.append(GridRun(((256, decode + 4),) * b, late=((prompt, 2),), late_after=2))
+    return runs
 
 
 def measurement_config(cfg: EngineConfig, max_context: int) -> EngineConfig:
     """``cfg`` made roomy enough for the grid: every batch fits the KV budget and the token budget."""
     return dataclasses.replace(
-        cfg, backend="torch", batching="continuous", kv="paged", max_num_seqs=max(cfg.max_num_seqs, max(BATCHES)),
+        cfg, backend="torch", batching="continuous", kv="paged", max_num_seqs=max(cfg.max_num_seqs, max(BATCHES) + 1),
         kv_budget_mb=max(cfg.kv_budget_mb, 128.0), max_model_len=max(cfg.max_model_len, max_context + 64),
         max_num_batched_tokens=max(cfg.max_num_batched_tokens, 2048), gpu_memory_utilization=None,
     )
 
 
-def measure(cfg: EngineConfig, *, quick: bool = False, repeats: int = 2, decode_steps: int = 8,
+class GridWalker:
+    """The torch engine of ``cfg`` walking the grid one engine step at a time (see the module doc).
+
+    :func:`measure` walks it to the end; a benchmark can instead interleave its steps with another
+    engine's (``bench/sim.py`` does, so that calibration and evaluation share the machine's moods).
+    ``passes`` is the least number of passes; :meth:`step` with ``more=True`` starts further passes,
+    each in its own seeded order.
+    """
+
+    def __init__(self, cfg: EngineConfig, *, quick: bool = False, passes: int = 2,
+                 runs: Sequence[GridRun] | None = None) -> None:
+        self.runs = list(runs) if runs is not None else grid(quick=quick)
+        self.passes = passes
+        self.engine = engine = Engine(measurement_config(cfg, max(r.context for r in self.runs)))
+        if engine.device.type == "cpu":
+            engine.timer = time.process_time
+        self._rec = ShapeRecorder(engine.runner)
+        engine.runner = self._rec
+        self.samples: list[StepSample] = []
+        self.passes_done = 0
+        self._counter = 0
+        self._queue: list[GridRun] = []
+        self._run: GridRun | None = None
+        self._steps = 0
+        self._run_to_end(GridRun(((64, 4),) * 4))  # warm up: allocator, rotary tables, first-call costs
+
+    def _add(self, requests: Sequence[tuple[int, int]]) -> None:
+        for prompt, out in requests:
+            self._counter += 1
+            self.engine.add_request(f"cal-{self._counter}", [97 + (self._counter + i) % 26 for i in range(prompt)],
+                                    SamplingParams.exact(out))
+
+    def _run_to_end(self, r: GridRun) -> None:
+        self._add(r.requests)
+        while self.engine.has_unfinished():
+            self.engine.step()
+
+    @property
+    def done(self) -> bool:
+        """At least ``passes`` passes are complete and no run or pass is under way."""
+        return self.passes_done >= self.passes and self._run is None and not self._queue
+
+    def step(self, more: bool = False) -> bool:
+        """One engine step of the grid (starting its next run, or next pass, as needed); False once
+        :attr:`done` and not asked for ``more``."""
+        if self._run is None:
+            if not self._queue:
+                if self.passes_done >= self.passes and not more:
+                    return False
+                self._queue = list(self.runs)
+                random.Random(self.passes_done).shuffle(self._queue)
+            self._run = self._queue.pop()
+            self._steps = 0
+            self._add(self._run.requests)
+        r = self._run
+        if r.late and self._steps == r.late_after:
+            self._add(r.late)
+        ran = len(self._rec.shapes)
+        out = self.engine.step()
+        self._steps += 1
+        if len(self._rec.shapes) > ran and out.timing is not None:
+            shape, sampled = self._rec.shapes[-1]
+            self.samples.append(StepSample(shape, sampled, out.timing.duration_s))
+        if not self.engine.has_unfinished():
+            self._run = None
+            if not self._queue:
+                self.passes_done += 1
+        return True
+
+    def measurement(self) -> Measurement:
+        return Measurement(list(self.samples), self.engine.device_label, self.engine.dtype.itemsize)
+
+
+def measure(cfg: EngineConfig, *, quick: bool = False, passes: int = 2,
             progress: Callable[[str], None] | None = None) -> Measurement:
     """Step samples of the torch engine built from ``cfg`` (its model, device, dtype and threads)."""
-    prefills = QUICK_PREFILLS if quick else PREFILLS
-    batches, contexts = (QUICK_BATCHES, QUICK_CONTEXTS) if quick else (BATCHES, CONTEXTS)
-    engine = Engine(measurement_config(cfg, max(max(prefills), max(contexts) + decode_steps)))
-    if engine.device.type == "cpu":
-        engine.timer = time.process_time
-    rec = ShapeRecorder(engine.runner)
-    engine.runner = rec
-    samples: list[StepSample] = []
-    counter = 0
-
-    def run(requests: list[tuple[int, int]], keep: bool) -> None:
-        nonlocal counter
-        for prompt, out in requests:
-            counter += 1
-            engine.add_request(f"cal-{counter}", [97 + (counter + i) % 26 for i in range(prompt)],
-                               SamplingParams.exact(out))
-        while engine.has_unfinished():
-            ran = len(rec.shapes)
-            step = engine.step()
-            if keep and len(rec.shapes) > ran and step.timing is not None:
-                shape, sampled = rec.shapes[-1]
-                samples.append(StepSample(shape, sampled, step.timing.duration_s))
-
-    run([(64, 4)] * 4, keep=False)  # warm up: allocator, rotary tables, first-call costs
-    for _ in range(repeats):
-        for n in prefills:
-            run([(n, 1)], keep=True)
-    for c in contexts:
-        for b in batches:
-            if progress:
-                progress(f"decode batch {b} at context {c}")
-            run([(c, decode_steps + 1)] * b, keep=True)
-    return Measurement(samples, engine.device_label, engine.dtype.itemsize)
+    walker = GridWalker(cfg, quick=quick, passes=passes)
+    seen = -1
+    while walker.step():
+        if progress and walker.passes_done != seen:
+            seen = walker.passes_done
+            if seen < passes:
+                progress(f"pass {seen + 1} of {passes}: {len(walker.runs)} runs")
+    return walker.measurement()

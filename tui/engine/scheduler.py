@@ -77,18 +77,6 @@ class SchedulerOutput:
     def prefill_tokens(self) -> int:
         return self.num_tokens - self.decode_tokens
 
-    def token_counts(self) -> tuple[int, int]:
-        """(prefill, decode) tokens in one pass (the engine asks every step)."""
-        prefill = decode = 0
-        for c in self.chunks:
-            if c.padding:
-                continue
-            r = c.request
-            if r.num_computed >= len(r.prompt):
-                decode += c.num_new
-            else:
-                prefill += c.num_new
-        return prefill, decode
 
 
 class Scheduler:
@@ -160,7 +148,11 @@ class Scheduler:
 
     def blocks_held(self, req: Request) -> int:
         """KV blocks ``req`` holds now (for its events)."""
-        return self.kv.holding(req).num_blocks(self.kv.block_size)
+        return self.kv.num_blocks(req)
+
+    def holds(self, req: Request) -> bool:
+        """Whether ``req`` holds KV now (one of :meth:`holders`, without building the map)."""
+        return req in self.running
 
     def _start(self, req: Request) -> None:
         assert self.waiting[0] is req
@@ -234,14 +226,18 @@ class ContinuousScheduler(Scheduler):
         budget = self.cfg.max_num_batched_tokens
         i = 0
         running, chunks, grow = self.running, out.chunks, self.kv.grow
+        # The hot loop of every step (hundreds of running requests at GPU scale): num_pending inlined,
+        # and the common case (room, usually in the last block) without the preemption loop's frame.
         while i < len(running) and budget > 0:
             req = running[i]
-            num_new = min(req.num_pending, budget)
+            computed = req.num_computed
+            num_new = len(req.prompt) + len(req.output) - computed
+            if num_new > budget:
+                num_new = budget
             if num_new <= 0:
                 i += 1
                 continue
-            # the common case (room, usually in the last block) without the preemption loop's frame
-            if grow(req, req.num_computed + num_new) or self._make_room(req, num_new, out):
+            if grow(req, computed + num_new) or self._make_room(req, num_new, out):
                 chunks.append(ScheduledChunk(req, num_new))
                 budget -= num_new
                 i += 1
@@ -311,6 +307,9 @@ class StaticScheduler(Scheduler):
     def holders(self) -> dict[str, Request]:
         # finished members keep their KV until the whole batch ends
         return {**super().holders(), **{r.request_id: r for r in self.batch}}
+
+    def holds(self, req: Request) -> bool:
+        return req in self.batch or req in self.running
 
     def remove(self, req: Request) -> None:
         if req in self.batch:

@@ -271,6 +271,9 @@ def paged_totals(
     used_blocks: int,
     cached_blocks: int,
     tables: Sequence[tuple[Sequence[int], int]],
+    used_slots: int | None = None,
+    host_total_blocks: int = 0,
+    host_used_blocks: int = 0,
 ) -> KVTotals:
     """Totals of a block pool.
 
@@ -278,9 +281,13 @@ def paged_totals(
     ``used_blocks``: blocks held by anyone, each counted once (a prefix-shared block sits in several
     tables); ``cached_blocks``: free blocks that still hold a reusable prefix (they count as free).
     A block holds ``min(computed - i * block_size, block_size)`` tokens at table position ``i``.
+    ``used_slots``: that sum already counted by a caller that knows no block is shared (then
+    ``tables`` is not read). ``host_*``: the host pool swapped-out KV waits in.
     """
     bs = block_size
-    if sum(len(t) for t, _ in tables) != used_blocks:  # some block is shared: count its tokens once
+    if used_slots is not None:
+        used = used_slots
+    elif sum(len(t) for t, _ in tables) != used_blocks:  # some block is shared: count its tokens once
         fills: dict[int, int] = {}
         for table, n in tables:
             for i, b in enumerate(table):
@@ -293,11 +300,14 @@ def paged_totals(
         layout="paged", total_slots=total_blocks * bs, used_slots=used, reserved_slots=used_blocks * bs,
         block_size=bs, total_blocks=total_blocks, used_blocks=used_blocks, free_blocks=free_blocks,
         cached_blocks=cached_blocks, largest_hole=0, free_slots=free_blocks * bs,
+        host_total_blocks=host_total_blocks, host_used_blocks=host_used_blocks,
     )
 
 
-def contiguous_totals(*, block_size: int, total_slots: int, reservations: Sequence[tuple[int, int, int]]) -> KVTotals:
-    """Totals of a contiguous arena; ``reservations`` as ``(start, length, slots holding a token)``.
+def contiguous_totals(*, block_size: int, total_slots: int, reservations: Sequence[tuple[int, int, int]],
+                      host_total_blocks: int = 0, host_used_blocks: int = 0) -> KVTotals:
+    """Totals of a contiguous arena; ``reservations`` as ``(start, length, slots holding a token)``;
+    ``host_*``: the host pool swapped-out KV waits in.
 
     The holes are the gaps between reservations (and after the last); the largest one bounds the next
     reservation that can be placed.
@@ -312,6 +322,7 @@ def contiguous_totals(*, block_size: int, total_slots: int, reservations: Sequen
     return KVTotals(
         layout="contiguous", total_slots=total_slots, used_slots=used, reserved_slots=reserved,
         block_size=block_size, largest_hole=largest, free_slots=total_slots - reserved,
+        host_total_blocks=host_total_blocks, host_used_blocks=host_used_blocks,
     )
 
 

@@ -16,11 +16,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tui.records.frames import FRAME_COMPRESSION, FRAME_SCHEMA
 from tui.records.gpu import GPU_SCHEMA
 from tui.records.request import REQUEST_SCHEMA
 from tui.records.step import STEP_SCHEMA
 
-SCHEMAS = {"requests": REQUEST_SCHEMA, "steps": STEP_SCHEMA, "gpu": GPU_SCHEMA}
+SCHEMAS = {"requests": REQUEST_SCHEMA, "steps": STEP_SCHEMA, "gpu": GPU_SCHEMA, "frames": FRAME_SCHEMA}
+COMPRESSION = {"frames": FRAME_COMPRESSION}  # the rest: pyarrow's default (snappy)
 
 
 def rows_to_table(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
@@ -40,6 +42,7 @@ class PartWriter:
         self.parts_dir.mkdir(parents=True, exist_ok=True)
         self._pending: list[dict[str, Any]] = []
         self._n_parts = len(list(self.parts_dir.glob("part-*.parquet")))
+        self._compression = COMPRESSION.get(name, "snappy")
 
     def add(self, row: dict[str, Any]) -> None:
         self._pending.append(row)
@@ -54,7 +57,7 @@ class PartWriter:
         table = rows_to_table(self._pending, self.schema)
         path = self.parts_dir / f"part-{self._n_parts:06d}.parquet"
         tmp = path.with_suffix(".tmp")
-        pq.write_table(table, tmp)
+        pq.write_table(table, tmp, compression=self._compression)
         os.replace(tmp, path)
         self._n_parts += 1
         self._pending.clear()
@@ -65,7 +68,7 @@ class PartWriter:
         table = _read_parts(self.parts_dir, self.schema)
         final = self.out_dir / f"{self.name}.parquet"
         tmp = final.with_suffix(".parquet.tmp")
-        pq.write_table(table, tmp)
+        pq.write_table(table, tmp, compression=self._compression)
         os.replace(tmp, final)
         shutil.rmtree(self.parts_dir, ignore_errors=True)
         parts_root = self.out_dir / ".parts"

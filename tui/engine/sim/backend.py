@@ -17,6 +17,7 @@ from tui.engine.sim.memory import MemorySplit, memory_split
 from tui.engine.sim.models import ModelSpec, resolve_model
 from tui.engine.sim.runner import SimulatedRunner
 from tui.engine.tokenizer import ByteTokenizer
+from tui.gpu import GpuSample
 from tui.profile import EngineConfig, ProfileError
 
 DEFAULT_HARDWARE = "H100-SXM"
@@ -44,6 +45,24 @@ class SimulatedBackend:
     @property
     def device_label(self) -> str:
         return f"simulated {self.tp} x {self.hardware.label}"
+
+    @property
+    def memory_used_bytes(self) -> int:
+        """What a device reader (NVML) would show in use per device: vLLM takes its whole budget (weights,
+        activations, the KV pool) at start-up; with a byte budget, the weights and the KV pool."""
+        if self.memory is not None:
+            return self.memory.budget_bytes
+        return self.model.weight_bytes // self.tp + self.kv_bytes
+
+    def gpu_samples(self, t: float) -> list[GpuSample]:
+        """The modelled device readings at wall time ``t``, one per device, named "simulated ..." so a
+        record never passes for a measurement: SM utilization is the modelled busy time (NVML's
+        "a kernel was running"), SM activity the modelled share of peak FLOP/s, memory as vLLM holds it."""
+        g = self.runner.gauges()
+        gpu = self.hardware.gpu
+        return [GpuSample(t=t, index=i, name=f"simulated {self.hardware.label}", sm_util_pct=100.0 * g.busy_frac,
+                          mem_used_bytes=self.memory_used_bytes, mem_total_bytes=gpu.memory_bytes,
+                          sm_active_pct=100.0 * g.sm_frac) for i in range(self.tp)]
 
     def info(self) -> dict[str, Any]:
         """What the state says about the simulation (plain data; the GPU pane draws it)."""

@@ -1,33 +1,43 @@
-"""Fit the step-time model's coefficients to measured step times (least squares, numpy).
+"""Fit the step-time model's coefficients to measured step times (scipy least squares, non-negative).
 
 A step's modelled time (:mod:`tui.engine.sim.cost`) is
 
-    overhead + per_seq·rows + per_prefill·chunks + max(linF/F, W/B) + max(attF/A, KV/Bkv) + comm
+    overhead + per_seq·rows + per_prefill·chunks + per_pad·padded slots
+        + max(linF/F, W/B) + max(attF/A, KV/Bkv) + comm
 
-which is linear in ``(overhead, per_seq, 1/F, 1/B, 1/A, 1/Bkv, per_prefill)`` once each ``max`` has
+which is linear in ``(overhead, per_seq, 1/F, 1/B, 1/A, 1/Bkv, per_prefill, per_pad)`` once each ``max`` has
 picked a side. The fit alternates: pick each sample's sides with the current coefficients, solve the
-linear least-squares problem for relative error (each row divided by its measured time, so a 50 µs
-step counts as much as a 50 ms one), repeat until the sides stop changing. Coefficients must be
-non-negative: a negative one is pinned to zero and the rest refitted. A rate no sample depends on
-(e.g. the compute rate when every step was bandwidth bound) keeps its prior value.
+linear problem, repeat until the sides stop changing. Each solve is ``scipy.optimize.lsq_linear``
+(bounded least squares: every coefficient non-negative) for a start, then
+``scipy.optimize.least_squares`` with the ``soft_l1`` loss from there, both on *relative* residuals
+(each row divided by its measured time, so a 50 µs step counts as much as a 50 ms one). The robust
+loss is quadratic for residuals under ``ROBUST_SCALE`` and about linear beyond, so the fit follows the
+bulk of the samples rather than the mean: a shared machine's step times have a long tail (a step that
+lost its core's cache or its hyperthread sibling to a neighbour) and sometimes two modes (the
+neighbour busy or idle), and what the simulation should reproduce is the typical step. A rate no
+sample depends on (e.g. the compute rate when every step was bandwidth bound) keeps its prior value;
+one the samples depend on but whose time comes out zero is infinite.
 
-Measured step times on a shared machine carry outliers (a step that lost the CPU for a while), so
-after the first fit, samples whose relative error is more than five times the median one are set
-aside and the fit is repeated once; the reported error covers every sample.
+Samples whose relative error after the first fit is more than five times the median one are then set
+aside and the fit is repeated once; the reported errors cover every sample.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.optimize import least_squares, lsq_linear
 
 from tui.engine.sim.cost import StepWork, step_time
 from tui.engine.sim.hardware import CostParams
 
-# overhead, per request, 1/FLOP rate, 1/bandwidth, 1/attention FLOP rate, 1/KV bandwidth, per prefill chunk
-_NCOEF = 7
+# overhead, per request, 1/FLOP rate, 1/bandwidth, 1/attention FLOP rate, 1/KV bandwidth, per prefill chunk,
+# per padded decode slot
+_NCOEF = 8
+ROBUST_SCALE = 0.05  # relative residual where soft_l1 turns from quadratic to linear
 
 
 @dataclass(frozen=True)
@@ -39,6 +49,7 @@ class Fit:
     iterations: int
     num_samples: int
     num_outliers: int = 0  # samples set aside for the final fit
+    median_ape: float = 0.0  # median absolute percentage error, in %
 
 
 def _design(works: Sequence[StepWork], p: CostParams) -> tuple[np.ndarray, np.ndarray]:
@@ -57,32 +68,32 @@ def _design(works: Sequence[StepWork], p: CostParams) -> tuple[np.ndarray, np.nd
         else:
             x[i, 5] = w.kv_bytes
         x[i, 6] = w.prefills
+        x[i, 7] = w.pad_tokens
         comm[i] = w.comm_s
     return x, comm
 
 
-def _nonneg_lstsq(a: np.ndarray, b: np.ndarray, free: list[int]) -> np.ndarray:
-    """Least squares over the ``free`` columns with a non-negativity constraint (drop and refit)."""
-    theta = np.zeros(a.shape[1])
-    cols = list(free)
-    while cols:
-        sub = a[:, cols]
-        scale = np.linalg.norm(sub, axis=0)  # columns differ by 10^15 (FLOPs vs counts): equilibrate
-        sol, *_ = np.linalg.lstsq(sub / scale, b, rcond=None)
-        sol = sol / scale
-        if (sol >= 0).all():
-            theta[cols] = sol
-            return theta
-        cols.pop(int(np.argmin(sol)))  # the most negative goes to zero
-    return theta
+def _solve(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Non-negative robust solution of ``a @ theta ≈ b`` (rows already relative)."""
+    scale = np.linalg.norm(a, axis=0)  # columns differ by 10^15 (FLOPs vs counts): equilibrate
+    scale[scale == 0] = 1.0
+    a_s = a / scale
+    start = lsq_linear(a_s, b, bounds=(0.0, np.inf)).x
+    res = least_squares(lambda th: a_s @ th - b, start, jac=lambda th: a_s, bounds=(0.0, np.inf),
+                        loss="soft_l1", f_scale=ROBUST_SCALE, method="trf")
+    return np.asarray(res.x) / scale
 
 
-def _params(theta: np.ndarray, prior: CostParams) -> CostParams:
-    def rate(inv: float, old: float) -> float:
-        return float(1.0 / inv) if inv > 0 else old
+def _params(theta: np.ndarray, prior: CostParams, used: Sequence[int]) -> CostParams:
+    def rate(j: int, old: float) -> float:
+        # a rate the samples depend on but whose time came out zero is unbounded here (on a CPU the
+        # tiny model's weights stream from cache faster than its FLOPs run): infinite, so the fitted
+        # sides of each max stay as fitted; a rate no sample depends on keeps the prior
+        inv = float(theta[j])
+        return 1.0 / inv if inv > 0 else math.inf if j in used else old
 
-    return CostParams(float(theta[0]), float(theta[1]), rate(theta[2], prior.flops), rate(theta[3], prior.bandwidth),
-                      rate(theta[4], prior.attn_flops), rate(theta[5], prior.kv_bandwidth), float(theta[6]))
+    return CostParams(float(theta[0]), float(theta[1]), rate(2, prior.flops), rate(3, prior.bandwidth),
+                      rate(4, prior.attn_flops), rate(5, prior.kv_bandwidth), float(theta[6]), float(theta[7]))
 
 
 def _fit_once(works: Sequence[StepWork], t: np.ndarray, prior: CostParams, max_iter: int) -> tuple[CostParams, int]:
@@ -96,9 +107,10 @@ def _fit_once(works: Sequence[StepWork], t: np.ndarray, prior: CostParams, max_i
             break
         sides = now
         used = [j for j in range(_NCOEF) if np.any(x[:, j])]
+        theta = np.zeros(_NCOEF)
         # relative error: scale each row by 1/t; a rate nobody's time depends on stays at the prior
-        theta = _nonneg_lstsq(x / t[:, None], (t - comm) / t, used)
-        p = _params(theta, p)
+        theta[used] = _solve(x[:, used] / t[:, None], (t - comm) / t)
+        p = _params(theta, p, used)
     return p, it
 
 
@@ -117,7 +129,7 @@ def fit(works: Sequence[StepWork], times: Sequence[float], prior: CostParams, ma
         p, it2 = _fit_once(kept, t[keep], p, max_iter)
         it += it2
         err = np.abs(predict(works, p) - t) / t
-    return Fit(p, float(np.mean(err) * 100.0), it, len(works), int((~keep).sum()))
+    return Fit(p, float(np.mean(err) * 100.0), it, len(works), int((~keep).sum()), float(np.median(err) * 100.0))
 
 
 def predict(works: Sequence[StepWork], p: CostParams) -> np.ndarray:

@@ -17,7 +17,13 @@ cache (a decode is ``new = 1``; a prefill chunk ``new = chunk``). Per device, wi
 - **overheads**: a fixed cost per step (scheduling, input preparation, sampling, launch), and
   per-request and per-prefill-chunk costs (zero on a GPU preset, whose kernels take the whole batch
   at once; large on a CPU, where the torch runner attends chunk by chunk and ``kvtui calibrate`` fits
-  them). There is no per-token cost: the linear layers' FLOPs are one already.
+  them). There is no per-token cost: the linear layers' FLOPs are one already;
+- **padding**: a runner without a variable-length attention kernel attends its decode rows as one
+  batch padded to the longest context, gathering and attending over the padded slots too. The step's
+  padded slots, ``decode rows x longest decode context - their contexts``, cost ``per_pad_token_s``
+  each: zero on a GPU preset (paged and FlashAttention-style kernels read only each sequence's own
+  blocks), fitted by ``kvtui calibrate`` on a CPU (kvtui's torch runner pads within groups of similar
+  context, so it pays for part of this count).
 
 Every coefficient lives in :class:`~tui.engine.sim.hardware.CostParams`; a step's cost is linear in
 them once it is known which side of each ``max`` is taken, which is what calibration exploits.
@@ -45,6 +51,7 @@ class StepWork:
     attn_flops: float
     kv_bytes: float  # K/V read and written by attention
     comm_s: float  # all-reduce time (0 without tensor parallelism)
+    pad_tokens: int = 0  # decode KV slots a padding runner attends beyond the rows' own contexts
 
 
 @dataclass(frozen=True)
@@ -72,7 +79,7 @@ def step_time(work: StepWork, p: CostParams) -> StepCost:
     lin_c, lin_m = work.linear_flops / p.flops, work.weight_bytes / p.bandwidth
     att_c, att_m = work.attn_flops / p.attn_flops, work.kv_bytes / p.kv_bandwidth
     t = (p.overhead_s + p.per_seq_s * work.rows + p.per_prefill_s * work.prefills
-         + max(lin_c, lin_m) + max(att_c, att_m) + work.comm_s)
+         + p.per_pad_token_s * work.pad_tokens + max(lin_c, lin_m) + max(att_c, att_m) + work.comm_s)
     return StepCost(t, work, lin_c + att_c, lin_m + att_m)
 
 
@@ -102,17 +109,25 @@ class CostModel:
         """The work of a step computing ``new`` tokens after ``past`` cached ones, per ``(new, past)``."""
         rows = prefills = tokens = ctx = 0
         pairs = 0.0
+        decodes = dec_ctx = longest = 0
         for new, past in chunks:
             rows += 1
             prefills += new > 1
             tokens += new
             pairs += new * past + new * (new + 1) / 2
             ctx += past + new
-        return self.work_of(rows, prefills, tokens, pairs, ctx, sampled)
+            if new == 1:
+                decodes += 1
+                dec_ctx += past + 1
+                longest = max(longest, past + 1)
+        return self.work_of(rows, prefills, tokens, pairs, ctx, sampled, decodes * longest - dec_ctx)
 
-    def work_of(self, rows: int, prefills: int, tokens: int, pairs: float, ctx: int, sampled: int) -> StepWork:
+    def work_of(self, rows: int, prefills: int, tokens: int, pairs: float, ctx: int, sampled: int,
+                pad_tokens: int = 0) -> StepWork:
         """:meth:`work` from the step's sums: requests, prefill chunks, tokens, attention (query, key)
-        pairs (``Σ new·past + new·(new+1)/2``), context tokens read (``Σ past + new``), sampled rows."""
+        pairs (``Σ new·past + new·(new+1)/2``), context tokens read (``Σ past + new``), sampled rows,
+        and the decode rows' padding (``decodes x longest decode context - Σ their contexts``; only
+        needed where :attr:`pads`)."""
         comm = self._ar_fixed + self._ar_per_token * tokens if tokens and self.tp > 1 else 0.0
         return StepWork(
             rows=rows, prefills=prefills, tokens=tokens, sampled=sampled,
@@ -121,7 +136,14 @@ class CostModel:
             attn_flops=self._attn_per_pair * pairs,
             kv_bytes=self._kv_per_token * ctx,
             comm_s=comm,
+            pad_tokens=pad_tokens,
         )
+
+    @property
+    def pads(self) -> bool:
+        """Whether padded decode slots cost anything under these coefficients (a caller summing a
+        step itself may skip counting them when not)."""
+        return self.params.per_pad_token_s > 0
 
     def cost(self, work: StepWork) -> StepCost:
         """Time of a step's work with this model's coefficients."""

@@ -10,7 +10,11 @@ Efficiency factors are the share of a peak a well-tuned engine reaches on the ke
   decode at batch 1 runs at 74-77 % of the HBM roofline (Llama-3.1-8B, H100: 6.48 ms/token, 2.48 TB/s;
   A100-40GB: "about 77 %", see bench/published.toml), which includes the step overhead below.
 - ``step_overhead_s`` 0.4 ms: scheduling, input preparation, sampling and the CUDA-graph launch of a
-  step; the same measurements leave ~0.3-0.5 ms per step beyond the bandwidth term.
+  step, for a lean serving engine. What a real stack adds per step varies by milliseconds (its
+  scheduler, sampler, detokenizer, harness, kernel launches): with the factors above, vLLM serving's
+  published batch-1 TPOTs leave 0.85-1.1 ms, LMDeploy's ~1.7 ms, vLLM's CI latency harness and NeMo's
+  TensorRT-LLM 2.5-3.7 ms (bench/published.toml; ``bench/sim.py`` fits each stack's from its other
+  points). No datasheet gives it; it is the first number to calibrate.
 
 These are defaults, not measurements of any one machine: ``kvtui calibrate`` fits all of them (and the
 per-request and per-token costs) to a real engine and writes a hardware profile that replaces them.
@@ -96,6 +100,7 @@ class CostParams:
     attn_flops: float
     kv_bandwidth: float
     per_prefill_s: float = 0.0
+    per_pad_token_s: float = 0.0  # per padded decode KV slot (0 on a GPU: see tui.engine.sim.cost)
 
     @classmethod
     def from_gpu(cls, gpu: GpuSpec) -> CostParams:

@@ -34,9 +34,15 @@ _LETTERS = 26
 _FIRST = ord("a")
 
 
-def sim_token(seed: int, rid_hash: int, position: int) -> int:
-    """The simulated token at output ``position`` of a request (a lowercase letter)."""
-    x = (rid_hash * 1_000_003 + position * 7_919 + seed * 104_729) & 0xFFFFFFFF
+def token_base(seed: int, request_id: str) -> int:
+    """The part of :func:`sim_token`'s hash that depends on the request alone (kept per request)."""
+    return zlib.crc32(request_id.encode()) * 1_000_003 + seed * 104_729
+
+
+def sim_token(base: int, position: int) -> int:
+    """The simulated token at output ``position`` of the request with :func:`token_base` ``base``
+    (a lowercase letter)."""
+    x = (base + position * 7_919) & 0xFFFFFFFF
     x = (x * 2_654_435_761) & 0xFFFFFFFF  # Knuth's multiplicative hash spreads consecutive positions
     return _FIRST + (x >> 11) % _LETTERS
 
@@ -61,38 +67,44 @@ class SimulatedRunner:
         self.gauge_window_s = gauge_window_s
         self._last_release = float("-inf")
         self._recent: deque[tuple[float, float, float, float]] = deque()  # (end, time, flops, bytes)
-        self._hash: dict[str, int] = {}
+        self._base: dict[str, int] = {}  # request id -> token_base
 
     def execute(self, chunks: Sequence[ScheduledChunk], kv: KVManager) -> StepResult:
-        # one pass: the cost model's sums and the sampled tokens (this runs for every step, hundreds
-        # of requests each, at GPU step rates)
-        rows = prefills = tokens = ctx = 0
+        # One pass: the cost model's sums and the sampled tokens. This runs every step over every
+        # running request (hundreds, at GPU step rates), so sim_token is inlined and the sums are
+        # split: a decode's attention pairs are its context (past + 1), a chunk's its triangle.
+        prefills = tokens = ctx = 0
         pairs = 0.0
         requests = []
         ids: list[int] = []
-        hashes = self._hash
-        seed = self.seed
+        bases = self._base
         for c in chunks:
             r = c.request
             new, past = c.num_new, r.num_computed
-            rows += 1
             tokens += new
+            ctx += past + new
             if new > 1:
                 prefills += 1
-                pairs += new * past + new * (new + 1) / 2
-            else:
-                pairs += past + 1
-            ctx += past + new
-            if c.padding or past + new != len(r.prompt) + len(r.output):
+                pairs += new * past + new * (new + 1) / 2 - (past + new)  # ctx adds the rest below
+            if c.padding:
                 continue
-            h = hashes.get(r.request_id)
-            if h is None:
-                if len(hashes) > 100_000:  # finished requests' entries; rebuilt on demand
-                    hashes.clear()
-                h = hashes[r.request_id] = zlib.crc32(r.request_id.encode())
+            position = past + new - len(r.prompt)  # the output token this chunk samples, if it reaches the end
+            if position != len(r.output):
+                continue
+            base = bases.get(r.request_id)
+            if base is None:
+                if len(bases) > 100_000:  # finished requests' entries; rebuilt on demand
+                    bases.clear()
+                base = bases[r.request_id] = token_base(self.seed, r.request_id)
+            x = ((base + position * 7_919) & 0xFFFFFFFF) * 2_654_435_761 & 0xFFFFFFFF  # = sim_token
             requests.append(r)
-            ids.append(sim_token(seed, h, len(r.output)))
-        step = self.cost.cost(self.cost.work_of(rows, prefills, tokens, pairs, ctx, len(requests)))
+            ids.append(_FIRST + (x >> 11) % _LETTERS)
+        pairs += ctx
+        pad = 0
+        if self.cost.pads:  # a calibrated CPU runner pays for padded decode slots (a GPU preset never)
+            dec = [c.request.num_computed + 1 for c in chunks if c.num_new == 1]
+            pad = len(dec) * max(dec, default=0) - sum(dec)
+        step = self.cost.cost(self.cost.work_of(len(chunks), prefills, tokens, pairs, ctx, len(requests), pad))
         now = self.clock.now()
         start = self.clock.step_start(self._last_release, self.cost.params.overhead_s)
         end = max(start + step.time_s, now)
@@ -103,13 +115,14 @@ class SimulatedRunner:
 
     def swap(self, plans: Sequence[SwapPlan]) -> float | None:
         """KV copies device <-> host (swap preemption): nothing is copied; the copy time (bytes over the
-        host link) is waited out on the clock like a step, so the engine times it as it does torch's."""
+        preset's host link, PCIe) is waited out on the clock like a step and returned, so the engine
+        reports the modelled seconds whatever the wall clock did meanwhile."""
         tokens = sum(p.num_tokens for p in plans)
         seconds = tokens * self.kv_bytes_per_token / self.cost.gpu.host_bandwidth
         start = self.clock.now()
         self.clock.wait_until(start + seconds)
         self._last_release = start + seconds
-        return None
+        return seconds
 
     def gauges(self) -> DeviceGauges:
         """Modelled SM and HBM use over the last ``gauge_window_s`` seconds of the clock."""
