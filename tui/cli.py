@@ -71,7 +71,8 @@ API keys are never passed on the command line: name the environment variable tha
 """
 
 # The short flags and the profile key each one sets (through the same path as --set).
-ALIASES = {"rate": "load.rate", "num_requests": "load.num_requests", "duration": "load.duration_s"}
+ALIASES = {"rate": "load.rate", "num_requests": "load.num_requests", "duration": "load.duration_s",
+           "workers": "load.workers"}
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -87,6 +88,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", metavar="N|random",
                    help="seed of the arrival times and the request contents (= --set load.seed=N --set workload.seed=N); "
                         "'random' draws one, says which and records it in the run's profile.toml and run.json")
+    p.add_argument("--workers", metavar="N",
+                   help="with --record: load-client processes sharing ONE arrival schedule, each sending every N-th "
+                        "request, for rates one client process cannot keep up with (= --set load.workers=N; default 1)")
 
 
 def _checkpoint_options(p: argparse.ArgumentParser) -> None:
@@ -194,13 +198,13 @@ def alias_overrides(args: argparse.Namespace, prof: Profile) -> list[str]:
         if value is None:
             continue
         field = key.split(".")[1]
-        if prof.sweep is not None and getattr(args, "record", False):  # every probe's length
+        if prof.sweep is not None and getattr(args, "record", False) and dest != "workers":  # every probe's length
             if dest == "rate":
                 raise ProfileError(
                     f"--rate sets load.rate, but profile {prof.name!r} sweeps the rate ([sweep]); set where it "
                     "starts with --set sweep.start_rate=RATE")
             items.append(f"sweep.{field}={value}")
-        elif prof.stages and getattr(args, "record", False):
+        elif prof.stages and getattr(args, "record", False) and dest != "workers":  # workers: one for all stages
             if dest == "rate":
                 raise ProfileError(
                     f"--rate sets load.rate, but profile {prof.name!r} records its [[stages]], each at its own rate; "

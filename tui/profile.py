@@ -177,6 +177,9 @@ class LoadConfig:
     duration_s: float | None = None
     warmup_requests: int = 0
     seed: int = 0
+    # load-client processes the recorder spreads each stage over, on ONE arrival schedule (each sends
+    # every N-th request of it; tui.load.workers): for rates one client process cannot keep up with
+    workers: int = 1
 
 
 @dataclass(frozen=True)
@@ -397,6 +400,7 @@ RANGES: dict[type, dict[str, Range]] = {
         "num_requests": _COUNT,
         "duration_s": _SECONDS,
         "warmup_requests": Range(0, MAX_COUNT),
+        "workers": Range(1, 64),
         "seed": _SEED,
     },
     Stage: {"rate": _RATE, "num_requests": _COUNT, "duration_s": _SECONDS},

@@ -34,8 +34,9 @@ from tui.errors import api_key_hint, one_line, root_url
 from tui.feasibility import infeasible_cells
 from tui.load.arrivals import ArrivalProcess, planned_deadlines
 from tui.load.headroom import new_timed_loop
-from tui.load.runner import LoadRunner, make_target, prompt_sizing
+from tui.load.runner import ClientStats, LoadRunner, make_target, prompt_sizing
 from tui.load.target import OpenAITarget, PreflightError
+from tui.load.workers import WorkerFailed, WorkerRunner
 from tui.load.workload import UNIT_MEANING
 from tui.metrics import stats
 from tui.metrics.capacity import edge_summary_lines, edges_markdown, edges_rich
@@ -89,7 +90,7 @@ class Recorder:
         self._stop: asyncio.Event | None = None
         self._connect_errors = 0
         self._writers: dict[str, PartWriter] = {}
-        self._runner: LoadRunner | None = None
+        self._runner: LoadRunner | WorkerRunner | None = None
         self._window: RollingWindow | None = None
         self._server: LocalServer | None = None  # the local target's server, started by us
         self._steps_seen = 0  # the last engine step collected
@@ -226,9 +227,31 @@ class Recorder:
         if control is not None:
             step_base = await self._reset_engine(control, mode)
         window = RollingWindow(rec_cfg.window_s)
-        runner = LoadRunner(self.profile, target=target, rate=stage.rate, stage=stage.name, mode=mode,
-                            run_id=self.run_id, on_record=self._on_record, window=window)
+        runner = self._make_runner(target, stage, mode, window)
         self._runner, self._window = runner, window
+        try:
+            await self._load_cell(runner, window, target, control, root, stage, mode, note, step_base)
+        except WorkerFailed as e:
+            raise FatalTargetError(str(e)) from None
+        finally:
+            await runner.aclose()
+
+    def _make_runner(self, target: OpenAITarget, stage: Stage, mode: str,
+                     window: RollingWindow) -> LoadRunner | WorkerRunner:
+        """The stage's load client: this process, or ``load.workers`` processes on one schedule."""
+        workers = self.profile.load.workers
+        if workers > 1:
+            return WorkerRunner(self.profile, target.base_url, target.model, workers=workers, rate=stage.rate,
+                                stage=stage.name, mode=mode, run_id=self.run_id, on_record=self._on_record,
+                                window=window)
+        return LoadRunner(self.profile, target=target, rate=stage.rate, stage=stage.name, mode=mode,
+                          run_id=self.run_id, on_record=self._on_record, window=window)
+
+    async def _load_cell(self, runner: LoadRunner | WorkerRunner, window: RollingWindow, target: OpenAITarget,
+                         control: ControlClient | None, root: str, stage: Stage, mode: str, note: dict[str, Any],
+                         step_base: int) -> None:
+        assert self._stop is not None
+        rec_cfg = self.profile.record
         if self.profile.load.warmup_requests:
             await runner.warmup(self.profile.load.warmup_requests, timeout_s=rec_cfg.drain_timeout_s)
             if control is not None:
@@ -280,7 +303,10 @@ class Recorder:
             note["server_kv_peak"] = max(kv_samples)
         note["partial"] = self._stop.is_set()
         note["ended_t"] = now()
-        note["client_busy"] = runner.loop_busy()
+        note["client_busy"] = runner.loop_busy()  # the busiest worker's, with several
+        clients = runner.client_stats()
+        note["client_workers"] = len(clients)
+        note["worker_lag_p99_ms"] = [None if (lag := c.lag_p99_s()) is None else lag * 1e3 for c in clients]
         w = window.stats()  # counts and percentiles from the one place that keeps them
         p99 = f"{w.ttft.p99 * 1e3:.0f} ms" if w.ttft.p99 is not None else "-"
         self.err.print(
@@ -457,7 +483,7 @@ class Recorder:
             line = Text.from_markup(
                 f"[bold]{stage.name}[/bold] · {mode} · {target} · sent {s.sent}{planned} · "
                 f"completed {s.completed} · failed {s.failed_total} · in flight {r.in_flight} · "
-                f"achieved {s.achieved_rate:.1f}/s · TTFT P99 {p99}"
+                f"achieved {s.achieved_rate:.1f}/s · TTFT P99 {p99} · {client_line(r.client_stats())}"
             )
             extra = self._plan.status()  # a sweep's probe and the SLO attainment so far
             return Text("\n").join([line, Text(extra)]) if extra else line
@@ -537,6 +563,14 @@ class Recorder:
             for line in edge_summary_lines(edges):
                 self.console.print(line, markup=False, highlight=False)
         self.err.print(f"records written to {self.out} ({read_records(self.out).num_rows} requests)", highlight=False)
+
+
+def client_line(clients: list[ClientStats]) -> str:
+    """The load client in the progress line: its processes, and each one's dispatch lag P99 and busy share."""
+    lags = " / ".join("-" if (p99 := c.lag_p99_s()) is None else f"{p99 * 1e3:.1f}" for c in clients)
+    busy = " / ".join("-" if c.busy is None else f"{100 * c.busy:.0f}%" for c in clients)
+    procs = f"{len(clients)} client process{'es' if len(clients) > 1 else ''}"
+    return f"{procs}, dispatch lag P99 {lags} ms, loop busy {busy}"
 
 
 def frame_row(snap: EngineSnapshot, stage: str, mode: str, t: float) -> dict[str, Any]:

@@ -108,3 +108,39 @@ def test_a_frame_keeps_swaps_reservations_and_events(mode):
     else:
         assert any(s.segments for s in seen)
     assert any(r.events for s in seen for r in s.requests)
+
+
+def test_frame_states_are_read_one_row_group_at_a_time(tmp_path):
+    """The joined file in row groups of FRAME_ROW_GROUP; a LazyColumn over it (and over the parts a
+    crashed run leaves beside it) gives the rows read_records gives, in the same order."""
+    import random
+
+    import pyarrow.parquet as pq
+
+    from tui.records.frames import FRAME_ROW_GROUP
+    from tui.records.parquet import LazyColumn
+
+    def row(i: int) -> dict:
+        return {"stage": "s", "mode": "m", "t": float(i), "step": i, "num_running": 0, "num_waiting": 0,
+                "num_preemptions": 0, "state": f"state {i}".encode()}
+
+    writer = PartWriter(tmp_path, "frames")
+    for i in range(150):
+        writer.add(row(i))
+        if i % 40 == 39:
+            writer.flush()
+    assert [bytes(s) for s in LazyColumn(tmp_path, "frames", "state")] == [row(i)["state"] for i in range(120)]
+    writer.finish()
+    assert pq.ParquetFile(tmp_path / "frames.parquet").metadata.num_row_groups == -(-150 // FRAME_ROW_GROUP)
+    after = PartWriter(tmp_path, "frames")  # parts beside the joined file, as a crash leaves them
+    after.add_many([row(i) for i in range(150, 160)])
+    after.flush()
+    lazy = LazyColumn(tmp_path, "frames", "state")
+    expected = read_records(tmp_path, "frames").column("state").to_pylist()
+    assert len(lazy) == len(expected) == 160
+    order = list(range(160))
+    random.Random(1).shuffle(order)
+    assert all(lazy[i] == expected[i] for i in order)
+    assert len(lazy._cache) <= LazyColumn.CACHED_GROUPS
+    with pytest.raises(IndexError):
+        lazy[160]

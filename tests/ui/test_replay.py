@@ -147,6 +147,12 @@ def test_the_snapshot_at_a_stall_says_who_the_queue_waits_behind(rec):
     assert snap.status.startswith("stall: ") and "/800, " in snap.status and snap.status_level == "warn"
     assert snap.target.model.startswith("SIMULATED llama-3.1-8b") and snap.target.label == "replay run"
     assert p.cursor().simulated and any(kind == "stall" for _, kind in p.cursor().marks)
+    p.step_frames(1)  # one frame into the stall: no event here, the status still says who it waits behind
+    assert p.index in rec.stalled and not rec.events_at(p.index)
+    inside = p.dashboard()
+    assert inside.status.startswith("stalled: ") and "/800, " in inside.status and inside.status_level == "warn"
+    stalls = [e.frame for e in rec.events if e.kind == "stall"]
+    assert set(stalls) <= rec.stalled and all(rec.snapshot(i).num_waiting > 0 for i in rec.stalled)
 
 
 def test_a_run_without_frames_says_why_in_one_line(tmp_path, capsys):

@@ -26,3 +26,4 @@ FRAME_SCHEMA = pa.schema(
     ]
 )
 FRAME_COMPRESSION = "zstd"
+FRAME_ROW_GROUP = 64  # frames per row group: a replay decompresses one group (~32 s at 2/s) at a time

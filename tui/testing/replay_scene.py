@@ -9,8 +9,11 @@ with only its two 800-token members); continuous batching runs out of blocks and
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any
+
+from rich.console import Console
 
 from tui.profile import Profile, profile_from_dict
 from tui.virtual_record import VirtualClockRecorder
@@ -38,14 +41,9 @@ def scene_profile(**record: Any) -> Profile:
 
 def record_scene(out: Path, profile: Profile | None = None) -> Path:
     """Record the scene into ``out`` (quietly, with a fixed run id so request ids are the same each time)."""
-    from rich.console import Console
-
-    quiet = Console(file=open("/dev/null", "w"), stderr=False)  # noqa: SIM115 - closed with the recorder's run
+    quiet = Console(file=io.StringIO())
     rec = VirtualClockRecorder(profile or scene_profile(), Path(out), console_err=quiet, console_out=quiet)
     rec.run_id = "scene"
-    try:
-        if rec.run() != 0:
-            raise RuntimeError(f"the replay scene did not record: {rec.fatal}")
-    finally:
-        quiet.file.close()
+    if rec.run() != 0:
+        raise RuntimeError(f"the replay scene did not record: {rec.fatal}")
     return Path(out)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import bisect
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from functools import lru_cache
 from pathlib import Path
@@ -24,7 +24,8 @@ from tui.engine.snapshot import EngineSnapshot
 from tui.metrics.types import WindowStats
 from tui.metrics.window import RollingWindow
 from tui.profile import EngineMode, Profile, ProfileError, load_profile
-from tui.records.parquet import read_records
+from tui.records.frames import FRAME_SCHEMA
+from tui.records.parquet import LazyColumn, read_records
 from tui.records.request import RequestRecord
 from tui.serve.state_wire import frame_snapshot
 from tui.ui.model import DashboardSnapshot, HistoryPoint, LoadState, StatusLevel, TargetInfo
@@ -115,13 +116,16 @@ class CellLatency:
 class Recording:
     """A recorded run's replay frames, request records and events, read once from its directory."""
 
-    def __init__(self, path: Path, frames: Any, requests: Any, info: dict[str, Any], profile: Profile):
+    def __init__(self, path: Path, frames: Any, states: Sequence[bytes], requests: Any, info: dict[str, Any],
+                 profile: Profile):
+        """``frames``: the frame records but their states; ``states``: the states, in the same order
+        (a :class:`LazyColumn`: read from disk a row group at a time as the cursor reaches them)."""
         self.path, self.info, self.profile = path, info, profile
-        order = sorted(range(frames.num_rows), key=frames.column("t").to_pylist().__getitem__)
-        frames = frames.take(order)
+        self._order = sorted(range(frames.num_rows), key=frames.column("t").to_pylist().__getitem__)
+        frames = frames.take(self._order)
         self.t: list[float] = frames.column("t").to_pylist()
         self.steps: list[int] = frames.column("step").to_pylist()
-        self._states: list[bytes] = frames.column("state").to_pylist()
+        self._states = states
         stages, modes = frames.column("stage").to_pylist(), frames.column("mode").to_pylist()
         self.cells = self._cells(stages, modes, info.get("cells", []))
         self._records: dict[tuple[str, str], list[RequestRecord]] = {}
@@ -129,6 +133,7 @@ class Recording:
             if not row["warmup"]:
                 self._records.setdefault((row["stage"], row["mode"]), []).append(_record(row))
         self._latency: dict[int, CellLatency] = {}
+        self.stalled: set[int] = set()  # every frame of a stall (its onset is the event)
         self.events = self._events(frames.column("num_running").to_pylist(), frames.column("num_waiting").to_pylist(),
                                    frames.column("num_preemptions").to_pylist())
         self.snapshot = lru_cache(maxsize=16)(self._decode)
@@ -140,7 +145,7 @@ class Recording:
         if not path.is_dir() or not (path / "run.json").is_file():
             raise ReplayError(f"{path}: not a recorded run (no run.json); record one with kvtui --record --out DIR")
         info = json.loads((path / "run.json").read_text(encoding="utf-8"))
-        frames = read_records(path, "frames")
+        frames = read_records(path, "frames", columns=[n for n in FRAME_SCHEMA.names if n != "state"])
         if frames.num_rows == 0:
             if info.get("target", "local") != "local":
                 raise ReplayError(f"{path}: a remote target's run has no replay frames: only the kvtui engine "
@@ -151,7 +156,7 @@ class Recording:
             profile = load_profile(path / "profile.toml")
         except ProfileError:
             profile = Profile()
-        return cls(path, frames, read_records(path, "requests"), info, profile)
+        return cls(path, frames, LazyColumn(path, "frames", "state"), read_records(path, "requests"), info, profile)
 
     # -- structure -----------------------------------------------------------------------------------
 
@@ -188,13 +193,16 @@ class Recording:
                 stalled_for = stalled_for + 1 if stalled else 0
                 if stalled_for == STALL_FRAMES:
                     onset = i - STALL_FRAMES + 1
+                    self.stalled.update(range(onset, i + 1))
                     events.append(Event(onset, "stall", f"stall: {waiting[onset]} waiting while {running[onset]} of "
                                                         f"{cell.batch_slots} batch slots run"))
+                elif stalled_for > STALL_FRAMES:
+                    self.stalled.add(i)
         events.sort(key=lambda e: e.frame)
         return events
 
     def _decode(self, i: int) -> EngineSnapshot:
-        return frame_snapshot(self._states[i])
+        return frame_snapshot(self._states[self._order[i]])
 
     # -- lookups -------------------------------------------------------------------------------------
 
@@ -357,9 +365,14 @@ class ReplayPlayer:
             here = rec.events_at(i)
             if here:
                 status = " · ".join(e.text for e in here)
-                detail = stall_detail(engine) if any(e.kind == "stall" for e in here) else ""
-                status += f" · {detail}" if detail else ""
                 level = "warn"
+            elif i in rec.stalled:  # inside a stall, past its onset: still say so while stepping through it
+                status = (f"stalled: {engine.num_waiting} waiting while {engine.num_running} of {cell.batch_slots} "
+                          "batch slots run")
+                level = "warn"
+            if i in rec.stalled:
+                detail = stall_detail(engine)
+                status += f" · {detail}" if detail else ""
         info = rec.info
         model = info.get("engine_model") or rec.profile.engine.model
         if rec.simulated:
