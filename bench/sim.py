@@ -63,7 +63,10 @@ from tui.profile import EngineMode, Profile, find_profile, load_profile
 from tui.virtual_record import ClockDriver
 
 PUBLISHED = Path(__file__).with_name("published.toml")
-CAL_SHARE = 0.3  # calibration CPU time per second of the compare run's, while they interleave
+# calibration CPU time per second of the compare run's, while they interleave: about what the grid's
+# passes need (--quick: ~25 s against ~35 s), so that they are spread over the whole compare run
+# rather than finished after it; a longer run just walks further passes
+CAL_SHARE = 0.8
 
 
 def _by_kind(shapes, rel) -> dict[str, np.ndarray]:
