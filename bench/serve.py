@@ -7,14 +7,16 @@ Prints, one ``name: value`` line each:
   one request at a time, the two interleaved so both see the same machine noise. Target < 2 ms.
 - ``http_vs_inprocess_throughput``: output tokens/s of a burst of concurrent streams through the
   server ÷ the same burst stepped in-process. Target ≥ 0.9.
-- ``http_stream_tokens_per_s``: output tokens/s streamed by ``kvtui serve`` to kvtui's own load client
-  (:class:`tui.load.target.OpenAITarget`, the recorder's), 256 concurrent streams (target ≥ 20,000 on
-  the simulated backend at zero step time, where neither side waits for the engine).
+- ``http_stream_tokens_per_s``: output tokens/s streamed by ``kvtui serve`` on the simulated backend at
+  zero step time (a hardware profile with infinite rates and no overheads: neither side waits for a
+  forward pass) to kvtui's own load client (:class:`tui.load.target.OpenAITarget`, the recorder's),
+  256 concurrent streams (target ≥ 20,000).
 - ``server_cpu_us_per_token``: CPU time of the API server process per streamed token (the HTTP path:
   engine messages in, SSE out; target < 15); ``engine_cpu_us_per_token``: the engine process's.
 - ``client_cpu_us_per_token``: CPU time of the load client per token (SSE parse and timing; target
   < 20); ``client_loop_busy_pct``: the share of wall time the client's event loop was busy (near 100:
-  the client, not the server, set the throughput).
+  the client, not the server, set the throughput); ``http_stream_events_per_token``: SSE events the
+  client parsed per token (1.0: every token its own event, none merged).
 
 CPU times, not wall times, are the figures to compare on a shared machine: they are what each
 process spent, whoever else ran.
@@ -31,6 +33,7 @@ import json
 import os
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -38,6 +41,7 @@ import httpx
 
 from tui.engine.engine import Engine
 from tui.engine.params import SamplingParams
+from tui.engine.sim.hardware import CostParams, GpuSpec, Hardware, dump_hardware
 from tui.load.headroom import LoopBusyMeter, new_timed_loop
 from tui.load.target import OpenAITarget
 from tui.load.workload import RequestSpec
@@ -56,9 +60,28 @@ def prompt(i: int) -> str:
     return (text + "x" * PROMPT_LEN)[:PROMPT_LEN]  # byte-level tokenizer: exactly PROMPT_LEN tokens
 
 
-# The streaming figure: enough sequences and KV for 256 streams of 64 prompt + 128 output tokens.
-STREAM_CONFIG = EngineConfig(model="tiny", device="cpu", threads=1, kv_budget_mb=64.0, max_model_len=1024,
-                             max_num_seqs=256, max_num_batched_tokens=8192)
+# The streaming figure: the simulated backend at zero step time (a hardware profile whose rates are
+# infinite and whose overheads are zero: every step is released as soon as the scheduler has made it),
+# so what limits the rate is the HTTP path, not a forward pass. Enough sequences and KV for 256 streams
+# of 64 prompt + 128 output tokens.
+ZERO_STEP_GPU = "zero-step-time"
+
+
+def zero_step_hardware(path: Path) -> Path:
+    """Write a hardware profile whose modelled steps take no time (still the simulated backend)."""
+    inf = float("inf")
+    gpu = GpuSpec(ZERO_STEP_GPU, peak_flops=inf, mem_bandwidth=inf, memory_bytes=80 * 10**9,
+                  interconnect_bandwidth=inf, interconnect_latency_s=0.0, host_bandwidth=inf, step_overhead_s=0.0,
+                  source="bench/serve.py: zero step time")
+    params = CostParams(overhead_s=0.0, per_seq_s=0.0, flops=inf, bandwidth=inf, attn_flops=inf, kv_bandwidth=inf)
+    path.write_text(dump_hardware(Hardware(gpu, params, calibrated=False, origin=str(path)),
+                                  "zero step time (bench/serve.py)"), encoding="utf-8")
+    return path
+
+
+def stream_config(hardware: Path) -> EngineConfig:
+    return EngineConfig(backend="simulated", model="tiny", hardware=str(hardware), kv_budget_mb=64.0,
+                        max_model_len=1024, max_num_seqs=256, max_num_batched_tokens=8192)
 
 
 # -- in-process ---------------------------------------------------------------------------------------
@@ -154,7 +177,7 @@ def engine_pid(api_pid: int) -> int | None:
 async def stream_rate(base_url: str, api_pid: int, streams: int, max_tokens: int, rounds: int) -> dict[str, float]:
     """``streams`` concurrent streams sent at once through kvtui's load client, ``rounds`` times; the
     best round's tokens/s, and CPU per token of each process over all rounds."""
-    target = OpenAITarget(base_url, "kvtui-tiny", extra_body={"ignore_eos": True}, max_connections=streams)
+    target = OpenAITarget(base_url, "kvtui-tiny", extra_body={"ignore_eos": True})
     spec = RequestSpec(index=0, prompt=prompt(0), prompt_len=PROMPT_LEN, max_tokens=max_tokens, shared_prefix=False)
 
     async def burst(tag: str, n: int) -> list[RequestRecord]:
@@ -167,7 +190,7 @@ async def stream_rate(base_url: str, api_pid: int, streams: int, max_tokens: int
         eng = engine_pid(api_pid)
         api0, eng0, me0 = cpu_s(api_pid), cpu_s(eng) if eng else 0.0, time.process_time()
         meter = LoopBusyMeter()
-        tokens, rates = 0, []
+        tokens, events, rates = 0, 0, []
         for r in range(rounds):
             t0 = time.perf_counter()
             recs = await burst(f"r{r}", streams)
@@ -177,6 +200,7 @@ async def stream_rate(base_url: str, api_pid: int, streams: int, max_tokens: int
                 raise RuntimeError(f"{len(bad)} stream(s) failed, e.g. {bad[0].status}: {bad[0].reason}")
             n = sum(rec.completion_tokens or 0 for rec in recs)
             tokens += n
+            events += sum(rec.num_chunks for rec in recs)
             rates.append(n / wall)
         busy = meter.busy()
         api1, eng1, me1 = cpu_s(api_pid), cpu_s(eng) if eng else 0.0, time.process_time()
@@ -188,10 +212,29 @@ async def stream_rate(base_url: str, api_pid: int, streams: int, max_tokens: int
         "engine_us": (eng1 - eng0) / tokens * 1e6,
         "client_us": (me1 - me0) / tokens * 1e6,
         "client_busy_pct": 100 * (busy or 0.0),
+        "events_per_token": events / tokens,
     }
 
 
+async def run_stream(args: argparse.Namespace) -> dict[str, float]:
+    """The streaming figures from a ``kvtui serve`` on the simulated backend at zero step time."""
+    with tempfile.TemporaryDirectory() as tmp, \
+            LocalServer(Profile(engine=stream_config(zero_step_hardware(Path(tmp) / "zero.toml")))) as server:
+        assert server.pid is not None
+        stream = await stream_rate(server.base_url, server.pid, args.streams, args.stream_tokens, args.stream_rounds)
+    print(f"http_stream_tokens_per_s: {stream['tokens_per_s']:.0f}")
+    print(f"server_cpu_us_per_token: {stream['server_us']:.1f}")
+    print(f"engine_cpu_us_per_token: {stream['engine_us']:.1f}")
+    print(f"client_cpu_us_per_token: {stream['client_us']:.1f}")
+    print(f"client_loop_busy_pct: {stream['client_busy_pct']:.0f}")
+    print(f"http_stream_events_per_token: {stream['events_per_token']:.3f}")
+    return stream
+
+
 async def run(args: argparse.Namespace) -> None:
+    if args.stream_only:
+        await run_stream(args)
+        return
     engine = Engine(CONFIG)
     with LocalServer(Profile(engine=CONFIG)) as server:
         url = server.base_url + "/completions"
@@ -226,9 +269,7 @@ async def run(args: argparse.Namespace) -> None:
                 http_tps.append(ht)
                 ratios.append(ht / lt)
 
-    with LocalServer(Profile(engine=STREAM_CONFIG)) as server:
-        assert server.pid is not None
-        stream = await stream_rate(server.base_url, server.pid, args.streams, args.stream_tokens, args.stream_rounds)
+    await run_stream(args)
 
     p50_http = statistics.median(http_ttfts) * 1000
     p50_local = statistics.median(local_ttfts) * 1000
@@ -237,11 +278,6 @@ async def run(args: argparse.Namespace) -> None:
               f"server-side mean (receipt to first token) {server_side_ms:.2f} ms; "
               f"GET /health p50 {statistics.median(health_ms):.2f} ms")
         print(f"# throughput tok/s: http {[round(x) for x in http_tps]}, in-process {[round(x) for x in local_tps]}")
-    print(f"http_stream_tokens_per_s: {stream['tokens_per_s']:.0f}")
-    print(f"server_cpu_us_per_token: {stream['server_us']:.1f}")
-    print(f"engine_cpu_us_per_token: {stream['engine_us']:.1f}")
-    print(f"client_cpu_us_per_token: {stream['client_us']:.1f}")
-    print(f"client_loop_busy_pct: {stream['client_busy_pct']:.0f}")
     print(f"http_ttft_overhead_ms_p50: {p50_http - p50_local:.2f}")
     print(f"http_vs_inprocess_throughput: {statistics.median(ratios):.3f}")
 
@@ -249,6 +285,7 @@ async def run(args: argparse.Namespace) -> None:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="fewer requests (< 2 min on 2 cores)")
+    p.add_argument("--stream-only", action="store_true", help="only the streaming figures (zero step time)")
     p.add_argument("-v", "--verbose", action="store_true", help="also print the raw numbers as # comments")
     args = p.parse_args()
     args.ttft_requests = 40 if args.quick else 200

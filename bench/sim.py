@@ -20,8 +20,9 @@ Prints one ``name: value`` line per figure (the README quotes them):
   efficiency factors, and a per-step overhead for the point's serving stack fitted to the other points
   of that stack (leave-one-out; the preset default where the stack has no other point). Serving
   stacks differ by milliseconds per step in what they do besides moving weights and KV (NeMo's 2023
-  TensorRT-LLM ~3.5 ms, LMDeploy ~1.7 ms, vLLM's CI latency harness ~3 ms, vLLM serving ~0.9 ms), which
-  no GPU datasheet gives; a comment line gives the error with the presets' default overhead for all;
+  TensorRT-LLM ~3.5 ms, LMDeploy ~1.7 ms, vLLM's CI latency harness ~3 ms, vLLM serving ~0.9 ms at
+  batch 1 and ~1.4 ms with its concurrency points), which no GPU datasheet gives; a comment line
+  gives the error with the presets' default overhead for all;
 - sim_throughput_ratio_continuous_paged_vs_static_contiguous: compare's workload on Llama-3.1-8B on a
   simulated H100 (profile sim-h100-llama8b: the same KV bytes and batch cap for both), saturated:
   every request queued at t=0, output tokens per simulated second while the queue is non-empty, past
@@ -62,7 +63,10 @@ from tui.profile import EngineMode, Profile, find_profile, load_profile
 from tui.virtual_record import ClockDriver
 
 PUBLISHED = Path(__file__).with_name("published.toml")
-CAL_SHARE = 0.3  # calibration CPU time per second of the compare run's, while they interleave
+# calibration CPU time per second of the compare run's, while they interleave: about what the grid's
+# passes need (--quick: ~25 s against ~35 s), so that they are spread over the whole compare run
+# rather than finished after it; a longer run just walks further passes
+CAL_SHARE = 0.8
 
 
 def _by_kind(shapes, rel) -> dict[str, np.ndarray]:
@@ -115,7 +119,10 @@ def cpu_timed_engine(cfg, clock: VirtualClock) -> Engine:
 
     The machine this runs on is shared: wall time would charge the engine for every moment another
     process held its core. Process CPU time (torch runs one thread) is what the engine itself spent;
-    arrivals, the static batch window and every timestamp run on the timeline it drives.
+    arrivals, the static batch window and every timestamp run on the timeline it drives. A step that
+    did nothing (the driver polling while a static batch waits out its window) does not move it: a real
+    engine's window runs on the wall clock whatever it polls in the meantime, and the simulated
+    engine's idle steps take no time either (a few µs each here: a consistency, not a correction).
     """
     engine = Engine(cfg, clock=clock.now)
     engine.timer = time.process_time
@@ -124,7 +131,7 @@ def cpu_timed_engine(cfg, clock: VirtualClock) -> Engine:
 
     def timed_step():
         out = step()
-        if out.timing is not None:
+        if out.timing is not None and (out.timing.batch_size or out.outputs):
             clock.wait_until(clock.now() + out.timing.duration_s)
         return out
 

@@ -41,6 +41,7 @@ modes:
   kvtui report DIR [DIR2 ...] --html FILE
                                   one self-contained HTML page of charts (runs overlaid), each chart
                                   also as SVG and PNG in FILE-charts/ (or --charts-dir DIR)
+  kvtui report DIR --replay       play a recorded run's scheduler back (keys: space, ← →, [ ], n N, c)
   kvtui calibrate [--out FILE]    measure the torch engine here and write a hardware profile for the
                                   simulated backend (engine.backend = "simulated")
   kvtui profiles [show NAME]      list the shipped profiles, or print one with defaults filled in
@@ -70,7 +71,8 @@ API keys are never passed on the command line: name the environment variable tha
 """
 
 # The short flags and the profile key each one sets (through the same path as --set).
-ALIASES = {"rate": "load.rate", "num_requests": "load.num_requests", "duration": "load.duration_s"}
+ALIASES = {"rate": "load.rate", "num_requests": "load.num_requests", "duration": "load.duration_s",
+           "workers": "load.workers"}
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -86,6 +88,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", metavar="N|random",
                    help="seed of the arrival times and the request contents (= --set load.seed=N --set workload.seed=N); "
                         "'random' draws one, says which and records it in the run's profile.toml and run.json")
+    p.add_argument("--workers", metavar="N",
+                   help="with --record: load-client processes sharing ONE arrival schedule, each sending every N-th "
+                        "request, for rates one client process cannot keep up with (= --set load.workers=N; default 1)")
 
 
 def _checkpoint_options(p: argparse.ArgumentParser) -> None:
@@ -146,6 +151,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="write a self-contained HTML report with charts (runs overlaid) to FILE")
     report.add_argument("--charts-dir", type=Path, metavar="DIR",
                         help="with --html: where each chart goes as SVG and PNG (default: FILE's name + -charts)")
+    report.add_argument("--replay", action="store_true",
+                        help="play the run's recorded scheduler states back in the dashboard's panes")
 
     profiles = sub.add_parser("profiles", help="list the shipped profiles; `profiles show NAME` prints one in full",
                               description="List the shipped profiles (name and description); `show NAME` prints one.")
@@ -179,7 +186,8 @@ def load_named_profile(ref: str | None, overrides: Sequence[str] = ()) -> Profil
 
 
 def alias_overrides(args: argparse.Namespace, prof: Profile) -> list[str]:
-    """``--rate``/``--num-requests``/``--duration`` as ``--set`` items.
+    """``--rate``/``--num-requests``/``--duration``/``--workers`` as ``--set`` items (``--workers`` is always
+    ``load.workers``: one client layout for the whole run).
 
     A profile with ``[[stages]]`` records those, not ``[load]``: there --num-requests and --duration set
     every stage's, and --rate (one rate for every stage would defeat the stages) is refused for --record.
@@ -191,13 +199,13 @@ def alias_overrides(args: argparse.Namespace, prof: Profile) -> list[str]:
         if value is None:
             continue
         field = key.split(".")[1]
-        if prof.sweep is not None and getattr(args, "record", False):  # every probe's length
+        if prof.sweep is not None and getattr(args, "record", False) and dest != "workers":  # every probe's length
             if dest == "rate":
                 raise ProfileError(
                     f"--rate sets load.rate, but profile {prof.name!r} sweeps the rate ([sweep]); set where it "
                     "starts with --set sweep.start_rate=RATE")
             items.append(f"sweep.{field}={value}")
-        elif prof.stages and getattr(args, "record", False):
+        elif prof.stages and getattr(args, "record", False) and dest != "workers":  # workers: one for all stages
             if dest == "rate":
                 raise ProfileError(
                     f"--rate sets load.rate, but profile {prof.name!r} records its [[stages]], each at its own rate; "
@@ -266,11 +274,29 @@ def resolve_profile(args: argparse.Namespace) -> Profile:
     return dataclasses.replace(prof, target=target)
 
 
+def replay_cli(dirs: list[Path]) -> int:
+    """``kvtui report DIR --replay``: one run; a run without frames is one line and exit 1."""
+    from tui.records.parquet import DamagedRecords
+    from tui.ui.replay import ReplayError
+    from tui.ui.replay_app import replay_main
+
+    if len(dirs) != 1:
+        print("kvtui report --replay: give one run directory", file=sys.stderr)
+        return 2
+    try:
+        return replay_main(dirs[0])
+    except (ReplayError, DamagedRecords) as e:
+        print(f"kvtui report --replay: {e}", file=sys.stderr)
+        return 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``kvtui`` console script; returns the exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        if args.command == "report" and args.replay:
+            return replay_cli(args.dirs)
         if args.command == "report":
             if args.html is not None:
                 from tui.report_html import html_main

@@ -177,6 +177,9 @@ class LoadConfig:
     duration_s: float | None = None
     warmup_requests: int = 0
     seed: int = 0
+    # load-client processes the recorder spreads each stage over, on ONE arrival schedule (each sends
+    # every N-th request of it; tui.load.workers): for rates one client process cannot keep up with
+    workers: int = 1
 
 
 @dataclass(frozen=True)
@@ -223,6 +226,7 @@ class RecordConfig:
     modes: tuple[EngineMode, ...] = HEADLINE_MODES
     drain_timeout_s: float = 60.0
     window_s: float = 30.0
+    snapshots_per_s: float = 2.0  # engine states kept for `kvtui report DIR --replay` (0: none)
 
 
 @dataclass(frozen=True)
@@ -338,6 +342,7 @@ def _machine_memory_mib() -> float:
 MAX_TOKENS_ANY = 1 << 20  # a length (tokens) no model served here comes near
 MAX_SEED = 2**63 - 1  # numpy and torch both take any seed in [0, 2**63)
 MAX_COUNT = 10**9  # requests in one run, queue limits
+MAX_SNAPSHOTS_PER_S = 10.0  # replay frames: a few a second show every stall; more only costs disk
 MAX_SECONDS = 7 * 86400.0  # a week: longer timeouts and durations are typos
 MAX_RATE = 1e6  # req/s: beyond any server; the load generator stays bounded up to it
 
@@ -395,10 +400,12 @@ RANGES: dict[type, dict[str, Range]] = {
         "num_requests": _COUNT,
         "duration_s": _SECONDS,
         "warmup_requests": Range(0, MAX_COUNT),
+        "workers": Range(1, 64),
         "seed": _SEED,
     },
     Stage: {"rate": _RATE, "num_requests": _COUNT, "duration_s": _SECONDS},
-    RecordConfig: {"drain_timeout_s": _SECONDS, "window_s": _SECONDS},
+    RecordConfig: {"drain_timeout_s": _SECONDS, "window_s": _SECONDS,
+                   "snapshots_per_s": Range(0, MAX_SNAPSHOTS_PER_S)},
     SloConfig: {"ttft_ms": _MS, "tpot_ms": _MS, "e2el_ms": _MS},
     SweepConfig: {
         "target_attainment": Range(0, 1, lo_open=True),

@@ -8,7 +8,8 @@ grace, writes everything (``run.json`` says partial) and exits 130. A target tha
 refuses the key, or dies mid-run gets one clear line on stderr and a non-zero exit, with whatever
 was recorded written out.
 
-Output directory: requests.parquet, steps.parquet, gpu.parquet, summary.csv, summary.md,
+Output directory: requests.parquet, steps.parquet, gpu.parquet, frames.parquet (the local engine's
+state at ``record.snapshots_per_s``, for ``kvtui report DIR --replay``), summary.csv, summary.md,
 profile.toml (the profile used; an API key appears nowhere, only the NAME of its variable), run.json.
 """
 
@@ -33,8 +34,9 @@ from tui.errors import api_key_hint, one_line, root_url
 from tui.feasibility import infeasible_cells
 from tui.load.arrivals import ArrivalProcess, planned_deadlines
 from tui.load.headroom import new_timed_loop
-from tui.load.runner import LoadRunner, make_target, prompt_sizing
+from tui.load.runner import ClientStats, LoadRunner, make_target, prompt_sizing
 from tui.load.target import OpenAITarget, PreflightError
+from tui.load.workers import WorkerFailed, WorkerRunner
 from tui.load.workload import UNIT_MEANING
 from tui.metrics import stats
 from tui.metrics.capacity import edge_summary_lines, edges_markdown, edges_rich
@@ -48,9 +50,11 @@ from tui.records.parquet import PartWriter, read_records
 from tui.records.request import RequestRecord
 from tui.report import load_run, wide_console
 from tui.serve.control_client import ControlClient, ControlError
+from tui.serve.state_wire import frame_json
 from tui.sweep import CellPlan, FixedCells, cell_plan
 
 if TYPE_CHECKING:
+    from tui.engine.snapshot import EngineSnapshot
     from tui.serve.local import LocalServer
 
 GRACE_S = 0.25  # how long in-flight requests may finish after Ctrl-C (the whole stop stays under 2 s)
@@ -86,7 +90,7 @@ class Recorder:
         self._stop: asyncio.Event | None = None
         self._connect_errors = 0
         self._writers: dict[str, PartWriter] = {}
-        self._runner: LoadRunner | None = None
+        self._runner: LoadRunner | WorkerRunner | None = None
         self._window: RollingWindow | None = None
         self._server: LocalServer | None = None  # the local target's server, started by us
         self._steps_seen = 0  # the last engine step collected
@@ -100,7 +104,10 @@ class Recorder:
         """Create the run directory: the effective profile, the Parquet writers, an unfinished run.json."""
         self.out.mkdir(parents=True, exist_ok=True)
         (self.out / "profile.toml").write_text(dump_profile(self.profile), encoding="utf-8")
-        self._writers = {name: PartWriter(self.out, name) for name in ("requests", "steps", "gpu")}
+        names = ["requests", "steps", "gpu"]
+        if self.profile.target.kind == "local" and self.profile.record.snapshots_per_s > 0:
+            names.append("frames")  # replay frames: only the kvtui engine has a state to keep
+        self._writers = {name: PartWriter(self.out, name) for name in names}
         self._write_run_json(finished=False, code=None)
 
     def run(self) -> int:
@@ -220,24 +227,49 @@ class Recorder:
         if control is not None:
             step_base = await self._reset_engine(control, mode)
         window = RollingWindow(rec_cfg.window_s)
-        runner = LoadRunner(self.profile, target=target, rate=stage.rate, stage=stage.name, mode=mode,
-                            run_id=self.run_id, on_record=self._on_record, window=window)
+        runner = self._make_runner(target, stage, mode, window)
         self._runner, self._window = runner, window
+        try:
+            await self._load_cell(runner, window, target, control, root, stage, mode, note, step_base)
+        except WorkerFailed as e:
+            raise FatalTargetError(str(e)) from None
+        finally:
+            await runner.aclose()
+
+    def _make_runner(self, target: OpenAITarget, stage: Stage, mode: str,
+                     window: RollingWindow) -> LoadRunner | WorkerRunner:
+        """The stage's load client: this process, or ``load.workers`` processes on one schedule."""
+        workers = self.profile.load.workers
+        if workers > 1:
+            return WorkerRunner(self.profile, target.base_url, target.model, workers=workers, rate=stage.rate,
+                                stage=stage.name, mode=mode, run_id=self.run_id, on_record=self._on_record,
+                                window=window)
+        return LoadRunner(self.profile, target=target, rate=stage.rate, stage=stage.name, mode=mode,
+                          run_id=self.run_id, on_record=self._on_record, window=window)
+
+    async def _load_cell(self, runner: LoadRunner | WorkerRunner, window: RollingWindow, target: OpenAITarget,
+                         control: ControlClient | None, root: str, stage: Stage, mode: str, note: dict[str, Any],
+                         step_base: int) -> None:
+        assert self._stop is not None
+        rec_cfg = self.profile.record
         if self.profile.load.warmup_requests:
             await runner.warmup(self.profile.load.warmup_requests, timeout_s=rec_cfg.drain_timeout_s)
             if control is not None:
                 step_base = await self._engine_step(control, step_base)
+        offered = self.offered_rate(stage)  # what this stage's drawn schedule offers (None: too long to plan)
         before = await self._gauges(target, root)
         kv_samples: list[float] = []  # a remote server's own KV gauge, when it has one
-        watchdog = None
+        watchdog = framer = None
         if control is not None:
             poller = asyncio.create_task(self._poll_engine(control, stage.name, mode, step_base))
             watchdog = asyncio.create_task(self._watch_local(control))
+            if "frames" in self._writers:
+                framer = asyncio.create_task(self._poll_frames(control, stage.name, mode))
         else:
             poller = asyncio.create_task(self._poll_server_kv(target, root, kv_samples))
         stop_wait = asyncio.create_task(self._stop.wait())
         try:
-            with self._progress(stage, mode):
+            with self._progress(stage, mode, offered):
                 await runner.start(stage.num_requests, stage.duration_s)
                 sent = asyncio.create_task(runner.wait_scheduled())
                 await asyncio.wait({sent, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
@@ -252,7 +284,7 @@ class Recorder:
                 await sent
         finally:
             stop_wait.cancel()
-            for task in (poller, watchdog):
+            for task in (poller, watchdog, framer):
                 if task is not None:
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
@@ -271,10 +303,12 @@ class Recorder:
             note["server_kv_peak"] = max(kv_samples)
         note["partial"] = self._stop.is_set()
         note["ended_t"] = now()
-        note["client_busy"] = runner.loop_busy()
+        note["client_busy"] = runner.loop_busy()  # the busiest worker's, with several
+        clients = runner.client_stats()
+        note["client_workers"] = len(clients)
+        note["worker_lag_p99_ms"] = [None if (lag := c.lag_p99_s()) is None else lag * 1e3 for c in clients]
         w = window.stats()  # counts and percentiles from the one place that keeps them
         p99 = f"{w.ttft.p99 * 1e3:.0f} ms" if w.ttft.p99 is not None else "-"
-        offered = self.offered_rate(stage)
         self.err.print(
             f"{stage.name} / {mode}: target {stage.rate:g}/s"
             + (f", offered {offered:.2f}/s" if offered is not None else "")
@@ -393,6 +427,17 @@ class Recorder:
                 gpu = (await control.state()).gpu
                 self._writers["gpu"].add_many([{**dataclasses.asdict(g), "stage": stage, "mode": mode} for g in gpu])
 
+    async def _poll_frames(self, control: ControlClient, stage: str, mode: str) -> None:
+        """The engine's state at ``record.snapshots_per_s`` while the stage runs: the replay's frames."""
+        loop = asyncio.get_running_loop()
+        period = 1.0 / self.profile.record.snapshots_per_s
+        while True:
+            started = loop.time()
+            with contextlib.suppress(ControlError):
+                snap = (await control.state()).engine
+                self._writers["frames"].add(frame_row(snap, stage, mode, now()))
+            await asyncio.sleep(max(0.0, period - (loop.time() - started)))
+
     async def _gauges(self, target: OpenAITarget, root: str) -> ServerGauges:
         """The server's own ``/metrics`` gauges and counters (all None when it has no /metrics)."""
         try:
@@ -425,9 +470,8 @@ class Recorder:
         return stats.offered_rate(plan) if plan else None
 
     @contextlib.contextmanager
-    def _progress(self, stage: Stage, mode: str):
+    def _progress(self, stage: Stage, mode: str, offered: float | None):
         planned = f"/{stage.num_requests}" if stage.num_requests else ""
-        offered = self.offered_rate(stage)
         target = f"target {stage.rate:g}/s" + (f" (schedule offers {offered:.2f}/s)" if offered is not None else "")
 
         def render() -> Text:
@@ -439,7 +483,7 @@ class Recorder:
             line = Text.from_markup(
                 f"[bold]{stage.name}[/bold] · {mode} · {target} · sent {s.sent}{planned} · "
                 f"completed {s.completed} · failed {s.failed_total} · in flight {r.in_flight} · "
-                f"achieved {s.achieved_rate:.1f}/s · TTFT P99 {p99}"
+                f"achieved {s.achieved_rate:.1f}/s · TTFT P99 {p99} · {client_line(r.client_stats())}"
             )
             extra = self._plan.status()  # a sweep's probe and the SLO attainment so far
             return Text("\n").join([line, Text(extra)]) if extra else line
@@ -519,6 +563,20 @@ class Recorder:
             for line in edge_summary_lines(edges):
                 self.console.print(line, markup=False, highlight=False)
         self.err.print(f"records written to {self.out} ({read_records(self.out).num_rows} requests)", highlight=False)
+
+
+def client_line(clients: list[ClientStats]) -> str:
+    """The load client in the progress line: its processes, and each one's dispatch lag P99 and busy share."""
+    lags = " / ".join("-" if (p99 := c.lag_p99_s()) is None else f"{p99 * 1e3:.1f}" for c in clients)
+    busy = " / ".join("-" if c.busy is None else f"{100 * c.busy:.0f}%" for c in clients)
+    procs = f"{len(clients)} client process{'es' if len(clients) > 1 else ''}"
+    return f"{procs}, dispatch lag P99 {lags} ms, loop busy {busy}"
+
+
+def frame_row(snap: EngineSnapshot, stage: str, mode: str, t: float) -> dict[str, Any]:
+    """One replay frame (``tui.records.frames``): the engine state at ``t`` in its compact JSON form."""
+    return {"stage": stage, "mode": mode, "t": t, "step": snap.step, "num_running": snap.num_running,
+            "num_waiting": snap.num_waiting, "num_preemptions": snap.num_preemptions, "state": frame_json(snap)}
 
 
 def _raise_interrupt(signum, frame):  # SIGTERM outside the event loop behaves like Ctrl-C

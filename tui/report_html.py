@@ -184,7 +184,7 @@ def _latency_chart(rv: Review, style: _Style, metric: str, title: str) -> Chart:
     _log_if_wide(ax, [v for c in rv.curves for q in ("p50", "p99") for v in getattr(c, f"{metric}_{q}_ms")])
     ax.set_xlabel("offered load: target arrival rate (req/s)")
     ax.set_ylabel(f"{metric.upper()} (ms)")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    _outside_legend(ax, bool(rv.curves))
     return Chart(chart_id("load", metric), title,
                  f"{metric.upper()} P50 (open markers) and P99 (filled) of each mode at each load level; the dashed "
                  "grey line is the SLO, a dotted line in a mode's colour its capacity edge.", fig)
@@ -211,7 +211,7 @@ def _goodput_chart(rv: Review, style: _Style, title: str) -> Chart:
     ax.set_ylabel("req/s")
     ax.set_xlim(left=0)
     ax.set_ylim(bottom=0)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    _outside_legend(ax, bool(rv.curves))
     return Chart("load-goodput", title,
                  "Goodput (requests meeting every SLO, per second; filled) and throughput (all successful requests; "
                  "open) against the target rate; x marks the rate each stage's drawn schedule actually offered.", fig)
@@ -309,6 +309,14 @@ def _failures_chart(rv: Review, style: _Style, title: str) -> Chart:
     else:
         _empty(ax, "no failed requests in any cell")
     return Chart("failures", title, "Failed requests of each cell by kind (the record's status), of all it sent.", fig)
+
+
+def _outside_legend(ax, anything: bool) -> None:
+    """The legend right of the axes, or a note in them when there is nothing to draw."""
+    if anything:
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    else:
+        _empty(ax, "no load level with a known rate recorded")
 
 
 def _log_if_wide(ax, values: Sequence[float], axis: str = "y") -> None:

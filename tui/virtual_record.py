@@ -27,14 +27,14 @@ from rich.text import Text
 from tui.engine.engine import Engine, RequestRejected
 from tui.engine.params import SamplingParams
 from tui.engine.sim.clock import SimClock, VirtualClock
-from tui.engine.snapshot import StepTiming
+from tui.engine.snapshot import EngineSnapshot, StepTiming
 from tui.gpu import GpuSample
 from tui.load.arrivals import ArrivalProcess, Schedule
 from tui.load.workload import Workload
 from tui.metrics.capacity import cell_attainment
 from tui.metrics.window import RollingWindow
 from tui.profile import EngineMode, Profile, Stage
-from tui.record import Recorder
+from tui.record import Recorder, frame_row
 from tui.records.clock import mono_to_wall
 from tui.records.request import RequestRecord
 
@@ -101,9 +101,12 @@ class VirtualClockRecorder(Recorder):
         note: dict[str, Any] = {"stage": stage.name, "mode": mode.label, "rate": stage.rate, "partial": True,
                                 "started_t": mono_to_wall(start)}
         self.cells.append(note)
+        frames = self._writers.get("frames")
         cell = run_virtual_cell(self.profile, stage, mode, start=start, run_id=self.run_id, on_record=self._on_record,
                                 on_steps=self._write_steps(stage.name, mode.label),
-                                on_gpu=self._write_gpu(stage.name, mode.label))
+                                on_gpu=self._write_gpu(stage.name, mode.label),
+                                on_frame=None if frames is None else
+                                lambda snap, t: frames.add(frame_row(snap, stage.name, mode.label, t)))
         clock = cell.clock
         note["partial"] = False
         note["ended_t"] = mono_to_wall(clock.now())
@@ -136,19 +139,25 @@ class ClockDriver:
     (``RealClock``, or the torch engine's wall clock) arrivals and idle gaps are waited out, so the
     same driver measures a real engine without HTTP (``bench/sim.py`` compares the two). Finished
     request records go to ``on_record``; the engine's step records to ``on_steps`` as they pile up; a
-    simulated engine's modelled GPU readings to ``on_gpu``, every ``GPU_EVERY_S`` of its clock.
+    simulated engine's modelled GPU readings to ``on_gpu``, every ``GPU_EVERY_S`` of its clock; the
+    engine's snapshot, at most ``record.snapshots_per_s`` a (clock) second while the stage runs, to
+    ``on_frame`` with its time on the records' clock (the replay's frames).
     """
 
     def __init__(self, engine: Engine, clock: SimClock, profile: Profile, stage: Stage, mode: str, *,
                  run_id: str = "", on_record: Callable[[RequestRecord], Any] | None = None,
                  on_steps: Callable[[list[StepTiming]], Any] | None = None,
-                 on_gpu: Callable[[list[GpuSample]], Any] | None = None, fast_forward: bool = True):
+                 on_gpu: Callable[[list[GpuSample]], Any] | None = None,
+                 on_frame: Callable[[EngineSnapshot, float], Any] | None = None, fast_forward: bool = True):
         self.engine, self.clock, self.profile, self.stage, self.mode = engine, clock, profile, stage, mode
         self.fast_forward = fast_forward  # decode-only stretches at once (Engine.fast_forward): same records
         self.run_id = run_id
-        self.on_record, self.on_steps = on_record, on_steps
+        self.on_record, self.on_steps, self.on_frame = on_record, on_steps, on_frame
         self.on_gpu = on_gpu if engine.sim is not None else None
         self._next_gpu = clock.now() + GPU_EVERY_S
+        rate = profile.record.snapshots_per_s
+        self.frame_every = 1.0 / rate if rate > 0 else math.inf
+        self.next_frame = math.inf  # no frames during warm-up: run() starts them
         self.workload = Workload(profile.workload, "char")  # the byte tokenizer: one character, one token
         self.window = RollingWindow(profile.record.window_s, clock=lambda: mono_to_wall(clock.now()))
         self.open: dict[str, RequestRecord] = {}
@@ -220,14 +229,19 @@ class ClockDriver:
             self.collect_steps()
         if self.on_gpu is not None and self.clock.now() >= self._next_gpu:
             self.sample_gpu()
+        if self.on_frame is not None and self.clock.now() >= self.next_frame:
+            # the next one a whole period after this one: never more than rate x duration + 1 frames
+            self.next_frame = self.clock.now() + self.frame_every
+            self.on_frame(self.engine.snapshot(), mono_to_wall(self.clock.now()))
 
     def _fast_forward(self, next_arrival: float, deadline: float) -> bool:
         """A decode-only stretch in one go, if the engine is in one (see :meth:`Engine.fast_forward`),
         ending where this loop would act between steps: an arrival due, the drain bound passed, a GPU
-        sample due. Each request's record gets a chunk at every step's end until its request finishes,
+        sample or a frame due. Each request's record gets a chunk at every step's end until its request finishes,
         and ends then, as :meth:`_step` gives them."""
-        gpu_at = self._next_gpu if self.on_gpu is not None else math.inf
-        run = self.engine.fast_forward(STEPS_EVERY, lambda now: now >= next_arrival or now > deadline or now >= gpu_at)
+        due = min(self._next_gpu if self.on_gpu is not None else math.inf,
+                  self.next_frame if self.on_frame is not None else math.inf)  # a GPU sample, a frame
+        run = self.engine.fast_forward(STEPS_EVERY, lambda now: now >= next_arrival or now > deadline or now >= due)
         if run is None:
             return False
         walls = [mono_to_wall(t) for t in run.ends]
@@ -286,6 +300,7 @@ class ClockDriver:
         prof = self.profile
         load = prof.load
         start = self.clock.now()
+        self.next_frame = start
         schedule = Schedule(ArrivalProcess(load.arrival, load.burstiness, load.seed), self.stage.rate, start)
         n, dur = self.stage.num_requests, self.stage.duration_s
         end = start + dur if dur is not None else math.inf
@@ -325,14 +340,15 @@ class ClockDriver:
 def run_virtual_cell(profile: Profile, stage: Stage, mode: EngineMode, *, start: float, run_id: str = "",
                      on_record: Callable[[RequestRecord], Any] | None = None,
                      on_steps: Callable[[list[StepTiming]], Any] | None = None,
-                     on_gpu: Callable[[list[GpuSample]], Any] | None = None) -> ClockDriver:
+                     on_gpu: Callable[[list[GpuSample]], Any] | None = None,
+                     on_frame: Callable[[EngineSnapshot, float], Any] | None = None) -> ClockDriver:
     """One stage under one mode on a fresh simulated engine whose virtual clock starts at ``start``
     (monotonic scale): the profile's warm-up, then the stage to its end. Returns the driver (its
     clock says when the cell ended)."""
     clock = VirtualClock(start)
     engine = Engine(profile.engine.with_mode(mode), profile.defenses, sim_clock=clock)
     cell = ClockDriver(engine, clock, profile, stage, mode.label, run_id=run_id, on_record=on_record,
-                       on_steps=on_steps, on_gpu=on_gpu)
+                       on_steps=on_steps, on_gpu=on_gpu, on_frame=on_frame)
     if profile.load.warmup_requests:
         cell.warmup(profile.load.warmup_requests)
     cell.run()

@@ -9,6 +9,7 @@ import pytest
 
 from tui.profile import load_profile
 from tui.record import record_main
+from tui.serve.state_wire import frame_snapshot
 
 pytestmark = pytest.mark.slow
 
@@ -54,4 +55,15 @@ def test_record_tiny_profile_on_the_local_engine(tmp_path, capsys):
     assert summary.get_column("ok").to_list() == [8, 8]
     assert summary.get_column("tokens_mismatch").to_list() == [False, False]  # client totals == /metrics
     assert summary.get_column("kv_use_peak_pct").min() > 0
-    assert json.loads((out / "run.json").read_text())["partial"] is False
+    info = json.loads((out / "run.json").read_text())
+    assert info["partial"] is False
+    # replay frames, polled over the control API in real time: at most the rate, each the engine in its cell's mode
+    frames = pl.read_parquet(out / "frames.parquet")
+    rate = load_profile(path).record.snapshots_per_s
+    for cell in info["cells"]:
+        mine = frames.filter(pl.col("mode") == cell["mode"])
+        assert 1 <= mine.height <= rate * (cell["ended_t"] - cell["started_t"]) + 1
+        for row in mine.iter_rows(named=True):
+            snap = frame_snapshot(row["state"])
+            assert snap.mode == cell["mode"] and snap.step == row["step"]
+            assert cell["started_t"] <= row["t"] <= cell["ended_t"]

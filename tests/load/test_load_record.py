@@ -77,6 +77,7 @@ def test_record_writes_everything_and_report_reads_it(fake_server, tmp_path, mon
                  "run.json"):
         assert (out / name).is_file(), name
     assert not (out / ".parts").exists()
+    assert not (out / "frames.parquet").exists()  # a remote target has no engine state to replay
     reqs = pl.read_parquet(out / "requests.parquet")
     measured = reqs.filter(~pl.col("warmup"))
     assert measured.height == 32 and reqs.filter(pl.col("warmup")).height == 4

@@ -86,3 +86,10 @@ def test_seed_random_draws_records_and_repeats(fake_server, tmp_path: Path, monk
 
     assert offsets(again) == pytest.approx(offsets(drawn), abs=1e-6)
     assert offsets(other) != pytest.approx(offsets(drawn), abs=1e-6)
+
+
+def test_a_stage_too_long_to_plan_costs_nothing():
+    process = ArrivalProcess("poisson", 1.0, seed=0)
+    assert planned_deadlines(process, 1e6, num_requests=10**9) is None
+    assert planned_deadlines(process, 1e6, duration_s=3600.0) is None
+    assert process.next_unit_gap() == ArrivalProcess("poisson", 1.0, seed=0).next_unit_gap()  # not a gap drawn

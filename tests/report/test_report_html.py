@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 import json
 import re
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -188,6 +189,21 @@ def test_every_chart_is_built_and_a_run_without_steps_has_no_time_series(tmp_pat
     assert not any(i.startswith("timeseries") for i in ids) and "failures" in ids
     both = build_charts(review([review_of(with_steps), review_of(without)]))
     assert [c.id for c in both if c.id.startswith("timeseries")] == ["timeseries-lo", "timeseries-hi"]
+
+
+
+def test_a_run_with_no_requests_still_gets_a_page(tmp_path) -> None:
+    from tui.metrics.summary import summary_table
+    from tui.records.parquet import SCHEMAS
+
+    empty = {name: pl.from_arrow(SCHEMAS[name].empty_table()) for name in SCHEMAS}
+    run = RunData(tmp_path, empty["requests"], empty["steps"], empty["gpu"], {})  # type: ignore[arg-type]
+    run.summary = summary_table(run.requests, run.steps, run.gpu)  # type: ignore[arg-type]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing to draw is said in the chart, not warned about
+        charts = build_charts(review([review_of(run)]))
+    assert [c.id for c in charts] == ["load-ttft", "load-tpot", "load-goodput", "cdf-ttft", "cdf-tpot", "failures"]
+    assert "no requests recorded" in _run_section(0, run)
 
 
 def test_the_capacity_edge_and_slo_are_drawn_on_the_load_curves(tmp_path) -> None:

@@ -1,5 +1,6 @@
 """The virtual clock's fast-forward (Engine.fast_forward): decode-only stretches run at once give exactly
-the records, step records, GPU samples, tokens and block tables that stepping one at a time gives."""
+the records, step records, GPU samples, replay frames, tokens and block tables that stepping one at a
+time gives."""
 
 from __future__ import annotations
 
@@ -23,19 +24,20 @@ def _run(prof, mode: str, rate: float, n: int, fast_forward: bool, pad_s: float 
         cost = e.sim.runner.cost
         cost.params = dataclasses.replace(cost.params, per_pad_token_s=pad_s)
     e.wall = lambda: 1.7e9 + clock.now()  # (its offset is taken from time.time() when it is made)
-    records, steps, gpu = [], [], []
+    records, steps, gpu, frames = [], [], [], []
     outputs = []  # every request's token ids and finish reason, as it finishes
     mark = e._mark_finished
     e._mark_finished = lambda req, reason: (outputs.append((req.request_id, tuple(req.output), reason)),  # type: ignore[method-assign]
                                             mark(req, reason))
     d = ClockDriver(e, clock, prof, Stage("s", rate, n), mode, on_record=records.append, on_steps=steps.extend,
-                    on_gpu=gpu.extend, fast_forward=fast_forward)
+                    on_gpu=gpu.extend, on_frame=lambda snap, t: frames.append((snap.to_dict(), t)),
+                    fast_forward=fast_forward)
     d.warmup(2)
     d.run()
     tables = {rid: list(t) for rid, t in getattr(e.kv, "tables", {}).items()}
-    # records in the order they were handed over (the order they are written in), and the engine's
-    # snapshot (recently finished requests with their events, the last steps, the KV totals)
-    return ([asdict(r) for r in records], [asdict(s) for s in steps], [asdict(g) for g in gpu], tables,
+    # records in the order they were handed over (the order they are written in), the replay's frames
+    # and the engine's last snapshot (recently finished requests with their events, the KV totals)
+    return ([asdict(r) for r in records], [asdict(s) for s in steps], [asdict(g) for g in gpu], frames, tables,
             e.num_preemptions, clock.now(), e.snapshot().to_dict(), outputs)
 
 
@@ -82,7 +84,7 @@ def test_fast_forward_stops_where_a_block_runs_out(monkeypatch):
     a = _run(prof, "continuous+paged", 50.0, 12, fast_forward=False)
     assert not ran
     b = _run(prof, "continuous+paged", 50.0, 12, fast_forward=True)
-    assert a[4] > 0  # preempted: 16 MB holds 128 tokens (8 blocks), a request needs up to 120
+    assert a[5] > 0  # preempted: 16 MB holds 128 tokens (8 blocks), a request needs up to 120
     assert a == b
     assert ran  # stretches ran between the preemptions (the waiting queue empties now and then)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 from pathlib import Path
 
@@ -83,6 +84,22 @@ def test_fit_follows_the_typical_step_when_a_neighbour_slows_a_third_of_them() -
     assert f.params.bandwidth == pytest.approx(true.bandwidth, rel=0.03)
     assert f.params.flops == pytest.approx(true.flops, rel=0.03)
     assert f.median_ape < 3.0  # the undisturbed two thirds are reproduced
+
+
+def test_a_rate_whose_time_comes_out_zero_stays_out_of_the_max() -> None:
+    """On a CPU the tiny model's weights stream from cache: reading them costs nothing measurable, and
+    the fitted bandwidth must not fall back to a prior that would make the weight read the larger side."""
+    true = CostParams(1e-3, 2e-5, 6e10, math.inf, 8e9, 3e9, 4e-4)
+    tiny = resolve_model("tiny", None, dtype_bytes=4)
+    g = GPUS["H100-SXM"]
+    cm = CostModel(tiny, g, true)
+    works = _steps(cm, 200, seed=8)
+    times = [cm.cost(w).time_s for w in works]
+    prior = CostParams(1e-3, 0.0, 5e10, 1e10, 5e10, 1e10)  # a CPU prior: weight reads would dominate
+    f = fit(works, times, prior)
+    p = f.params
+    assert f.mape < 0.5
+    assert all(w.weight_bytes / p.bandwidth <= w.linear_flops / p.flops * (1 + 1e-9) for w in works)
 
 
 def test_fit_needs_enough_positive_samples() -> None:

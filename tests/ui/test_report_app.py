@@ -17,6 +17,7 @@ from tui.report import open_runs, review_of
 from tui.testing.synthetic_run import write_run
 from tui.ui.help_screen import HelpScreen
 from tui.ui.report_app import ReportApp
+from tui.ui.review_curves import LoadCurvesView
 from tui.ui.review_series import CellSeriesView
 from tui.ui.xy_chart import XYChart
 
@@ -121,6 +122,17 @@ async def test_keys_switch_views_and_cells(run_dirs) -> None:
         assert tabs.active == "series"  # type: ignore[attr-defined]
         await pilot.press("escape", "q")
     assert app.return_code == 0
+
+
+@pytest.mark.slow
+async def test_a_small_terminal_scrolls_the_charts_with_keys(run_dirs) -> None:
+    app = review_app(run_dirs[0])
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("2")
+        curves = app.query_one(LoadCurvesView)
+        assert app.focused is curves and curves.max_scroll_y > 0
+        await pilot.press("pagedown")
+        assert curves.scroll_y > 0
 
 
 @pytest.mark.slow

@@ -116,6 +116,10 @@ def planned_deadlines(process: ArrivalProcess, rate: float, num_requests: int | 
     """
     if rate <= 0 or (num_requests is None and duration_s is None):
         return None
+    expected = min(num_requests if num_requests is not None else math.inf,
+                   rate * duration_s if duration_s is not None else math.inf)
+    if expected > limit:  # known too long before drawing a single gap: planning it would cost more than it tells
+        return None
     sched = Schedule(process, rate, 0.0)
     times: list[float] = []
     while num_requests is None or len(times) < num_requests:

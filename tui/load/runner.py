@@ -11,7 +11,10 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+import numpy as np
 
 from tui.load.arrivals import ArrivalProcess, Schedule
 from tui.load.headroom import LoopBusyMeter
@@ -23,6 +26,26 @@ from tui.records.request import RequestRecord
 from tui.tokenizer_json import read_tokenizer_json
 
 RecordCallback = Callable[[RequestRecord], Any]
+
+
+@dataclass
+class ClientStats:
+    """One load-client process's share of a stage: what it sent, what is open, how busy its event loop
+    was, and the dispatch lag (actual - scheduled send) of each request it sent."""
+
+    scheduled: int = 0
+    in_flight: int = 0
+    busy: float | None = None
+    lags_s: list[float] = field(default_factory=list)
+
+    def add_lag(self, rec: RequestRecord) -> None:
+        lag = rec.dispatch_lag_s
+        if lag is not None:
+            self.lags_s.append(lag)
+
+    def lag_p99_s(self) -> float | None:
+        """P99 dispatch lag (numpy's linear percentile, as every percentile of the table)."""
+        return float(np.percentile(self.lags_s, 99)) if self.lags_s else None
 
 
 class RecordWindow(Protocol):
@@ -93,7 +116,6 @@ def make_target(profile: Profile, base_url: str | None = None, model: str | None
         endpoint=t.endpoint,
         api_key_env=t.api_key_env,
         timeout_s=t.timeout_s,
-        max_connections=profile.load.max_concurrency,
         # vLLM's ignore_eos makes output lengths exactly max_tokens; the local engine honours it, a hosted
         # API would reject the unknown parameter: sent where target.ignore_eos (default: local only) says.
         extra_body={"ignore_eos": True} if t.sends_ignore_eos else None,
@@ -129,6 +151,7 @@ class LoadRunner:
         window: RecordWindow | None = None,
         text_unit: TextUnit | None = None,
         max_pending: int | None = None,
+        shard: tuple[int, int] = (0, 1),
     ):
         self.profile = profile
         self._own_target = target is None
@@ -154,7 +177,12 @@ class LoadRunner:
         # Requests whose deadline came (each gets exactly one record); completed/failed counts are the
         # window's (``RollingWindow.stats()``), not kept a second time here.
         self.scheduled = 0
+        # (k, n): this runner sends the requests at schedule positions p with p % n == k and passes the
+        # others by without waiting (tui.load.workers: n processes, one schedule, each its share).
+        self.shard = shard
+        self._position = 0  # the next schedule position (the request's index)
         self.loop_meter: LoopBusyMeter | None = None  # the event loop's busy share since start()
+        self._lags = ClientStats()  # this process's dispatch lags (client_stats())
 
     # -- control -------------------------------------------------------------------------------
 
@@ -167,14 +195,18 @@ class LoadRunner:
     def in_flight(self) -> int:
         return len(self._tasks)
 
-    async def start(self, num_requests: int | None = None, duration_s: float | None = None) -> None:
-        """Begin sending at the current rate; stops by itself after ``num_requests`` or ``duration_s``."""
+    async def start(self, num_requests: int | None = None, duration_s: float | None = None,
+                    start_at: float | None = None) -> None:
+        """Begin sending at the current rate; stops by itself after ``num_requests`` or ``duration_s``.
+
+        ``start_at``: when the first request is due, on the loop's clock (``time.monotonic``, the same
+        in every process: the workers of one schedule start together); default now."""
         if self.running:
             return
         self._stopping = False
         self.loop_meter = LoopBusyMeter()
         loop = asyncio.get_running_loop()
-        start = loop.time()
+        start = loop.time() if start_at is None else start_at
         self._schedule = Schedule(self._process, self.rate, start)
         end = start + duration_s if duration_s is not None else None
         self._pacer = asyncio.create_task(self._pace(num_requests, end), name=f"pacer-{self.stage}")
@@ -184,6 +216,12 @@ class LoadRunner:
         start, or on a loop that cannot say: see :mod:`tui.load.headroom`); near 1 means the client, not the
         server, limited what was measured."""
         return self.loop_meter.busy() if self.loop_meter is not None else None
+
+    def client_stats(self) -> list[ClientStats]:
+        """The load client's processes (here one: this runner) with their dispatch lags and busy share."""
+        st = self._lags
+        st.scheduled, st.in_flight, st.busy = self.scheduled, self.in_flight, self.loop_busy()
+        return [st]
 
     def set_rate(self, rate: float) -> None:
         """Change the request rate now: the pending gap is rescaled, nothing is caught up (no burst)."""
@@ -230,7 +268,8 @@ class LoadRunner:
     async def warmup(self, n: int, timeout_s: float = 60.0) -> None:
         """Send ``n`` requests at once (records marked ``warmup``, not part of any stage's numbers)."""
         tasks = []
-        for i in range(n):
+        k, workers = self.shard
+        for i in range(k, n, workers):
             rec = self._new_record(i, now(), warmup=True)
             spec = self.workload.spec(1_000_000 + i)
             tasks.append(self._launch(spec, rec))
@@ -295,7 +334,8 @@ class LoadRunner:
         loop = asyncio.get_running_loop()
         sched = self._schedule
         assert sched is not None
-        i = 0  # sent by this start(); indices continue across start()/stop() (the dashboard restarts)
+        i = 0  # schedule positions passed by this start(); indices continue across start()/stop() (the dashboard restarts)
+        mine, workers = self.shard
         yielded = loop.time()  # when the pacer last gave the loop to others
         while not self._stopping and (num_requests is None or i < num_requests):
             if end is not None and loop.time() > end + END_SLACK_S:
@@ -309,6 +349,11 @@ class LoadRunner:
                 if due != math.inf:
                     break
                 due = end  # paused with an end: wake at the end (or when poked)
+            if self._position % workers != mine and due != math.inf and not (end is not None and due == end):
+                sched.advance()  # another worker's request: passed by at once, never waited for
+                self._position += 1
+                i += 1
+                continue
             if loop.time() < due:
                 await self._sleep_until(due)
                 yielded = loop.time()
@@ -316,7 +361,8 @@ class LoadRunner:
             if due == end and sched.peek() > end:
                 break
             sched.advance()
-            index = self.scheduled
+            index = self._position
+            self._position += 1
             self._launch(self.workload.spec(index), self._new_record(index, mono_to_wall(due)))
             i += 1
             # Behind schedule the next deadline is already due, and without a yield nothing else (the
@@ -365,7 +411,9 @@ class LoadRunner:
             self._emit(rec)
 
     def _emit(self, rec: RequestRecord) -> None:
-        if not rec.warmup and self.window is not None:
-            self.window.add(rec)
+        if not rec.warmup:
+            self._lags.add_lag(rec)
+            if self.window is not None:
+                self.window.add(rec)
         if self.on_record is not None:
             self.on_record(rec)

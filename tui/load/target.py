@@ -22,6 +22,7 @@ import httpx
 import orjson
 
 from tui.errors import address_of, one_line, root_url, unauthorized_message
+from tui.load.connections import StackTransport
 from tui.load.workload import RequestSpec
 from tui.records.clock import now
 from tui.records.request import RequestRecord
@@ -99,9 +100,6 @@ def _carries_output(choice: dict[str, Any], chat: bool) -> bool:
     return bool(choice.get("text")) or choice.get("finish_reason") is None
 
 
-# Connection pools the streams are spread over (see OpenAITarget.__init__).
-POOL_SHARDS = 8
-
 _FINISH_STATUS = {"rejected_backlog": "rejected", "rejected_too_long": "rejected", "timeout": "timeout"}
 
 
@@ -116,7 +114,6 @@ class OpenAITarget:
         endpoint: str = "completions",
         api_key_env: str | None = None,
         timeout_s: float = 120.0,
-        max_connections: int | None = None,
         extra_body: dict[str, Any] | None = None,
     ):
         self.base_url = base_url.rstrip("/")
@@ -128,22 +125,13 @@ class OpenAITarget:
         self.url = f"{self.base_url}/{'chat/completions' if endpoint == 'chat' else 'completions'}"
         self._api_key = read_api_key(api_key_env)
         headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
-        # The streams are spread over a few clients, each with its own pool: httpcore's pool scans every
-        # connection it holds whenever a request starts or ends, so one pool of N connections costs O(N)
-        # per request (milliseconds at a few hundred streams); POOL_SHARDS pools of N/POOL_SHARDS cost
-        # that much less. Each pool is sized to its share of the concurrency (None: no limit, so a full
-        # pool never queues requests inside the client where it would look like server time).
-        shards = POOL_SHARDS if max_connections is None else max(1, min(POOL_SHARDS, max_connections // 16))
-        per_shard = None if max_connections is None else -(-max_connections // shards)
-        limits = httpx.Limits(max_connections=per_shard, max_keepalive_connections=per_shard or 512)
-        tls = httpx.create_ssl_context()  # built once (it loads the CA bundle), shared by every pool
-        self._clients = [
-            httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(timeout_s, connect=min(10.0, timeout_s)),
-                              limits=limits, verify=tls)
-            for _ in range(shards)
-        ]
-        self.client = self._clients[0]  # the one for everything but the streams (models, metrics, control)
-        self._next_client = 0
+        # One client over a pool that costs O(1) per request (tui.load.connections: httpcore's own pool
+        # scans every connection on each request start and end, half the client's CPU at 256 streams).
+        # No connection limit: the runner bounds what is in flight, and a limit here would queue
+        # requests inside the client, where their wait would look like server time.
+        self._transport = StackTransport(httpx.create_ssl_context())
+        self.client = httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(timeout_s, connect=min(10.0, timeout_s)),
+                                        transport=self._transport)
 
     def scrub(self, text: str) -> str:
         """``text`` with the API key (if a server echoed it) replaced by ``***``."""
@@ -215,9 +203,7 @@ class OpenAITarget:
             if event == "http11.send_request_headers.started" and rec.wire_t is None:
                 rec.wire_t = now()
 
-        client = self._clients[self._next_client]
-        self._next_client = (self._next_client + 1) % len(self._clients)
-        async with client.stream("POST", self.url, json=body, extensions={"trace": trace}) as resp:
+        async with self.client.stream("POST", self.url, json=body, extensions={"trace": trace}) as resp:
             rec.http_status = resp.status_code
             ctype = resp.headers.get("content-type", "")
             if resp.status_code != 200:
@@ -285,8 +271,7 @@ class OpenAITarget:
                 rec.status, rec.reason = "ok", "" if got_usage else "no usage from the server: tokens counted from chunks"
 
     async def aclose(self) -> None:
-        for client in self._clients:
-            await client.aclose()
+        await self.client.aclose()
 
     async def preflight(self, probe_prompt: str = "Hello") -> list[str]:
         """Check the target with one tiny request before any load; raises :class:`PreflightError`.

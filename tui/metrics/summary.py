@@ -53,6 +53,9 @@ DISPLAY: tuple[tuple[str, str, str], ...] = (
     ("gpu_vram_peak_gib", "VRAM GiB", "r"),
     ("prompt_tokens", "prompt tok", "d"),
     ("completion_tokens", "compl tok", "d"),
+    ("client_workers", "client procs", "d"),
+    ("client_busy_pct", "client busy%", "p"),
+    ("dispatch_lag_p99_ms", "lag P99", "ms"),
 )
 
 
@@ -144,6 +147,7 @@ _SCHEMA: dict[str, Any] = {
     "requests": pl.Int64, "ok": pl.Int64,
     **{col: pl.Float64 for metric in DISTRIBUTIONS for col in percentile_columns(metric)},
     "client_wait_p99_ms": pl.Float64, "client_busy_pct": pl.Float64,
+    "client_workers": pl.Int64, "worker_lag_p99_ms": pl.String,  # load-client processes; each one's lag P99
     "wall_s": pl.Float64,
     "req_per_s": pl.Float64, "output_tok_per_s": pl.Float64, "goodput_req_per_s": pl.Float64,
     "slo_attainment": pl.Float64,
@@ -194,6 +198,9 @@ def _row(stage: str, mode: str, r: pl.DataFrame, steps: pl.DataFrame | None, gpu
         **pct,
         "client_wait_p99_ms": _ms(client_wait.p99), "wall_s": wall,
         "client_busy_pct": 100 * note["client_busy"] if note.get("client_busy") is not None else None,
+        "client_workers": note.get("client_workers"),
+        "worker_lag_p99_ms": " / ".join("-" if v is None else f"{v:.1f}" for v in note["worker_lag_p99_ms"])
+        if note.get("worker_lag_p99_ms") else None,
         "req_per_s": stats.rate(ok.height, wall),
         "output_tok_per_s": stats.rate(out_tokens, wall),
         "goodput_req_per_s": stats.goodput(ttft, tpot, e2el, slo, wall),
@@ -292,12 +299,17 @@ def client_delay_lines(df: pl.DataFrame, min_ms: float = 5.0, share: float = 0.1
                 f"the HTTP client before sending P99 {wait:.1f} ms, vs TTFT P50 {ttft:.1f} ms); latencies include it"
             )
         busy = row.get("client_busy_pct")
+        workers = row.get("client_workers") or 1
         if busy is not None and busy >= 100 * CLIENT_BOUND_BUSY:
+            who = "the load client's event loop" if workers == 1 else f"the busiest of {workers} load-client processes"
             lines.append(
-                f"{row['stage']} / {row['mode']}: CLIENT-BOUND: the load client's event loop was busy {busy:.0f}% "
+                f"{row['stage']} / {row['mode']}: CLIENT-BOUND: {who} was busy {busy:.0f}% "
                 f"of the wall time, so the client, not the server, limited throughput and latencies; "
-                f"lower the rate or run the client on a less loaded machine"
+                f"lower the rate, raise load.workers (--workers) or run the client on a less loaded machine"
             )
+        if workers > 1 and row.get("worker_lag_p99_ms"):
+            lines.append(f"{row['stage']} / {row['mode']}: {workers} load-client processes on one schedule; "
+                         f"dispatch lag P99 per process {row['worker_lag_p99_ms']} ms")
     return lines
 
 
@@ -399,7 +411,7 @@ _RICH_PARTS = (
     ("failures and capacity", ("stage", "mode", "failures", "preemptions", "swaps", "swapped_gib", "swap_stall_s",
                                "kv_use_mean_pct", "kv_use_peak_pct",
                                "frag_mean_pct", "gpu_sm_mean_pct", "gpu_vram_peak_gib", "prompt_tokens",
-                               "completion_tokens")),
+                               "completion_tokens", "client_workers", "client_busy_pct", "dispatch_lag_p99_ms")),
 )
 
 

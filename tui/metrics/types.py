@@ -36,6 +36,7 @@ class WindowStats:
     in_flight: int = 0
     failed: dict[str, int] = field(default_factory=dict)  # status -> count, since start
     achieved_rate: float = 0.0  # sends per second over the window
+    dispatch_lag: Percentiles = field(default_factory=Percentiles)  # actual - scheduled send, every status
 
     @property
     def failed_total(self) -> int:

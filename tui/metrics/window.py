@@ -76,6 +76,7 @@ class RollingWindow:
         """Forget everything (a new load run)."""
         self._done = _Columns(("send", "first", "last", "out"))
         self._itl = _Columns(("gap",))
+        self._lags = _Columns(("lag",))  # dispatch lag of every finished request, whatever its status
         self._sends = _Columns(())
         self._first_t: float | None = None
         self.sent = 0
@@ -96,6 +97,9 @@ class RollingWindow:
         t = rec.end_t if rec.end_t is not None else self.clock()
         self._first_t = t if self._first_t is None else self._first_t
         self.finished += 1
+        lag = rec.dispatch_lag_s
+        if lag is not None:
+            self._lags.append(t, lag)
         if not rec.ok:
             self.failed[rec.status] = self.failed.get(rec.status, 0) + 1
             return
@@ -133,4 +137,5 @@ class RollingWindow:
             in_flight=max(0, self.sent - self.finished),
             failed=dict(self.failed),
             achieved_rate=stats.rate(len(sends), span),
+            dispatch_lag=stats.percentiles(self._lags.window(cutoff)["lag"]),
         )

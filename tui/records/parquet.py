@@ -8,6 +8,7 @@ therefore loses at most the last second, and what is on disk is always readable
 
 from __future__ import annotations
 
+import bisect
 import os
 import shutil
 from pathlib import Path
@@ -16,11 +17,14 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tui.records.frames import FRAME_COMPRESSION, FRAME_ROW_GROUP, FRAME_SCHEMA
 from tui.records.gpu import GPU_SCHEMA
 from tui.records.request import REQUEST_SCHEMA
 from tui.records.step import STEP_SCHEMA
 
-SCHEMAS = {"requests": REQUEST_SCHEMA, "steps": STEP_SCHEMA, "gpu": GPU_SCHEMA}
+SCHEMAS = {"requests": REQUEST_SCHEMA, "steps": STEP_SCHEMA, "gpu": GPU_SCHEMA, "frames": FRAME_SCHEMA}
+COMPRESSION = {"frames": FRAME_COMPRESSION}  # the rest: pyarrow's default (snappy)
+ROW_GROUP = {"frames": FRAME_ROW_GROUP}  # rows per row group of the joined file (the rest: pyarrow's default)
 
 
 def rows_to_table(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
@@ -40,6 +44,7 @@ class PartWriter:
         self.parts_dir.mkdir(parents=True, exist_ok=True)
         self._pending: list[dict[str, Any]] = []
         self._n_parts = len(list(self.parts_dir.glob("part-*.parquet")))
+        self._compression = COMPRESSION.get(name, "snappy")
 
     def add(self, row: dict[str, Any]) -> None:
         self._pending.append(row)
@@ -54,7 +59,7 @@ class PartWriter:
         table = rows_to_table(self._pending, self.schema)
         path = self.parts_dir / f"part-{self._n_parts:06d}.parquet"
         tmp = path.with_suffix(".tmp")
-        pq.write_table(table, tmp)
+        pq.write_table(table, tmp, compression=self._compression)
         os.replace(tmp, path)
         self._n_parts += 1
         self._pending.clear()
@@ -65,7 +70,7 @@ class PartWriter:
         table = _read_parts(self.parts_dir, self.schema)
         final = self.out_dir / f"{self.name}.parquet"
         tmp = final.with_suffix(".parquet.tmp")
-        pq.write_table(table, tmp)
+        pq.write_table(table, tmp, compression=self._compression, row_group_size=ROW_GROUP.get(self.name))
         os.replace(tmp, final)
         shutil.rmtree(self.parts_dir, ignore_errors=True)
         parts_root = self.out_dir / ".parts"
@@ -87,12 +92,20 @@ class DamagedRecords(ValueError):
     """A records file cannot be read (truncated, overwritten, not Parquet); the message is one line."""
 
 
+def _damaged(path: Path, e: Exception) -> DamagedRecords:
+    why = " ".join(str(e).split())[:160] or type(e).__name__
+    return DamagedRecords(f"{path}: damaged records, not a readable Parquet table of this kind ({why})")
+
+
+_READ_ERRORS = (pa.ArrowException, OSError, ValueError, KeyError)
+
+
 def _read(path: Path, schema: pa.Schema) -> pa.Table:
-    try:
-        return _conform(pq.read_table(path), schema)
-    except (pa.ArrowException, OSError, ValueError, KeyError) as e:
-        why = " ".join(str(e).split())[:160] or type(e).__name__
-        raise DamagedRecords(f"{path}: damaged records, not a readable Parquet table of this kind ({why})") from None
+    try:  # only the schema's columns are read (and decompressed)
+        present = set(pq.read_schema(path).names)
+        return _conform(pq.read_table(path, columns=[n for n in schema.names if n in present]), schema)
+    except _READ_ERRORS as e:
+        raise _damaged(path, e) from None
 
 
 def _read_parts(parts_dir: Path, schema: pa.Schema) -> pa.Table:
@@ -102,12 +115,22 @@ def _read_parts(parts_dir: Path, schema: pa.Schema) -> pa.Table:
     return pa.concat_tables(tables)
 
 
-def read_records(run_dir: Path, name: str = "requests") -> pa.Table:
+def _files(run_dir: Path, name: str) -> list[Path]:
+    """The files of a run's ``NAME`` records, in reading order: the joined file, then any parts."""
+    final = run_dir / f"{name}.parquet"
+    parts = sorted((run_dir / ".parts" / name).glob("part-*.parquet"))
+    return ([final] if final.is_file() else []) + parts
+
+
+def read_records(run_dir: Path, name: str = "requests", columns: list[str] | None = None) -> pa.Table:
     """A run's ``NAME.parquet``, plus any parts a crashed run left behind; empty (with schema) if none.
+    ``columns``: only these (a large column left on disk, see :class:`LazyColumn`).
 
     Raises :class:`DamagedRecords` (one line naming the file) when a file cannot be read."""
     run_dir = Path(run_dir)
     schema = SCHEMAS[name]
+    if columns is not None:
+        schema = pa.schema([schema.field(c) for c in columns])
     tables = []
     final = run_dir / f"{name}.parquet"
     if final.is_file():
@@ -118,3 +141,46 @@ def read_records(run_dir: Path, name: str = "requests") -> pa.Table:
     if not tables:
         return schema.empty_table()
     return pa.concat_tables(tables)
+
+
+class LazyColumn:
+    """One column of a run's records, in :func:`read_records`' row order, read one row group at a time
+    when a row is asked for (the few most recent groups kept): a replay's frames stay on disk."""
+
+    CACHED_GROUPS = 4
+
+    def __init__(self, run_dir: Path, name: str, column: str):
+        self.column = column
+        self._groups: list[tuple[Path, int]] = []
+        self._starts: list[int] = []  # the first row of each group
+        n = 0
+        for path in _files(Path(run_dir), name):
+            try:
+                meta = pq.ParquetFile(path).metadata
+            except _READ_ERRORS as e:
+                raise _damaged(path, e) from None
+            for g in range(meta.num_row_groups):
+                self._groups.append((path, g))
+                self._starts.append(n)
+                n += meta.row_group(g).num_rows
+        self._len = n
+        self._cache: dict[int, list[Any]] = {}
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __getitem__(self, i: int) -> Any:
+        if not 0 <= i < self._len:
+            raise IndexError(i)
+        g = bisect.bisect_right(self._starts, i) - 1
+        rows = self._cache.pop(g, None)
+        if rows is None:
+            path, group = self._groups[g]
+            try:
+                rows = pq.ParquetFile(path).read_row_group(group, columns=[self.column]).column(0).to_pylist()
+            except _READ_ERRORS as e:
+                raise _damaged(path, e) from None
+            while len(self._cache) >= self.CACHED_GROUPS:
+                self._cache.pop(next(iter(self._cache)))
+        self._cache[g] = rows  # most recently used last
+        return rows[i - self._starts[g]]

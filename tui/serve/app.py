@@ -199,8 +199,8 @@ async def _generate(request: Request, *, chat: bool) -> Response:
                               encode_chat=info.tokenizer.encode_chat,
                               vocab_size=info.vocab_size, max_model_len=info.max_model_len)
     request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
-    queue = st.engine.add_request(request_id, params.prompt_token_ids, params.sampling)
-    gen = Generation(st.engine, st.metrics, st.counters, info, request_id, params, queue, received)
+    sink = st.engine.add_request(request_id, params.prompt_token_ids, params.sampling)
+    gen = Generation(st.engine, st.metrics, st.counters, info, request_id, params, sink, received)
     try:
         return await gen.respond(request.receive)
     except ClientGone:

@@ -3,7 +3,7 @@
 :meth:`EngineLoop.start` spawns the engine process and waits until its engine is built (raising what
 building it raised). :meth:`EngineLoop.attach` then plugs the process's socket into the asyncio loop:
 replies resolve the awaiting commands, and each step's outputs land straight in the per-request
-``asyncio.Queue`` — no thread hop, no lock. Pausing, single steps, mode switches, defenses and resets
+:class:`OutputSink` — no thread hop, no lock, and at most one wake-up per request per step. Pausing, single steps, mode switches, defenses and resets
 are commands like any other, so they always happen at a step boundary.
 
 If the engine process dies, every open stream ends with reason ``"error"``, commands raise
@@ -24,10 +24,10 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tui.engine.params import SamplingParams
 from tui.engine.snapshot import EngineSnapshot, StepTiming
@@ -71,18 +71,59 @@ class EngineCommandError(Exception):
     """A command failed inside the engine process for another reason (the message names the type)."""
 
 
-@dataclass(frozen=True)
-class Output:
-    """One request's share of one step (the engine's ``RequestOutput``, as received)."""
+class Output(NamedTuple):
+    """One request's share of one step (the engine's ``RequestOutput``, as received).
+
+    A named tuple, not a dataclass: one is made per request per step on the per-token path."""
 
     request_id: str
-    new_token_ids: list[int] = field(default_factory=list)
+    new_token_ids: list[int]
     finished: bool = False
     finish_reason: str | None = None
     prompt_tokens: int = 0
     output_tokens: int = 0
     t: float = 0.0  # time.perf_counter() when it reached the API server
     message: str = ""  # why, for a refused request
+
+
+class OutputSink:
+    """Where one request's outputs land: appended by the engine loop, taken in bulk by its response.
+
+    The response's task waits on one future that the next output (or :meth:`wake`) resolves, so a
+    step costs each waiting request one wake-up and a request that is busy writing none; whatever
+    arrived meanwhile is taken at once by the next :meth:`take`.
+    """
+
+    __slots__ = ("_waiter", "epoch", "outputs")
+
+    def __init__(self, epoch: int = 0) -> None:
+        self.outputs: list[Output] = []
+        self.epoch = epoch  # resets sent before this request was added
+        self._waiter: asyncio.Future | None = None
+
+    def put(self, out: Output) -> None:
+        self.outputs.append(out)
+        w = self._waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    def wake(self) -> None:
+        """Make a waiting :meth:`take` return now (possibly with nothing)."""
+        w = self._waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    async def take(self) -> list[Output]:
+        """Every output that arrived since the last call; waits while there is none (until one comes,
+        or :meth:`wake`, which may return an empty list)."""
+        if not self.outputs:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        outs, self.outputs = self.outputs, []
+        return outs
 
 
 @dataclass(frozen=True)
@@ -97,12 +138,6 @@ class EngineInfo:
     dtype: str  # what the weights and KV cache are held in (engine.dtype resolved: "auto" never appears)
     config: EngineConfig
     defenses: DefensesConfig
-
-
-@dataclass
-class _Sink:
-    queue: asyncio.Queue
-    epoch: int  # resets sent before this request was added
 
 
 def _rebuild_error(payload: tuple[str, str, str, str | None]) -> Exception:
@@ -147,7 +182,7 @@ class EngineLoop:
         self._conn: Connection | None = None
         self._send_lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._sinks: dict[str, _Sink] = {}
+        self._sinks: dict[str, OutputSink] = {}
         self._pending: dict[int, asyncio.Future] = {}
         self._seq = 0
         self._epoch = 0
@@ -269,7 +304,7 @@ class EngineLoop:
                     continue  # aborted here, or never ours
                 if finished:
                     del sinks[rid]
-                sink.queue.put_nowait(Output(rid, ids, finished, reason, prompt_tokens, output_tokens, now))
+                sink.put(Output(rid, ids, finished, reason, prompt_tokens, output_tokens, now))
             if self.on_step is not None and preempted and self.info is not None:
                 self.on_step(preempted, self.info)
         elif kind == "reply":
@@ -285,7 +320,7 @@ class EngineLoop:
             _, rid, reason, message = msg
             sink = self._sinks.pop(rid, None)
             if sink is not None:
-                sink.queue.put_nowait(Output(rid, [], True, reason, t=time.perf_counter(), message=message))
+                sink.put(Output(rid, [], True, reason, t=time.perf_counter(), message=message))
         elif kind == "error_all":
             log.error("the engine failed a step (%s); ended every open request", msg[1])
             self._finish_all("error")
@@ -312,7 +347,7 @@ class EngineLoop:
         for rid, sink in list(self._sinks.items()):
             if before_epoch is None or sink.epoch < before_epoch:
                 del self._sinks[rid]
-                sink.queue.put_nowait(Output(rid, [], True, reason, t=time.perf_counter()))
+                sink.put(Output(rid, [], True, reason, t=time.perf_counter()))
 
     def _fail_pending(self, error: Exception) -> None:
         pending, self._pending = self._pending, {}
@@ -343,8 +378,8 @@ class EngineLoop:
 
     # -- the commands ----------------------------------------------------------------------------------
 
-    def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams) -> asyncio.Queue:
-        """Send a request to the engine; returns the queue its :class:`Output` s arrive on.
+    def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams) -> OutputSink:
+        """Send a request to the engine; returns the sink its :class:`Output` s arrive in.
 
         Not answered: a refusal (the backlog breaker, a request that can never fit, malformed input)
         arrives as the request's only output, finished with the engine's reason (or ``"invalid"``) and
@@ -352,18 +387,18 @@ class EngineLoop:
         """
         if not self.running or self._loop is None:
             raise self.unavailable()
-        queue: asyncio.Queue = asyncio.Queue()
-        # registered before sending, so no output can arrive before its queue exists
-        self._sinks[request_id] = _Sink(queue, self._epoch)
+        sink = OutputSink(self._epoch)
+        # registered before sending, so no output can arrive before its sink exists
+        self._sinks[request_id] = sink
         try:
             self._send(("cmd", None, "add", (request_id, prompt_token_ids, params)))
         except (OSError, ValueError, RuntimeError) as e:
             self._sinks.pop(request_id, None)
             raise EngineUnavailable(f"the engine process is not reachable: {e}") from None
-        return queue
+        return sink
 
     def abort(self, request_id: str) -> None:
-        """Abort a request (its KV is freed at once); its queue receives nothing more. Does not wait."""
+        """Abort a request (its KV is freed at once); its sink receives nothing more. Does not wait."""
         self._sinks.pop(request_id, None)
         if self.running:
             with contextlib.suppress(OSError, ValueError, RuntimeError):

@@ -1,23 +1,29 @@
-"""One admitted generation request on the HTTP side: its token queue, its text, its usage and metrics.
+"""One admitted generation request on the HTTP side: its outputs, its text, its usage and metrics.
 
-The engine process's outputs fill the request's queue; :class:`Generation` turns each engine output into a text
-delta, applies stop strings (aborting the engine request the moment one matches), and on
-:meth:`Generation.close` — which always runs, however the response ended — aborts the engine request if
-it is still open (a client disconnect frees its KV at once) and records the request in the metrics.
+The engine process's outputs fill the request's :class:`~tui.serve.engine_loop.OutputSink`;
+:class:`Generation` turns each engine output into a text delta, applies stop strings (aborting the
+engine request the moment one matches), and on :meth:`Generation.close` — which always runs, however
+the response ended — aborts the engine request if it is still open (a client disconnect frees its KV
+at once) and records the request in the metrics.
+
+A streamed response is :class:`SSEStream`, a plain ASGI response: one event per engine output (one
+delta per token, as vLLM streams them; the finish reason on the last, then the usage chunk), and every
+event a stream has pending written with one ASGI send — a stream that fell behind catches up in one
+write, not one per token, and still carries every token's own event.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from starlette.responses import JSONResponse, StreamingResponse
+from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
-from tui.serve.engine_loop import EngineInfo, EngineLoop
+from tui.serve.engine_loop import EngineInfo, EngineLoop, Output, OutputSink
 from tui.serve.openai_api import (
     SSE_DONE,
     ApiError,
@@ -71,7 +77,7 @@ class Generation:
         info: EngineInfo,
         request_id: str,
         params: GenerationParams,
-        queue: asyncio.Queue,
+        sink: OutputSink,
         received: float,
     ) -> None:
         self.engine = engine
@@ -80,7 +86,7 @@ class Generation:
         self.model = info.model_name
         self.request_id = request_id
         self.params = params
-        self.queue = queue
+        self.sink = sink
         self.received = received
         self.head = ResponseHead.new(request_id, info.model_name, params.chat)
         self.text = TextAssembler(info.tokenizer.decode, params.stop, info.tokenizer.eos_token_ids)
@@ -89,6 +95,7 @@ class Generation:
         self.message = ""  # the engine's words for a refusal
         self.done = False
         self.served = False  # a 200 response was (or is being) sent
+        self.gone = False  # the client disconnected mid-stream
         self._closed = False
         self._last_token_t: float | None = None
         self._ttft = metrics.ttft.labels(self.model)  # the labelled children, looked up once
@@ -96,17 +103,14 @@ class Generation:
         counters.active += 1
 
     async def next(self) -> tuple[str, bool]:
-        """The next text delta and whether the request is finished.
-
-        Everything already queued is taken at once, so a client that fell behind catches up with one
-        chunk instead of one per step (latency metrics still see every step's arrival time).
-        """
-        outs = [await self.queue.get()]
-        while not outs[-1].finished and not self.queue.empty():
-            outs.append(self.queue.get_nowait())
+        """The text of everything that arrived since the last call (waiting for at least one output),
+        and whether the request is finished (the non-streamed response joins it all anyway)."""
+        outs: list[Output] = []
+        while not outs:
+            outs = await self.sink.take()
         return self.consume(outs)
 
-    def consume(self, outs: list[Any]) -> tuple[str, bool]:
+    def consume(self, outs: Sequence[Output]) -> tuple[str, bool]:
         ids: list[int] = []
         for out in outs:
             if out.new_token_ids:
@@ -170,12 +174,15 @@ class Generation:
         """The whole response: a JSON body, or an SSE stream that starts once the first output is in."""
         try:
             if self.params.stream:
-                first = await race_disconnect(self.next(), receive)
+                first: list[Output] = []
+                while not first:
+                    first = await race_disconnect(self.sink.take(), receive)
+                events = self.sse_events(first, first=True)
                 err = self.error()
                 if err is not None:
                     return error_response(err)
                 self.served = True
-                return SSEResponse(self._events(first), self.close)
+                return SSEStream(self, events)
             parts = await race_disconnect(self._collect(), receive)
             err = self.error()
             if err is not None:
@@ -196,26 +203,28 @@ class Generation:
             parts.append(text)
         return parts
 
-    async def _events(self, first: tuple[str, bool]) -> AsyncIterator[bytes]:
+    def sse_events(self, outs: Sequence[Output], *, first: bool = False) -> bytes:
+        """The events for ``outs``, one per output that carries text or ends the request (the first
+        event of a stream always goes out, and the finish reason rides on the last); after the last,
+        the usage chunk (when asked for) and ``[DONE]``."""
         head = self.head
-        try:
-            text, done = first
-            yield head.sse_chunk(text, openai_finish_reason(self.finish_reason) if done else None, first=True)
-            while not done:
-                text, done = await self.next()
-                if done and self.finish_reason == "error":
-                    # the engine failed mid-stream: an error event (the openai client raises on it)
-                    if text:
-                        yield head.sse_chunk(text)
-                    yield sse(_ERRORS["error"].body()).encode()
-                    break
-                if text or done:
-                    yield head.sse_chunk(text, openai_finish_reason(self.finish_reason) if done else None)
-            if self.params.include_usage and self.finish_reason != "error":
-                yield sse(head.usage_chunk(self.prompt_tokens, self.text.tokens)).encode()
-            yield SSE_DONE.encode()
-        finally:
-            self.close()
+        parts: list[bytes] = []
+        for out in outs:
+            text, done = self.consume((out,))
+            if done and self.finish_reason == "error" and not (first and not parts):
+                # the engine failed mid-stream: an error event (the openai client raises on it)
+                if text:
+                    parts.append(head.sse_chunk(text))
+                parts.append(sse(_ERRORS["error"].body()).encode())
+            elif text or done or (first and not parts):
+                finish = openai_finish_reason(self.finish_reason) if done else None
+                parts.append(head.sse_chunk(text, finish, first=first and not parts))
+            if done:
+                if self.params.include_usage and self.finish_reason != "error":
+                    parts.append(sse(head.usage_chunk(self.prompt_tokens, self.text.tokens)).encode())
+                parts.append(SSE_DONE.encode())
+                break
+        return b"".join(parts)
 
 
 async def race_disconnect(aw: Awaitable[T], receive: Receive) -> T:
@@ -242,23 +251,44 @@ async def _wait_disconnect(receive: Receive) -> None:
             return
 
 
-class SSEResponse(StreamingResponse):
-    """A server-sent-event stream whose cleanup runs however the response ends.
+_SSE_HEADERS = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
+                (b"x-accel-buffering", b"no")]
 
-    Starlette may cancel the stream before it ever iterates the generator (a client that is already
-    gone), in which case the generator's own ``finally`` never runs; ``on_close`` covers that.
+
+class SSEStream:
+    """A streamed generation as a plain ASGI response (see the module doc).
+
+    Leaner than Starlette's ``StreamingResponse`` on the per-token path: no async generator and no
+    task group around each chunk; a stream wakes once per step at most and writes everything pending
+    in one send. A watcher task per stream (not per chunk) notices a client that disconnects while
+    the stream waits for the engine; :meth:`Generation.close` runs however the response ends.
     """
 
-    def __init__(self, content: AsyncIterator[bytes], on_close: Callable[[], None]) -> None:
-        super().__init__(content, media_type="text/event-stream",
-                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-        self._on_close = on_close
+    def __init__(self, gen: Generation, first: bytes) -> None:
+        self.gen = gen
+        self.first = first
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        gen = self.gen
+        watch = asyncio.ensure_future(self._watch(receive))
         try:
-            await super().__call__(scope, receive, send)
+            await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
+            body = self.first
+            while not gen.done and not gen.gone:
+                if body:  # (an empty chunk would end a chunked body; text held back sends nothing)
+                    await send({"type": "http.response.body", "body": body, "more_body": True})
+                body = gen.sse_events(await gen.sink.take())
+            if not gen.gone:
+                await send({"type": "http.response.body", "body": body, "more_body": False})
         finally:
-            self._on_close()
+            watch.cancel()
+            gen.close()
+
+    async def _watch(self, receive: Receive) -> None:
+        await _wait_disconnect(receive)
+        if not self.gen.done:
+            self.gen.gone = True
+            self.gen.sink.wake()
 
 
 def error_response(err: ApiError) -> JSONResponse:

@@ -24,11 +24,14 @@ so an unchanged request is the same object from one update to the next and a vie
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import secrets
 from collections import OrderedDict
 from dataclasses import asdict
 from typing import Any
+
+import orjson
 
 from tui.engine.snapshot import (
     ArenaSegment,
@@ -50,7 +53,8 @@ _SCALARS = ("state", "prompt_tokens", "output_tokens", "max_tokens", "preemption
             "arena_start", "arena_reserved", "waited_s")
 _DEFAULTS: dict[str, Any] = {"preemptions": 0, "computed_tokens": 0, "arena_start": None, "arena_reserved": 0,
                              "waited_s": 0.0}
-BRIEF_KEYS = frozenset({"request_id", "state", "block_ids", "shared", "arena_start", "arena_reserved", "brief"})
+BRIEF_KEYS = frozenset({"request_id", "state", "block_ids", "shared", "arena_start", "arena_reserved", "host_blocks",
+                        "brief"})
 
 
 class View:
@@ -97,6 +101,8 @@ def encode_request(r: RequestView, *, brief: bool = False) -> dict[str, Any]:
             d["arena_start"] = r.arena_start
         if r.arena_reserved:
             d["arena_reserved"] = r.arena_reserved
+        if r.host_blocks:  # swapped out: the scheduler's host-pool map draws every request's
+            d["host_blocks"] = list(r.host_blocks)
         return d
     d = {"request_id": r.request_id}
     for name in _SCALARS:
@@ -111,6 +117,8 @@ def encode_request(r: RequestView, *, brief: bool = False) -> dict[str, Any]:
             d["shared"] = list(table.shared_runs)
         if table.window_runs:
             d["window"] = list(table.window_runs)
+    if r.host_blocks:
+        d["host_blocks"] = list(r.host_blocks)
     if r.events:
         d["events"] = [[e.t, e.kind, e.tokens, e.blocks, e.detail] for e in r.events]
     return d
@@ -133,6 +141,7 @@ def decode_request(d: dict[str, Any], block_size: int) -> RequestView:
         blocks=BlockTable(ids, fill, d.get("shared", ()), d.get("window", ())),
         arena_start=d.get("arena_start"),
         arena_reserved=d.get("arena_reserved", 0),
+        host_blocks=tuple(d.get("host_blocks", ())),
         waited_s=d.get("waited_s", 0.0),
         events=tuple(RequestEvent(*e) for e in d.get("events", ())),
         detail=not brief,
@@ -198,8 +207,9 @@ def _engine_fields(snap: EngineSnapshot) -> dict[str, Any]:
         "last_steps": [asdict(s) for s in snap.last_steps],
         "num_waiting": snap.num_waiting, "num_running": snap.num_running,
         "num_preemptions": snap.num_preemptions, "num_rejected": snap.num_rejected,
-        "num_timed_out": snap.num_timed_out, "busy_fraction": snap.busy_fraction,
-        "defenses": dict(snap.defenses), "device": snap.device,
+        "num_timed_out": snap.num_timed_out, "num_swapped": snap.num_swapped, "num_swaps": snap.num_swaps,
+        "swapped_bytes": snap.swapped_bytes, "preemption_mode": snap.preemption_mode,
+        "busy_fraction": snap.busy_fraction, "defenses": dict(snap.defenses), "device": snap.device,
         "backend": snap.backend, "sim": snap.sim,
     }
 
@@ -211,10 +221,31 @@ def _engine_from_fields(d: dict[str, Any], requests: tuple[RequestView, ...]) ->
         segments=tuple(ArenaSegment(*s) for s in d["segments"]),
         last_steps=tuple(StepTiming(**s) for s in d["last_steps"]),
         num_waiting=d["num_waiting"], num_running=d["num_running"], num_preemptions=d["num_preemptions"],
-        num_rejected=d["num_rejected"], num_timed_out=d["num_timed_out"], busy_fraction=d["busy_fraction"],
+        num_rejected=d["num_rejected"], num_timed_out=d["num_timed_out"], num_swapped=d.get("num_swapped", 0),
+        num_swaps=d.get("num_swaps", 0), swapped_bytes=d.get("swapped_bytes", 0),
+        preemption_mode=d.get("preemption_mode", "recompute"), busy_fraction=d["busy_fraction"],
         defenses=d["defenses"], device=d["device"],
         backend=d.get("backend", "torch"), sim=d.get("sim"),
     )
+
+
+def frame_json(snap: EngineSnapshot) -> bytes:
+    """The whole state as one self-contained compact JSON document (every request in detail, no
+    delta): a recorded replay frame, readable on its own so a replay can seek to any frame. Of the
+    recent steps' timings only the newest is kept (what the scheduler pane shows): the rest, more than
+    half of a frame's bytes, is in the run's ``steps.parquet`` already."""
+    engine = _engine_fields(dataclasses.replace(snap, last_steps=snap.last_steps[:1]))
+    engine["encoding"] = ENCODING
+    engine["requests"] = [encode_request(r) for r in snap.requests]
+    return orjson.dumps(engine)
+
+
+def frame_snapshot(data: bytes) -> EngineSnapshot:
+    """The EngineSnapshot of a :func:`frame_json` document (raises ValueError, KeyError or TypeError
+    when it is not one)."""
+    engine = orjson.loads(data)
+    block_size = engine["totals"].get("block_size", 16)
+    return _engine_from_fields(engine, tuple(decode_request(r, block_size) for r in engine["requests"]))
 
 
 def delta_entries(base: dict[str, dict[str, Any]], encoded: list[dict[str, Any]]) -> list[Any]:

@@ -15,7 +15,7 @@ from typing import Literal, Protocol
 
 from textual.binding import Binding
 
-Group = Literal["Load", "Engine", "Defenses", "View", "Review"]
+Group = Literal["Load", "Engine", "Defenses", "View", "Review", "Replay"]
 
 
 @dataclass(frozen=True)
@@ -115,6 +115,35 @@ ACTIONS: tuple[DashboardAction, ...] = (
 BY_ID: dict[str, DashboardAction] = {a.id: a for a in ACTIONS}
 DASHBOARD_ACTIONS = frozenset({"act", *(a.id for a in ACTIONS if a.op is None)})
 
+# `kvtui report DIR --replay`: the recorded run's player (``tui.ui.replay.ReplayPlayer`` methods).
+REPLAY_ACTIONS: tuple[DashboardAction, ...] = (
+    DashboardAction("play", "Replay", "Replay: play / pause", "play the recorded run at the chosen speed, or stop",
+                    keys="space", label="play", op="toggle_play"),
+    DashboardAction("frame_next", "Replay", "Replay: step forward", "the next recorded frame",
+                    keys="right", label="step", key_display="→", op="step_frames", args=(1,)),
+    DashboardAction("frame_prev", "Replay", "Replay: step back", "the previous recorded frame",
+                    keys="left", key_display="←", op="step_frames", args=(-1,)),
+    DashboardAction("seek_forward", "Replay", "Replay: seek +10 s", "ten seconds of run time forward",
+                    keys="right_square_bracket", label="+10s", key_display="]", op="seek", args=(10.0,)),
+    DashboardAction("seek_back", "Replay", "Replay: seek −10 s", "ten seconds of run time back",
+                    keys="left_square_bracket", label="−10s", key_display="[", op="seek", args=(-10.0,)),
+    DashboardAction("event_next", "Replay", "Replay: next event",
+                    "the next preemption, or the next stall (requests wait while the batch runs at most a "
+                    "quarter full: static batching behind its longest requests)", keys="n", label="next event",
+                    op="jump_event", args=(1,)),
+    DashboardAction("event_prev", "Replay", "Replay: previous event", "the previous preemption or stall",
+                    keys="N,b", key_display="N", label="prev event", op="jump_event", args=(-1,)),
+    DashboardAction("cell_next", "Replay", "Replay: next cell", "the next stage × mode of the run, from its start",
+                    keys="c", label="cell", op="jump_cell", args=(1,)),
+    DashboardAction("cell_prev", "Replay", "Replay: previous cell", "the previous stage × mode, from its start",
+                    keys="C", op="jump_cell", args=(-1,)),
+    DashboardAction("speed_up", "Replay", "Replay: faster", "double the playback speed (up to 32×)",
+                    keys="plus,equals_sign", label="speed+", key_display="+", op="change_speed", args=(2.0,)),
+    DashboardAction("speed_down", "Replay", "Replay: slower", "halve the playback speed (down to 1/8×)",
+                    keys="minus,underscore", label="speed−", key_display="-", op="change_speed", args=(0.5,)),
+    *(a for a in ACTIONS if a.id in ("toggle_zoom", "show_help", "quit")),
+)
+REPLAY_BY_ID: dict[str, DashboardAction] = {a.id: a for a in REPLAY_ACTIONS}
 
 def bindings(actions: Sequence[DashboardAction] = ACTIONS) -> list[Binding]:
     """An app's key bindings from its action table (the dashboard's by default), in the table's order

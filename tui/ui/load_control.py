@@ -26,7 +26,8 @@ def parse_rate(text: str) -> float | None:
 
 
 def actual_text(stats: WindowStats, asked: LoadState) -> list[Text]:
-    """The 'what happens' side: achieved vs asked rate, in flight, completed, failed by kind."""
+    """The 'what happens' side: achieved vs asked rate, in flight, completed, failed by kind, and the
+    load client itself (its processes and their dispatch lag: a late client shows here, not as server time)."""
     rate = Text()
     rate.append("achieved ", style="bold")
     behind = asked.running and stats.achieved_rate < 0.8 * asked.rate and stats.sent > 10
@@ -42,7 +43,11 @@ def actual_text(stats: WindowStats, asked: LoadState) -> list[Text]:
         kinds = ", ".join(f"{k} {n}" for k, n in sorted(stats.failed.items(), key=lambda kv: (-kv[1], kv[0])))
         fails.append(f"{failed}", style="bold #e06c75")
         fails.append(f" ({kinds})")
-    return [rate, counts, fails]
+    n = asked.client_processes
+    client = Text(f"client {n} process{'es' if n > 1 else ''}  dispatch lag P99 ")
+    lag = stats.dispatch_lag.p99
+    client.append("-" if lag is None else f"{lag * 1e3:.1f} ms", style="bold #e5c07b" if lag is not None and lag > 0.01 else "")
+    return [rate, counts, fails, client]
 
 
 class RateInput(Input):

@@ -26,6 +26,7 @@ class LoadState:
     running: bool = False
     arrival: str = "poisson"
     workload: str = "profile"
+    client_processes: int = 1  # load-client processes sending it (the dashboard's client is one)
 
 
 @dataclass(frozen=True)

@@ -111,13 +111,10 @@ class ReportApp(App[int]):
 
     def _focus_view(self, view: str) -> None:
         """The keys go to the view's own list or table, so ↑ ↓ act on what is shown."""
+        pane = self.query_one(f"#{view}-view")
         target = {"table": DataTable, "series": OptionList}.get(view)
-        if target is not None:
-            found = self.query_one(f"#{view}-view").query(target)
-            if found:
-                found.first().focus()
-                return
-        self.set_focus(None)
+        found = pane.query(target) if target is not None else None
+        (found.first() if found else pane).focus()
 
 
 def report_app_main(dirs: list[Path]) -> int:

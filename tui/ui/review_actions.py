@@ -29,8 +29,9 @@ REVIEW_PANES: tuple[tuple[str, str], ...] = (
     ("Table", "each run's comparison table as `kvtui report --table` prints it (stage and mode stay while the "
               "other columns scroll), the token reconciliation and client warnings, and each later run "
               "against the first."),
-    ("Load curves", "per mode, TTFT and TPOT (P99 bright and filled, P50 dim and hollow) and goodput against "
-                    "the offered rate of each stage, log scales; the profile's SLOs as horizontal lines, the "
+    ("Load curves", "per mode, against the target rate of each stage: TTFT and TPOT (P99 bright and filled, P50 "
+                    "dim and hollow), and goodput (filled) over successful requests per second (hollow); log "
+                    "scales where the values span a decade or more; the profile's SLOs as horizontal lines, the "
                     "capacity edge a sweep found as a vertical line."),
     ("Time series", "the selected cell over its time, from the engine's steps in fixed buckets: KV use "
                     "(mean, peak) and fragmentation, running and waiting requests, prefill and decode tokens "

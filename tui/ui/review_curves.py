@@ -10,13 +10,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from textual.app import ComposeResult
-from textual.containers import Grid
+from textual.containers import ScrollableContainer
 
 from tui.ui.xy_chart import Plot, XYChart
 
 
-class LoadCurvesView(Grid):
-    """The load curves, one chart each, in a grid the stylesheet sizes to the terminal."""
+class LoadCurvesView(ScrollableContainer):
+    """The load curves, one chart each, in a grid the stylesheet sizes to the terminal (on a narrow one,
+    one chart a row, scrolled with the arrows or page keys)."""
 
     def __init__(self, plots: Sequence[Plot], *, id: str | None = None) -> None:
         super().__init__(id=id)

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from textual import on
 from textual.app import ComposeResult
-from textual.containers import Grid, Horizontal
+from textual.containers import Horizontal, ScrollableContainer
 from textual.widgets import OptionList
 from textual.widgets.option_list import Option
 
@@ -30,7 +30,7 @@ class CellSeriesView(Horizontal):
 
     def compose(self) -> ComposeResult:
         yield OptionList(*[Option(c.label, id=f"cell-{i}") for i, c in enumerate(self.cells)], id="cell-list")
-        with Grid(id="cell-charts"):
+        with ScrollableContainer(id="cell-charts"):
             first = self.cells[0].plots if self.cells else ()
             for i, plot in enumerate(first):
                 yield XYChart(plot, id=f"series-{i}", classes="review-chart")

@@ -15,7 +15,8 @@ loss is quadratic for residuals under ``ROBUST_SCALE`` and about linear beyond, 
 bulk of the samples rather than the mean: a shared machine's step times have a long tail (a step that
 lost its core's cache or its hyperthread sibling to a neighbour) and sometimes two modes (the
 neighbour busy or idle), and what the simulation should reproduce is the typical step. A rate no
-sample depends on (e.g. the compute rate when every step was bandwidth bound) keeps its prior value.
+sample depends on (e.g. the compute rate when every step was bandwidth bound) keeps its prior value;
+one the samples depend on but whose time comes out zero is infinite.
 
 Samples whose relative error after the first fit is more than five times the median one are then set
 aside and the fit is repeated once; the reported errors cover every sample.
@@ -23,6 +24,7 @@ aside and the fit is repeated once; the reported errors cover every sample.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -82,13 +84,16 @@ def _solve(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.asarray(res.x) / scale
 
 
-def _params(theta: np.ndarray, prior: CostParams) -> CostParams:
-    def rate(inv: float, old: float) -> float:
-        return float(1.0 / inv) if inv > 0 else old
+def _params(theta: np.ndarray, prior: CostParams, used: Sequence[int]) -> CostParams:
+    def rate(j: int, old: float) -> float:
+        # a rate the samples depend on but whose time came out zero is unbounded here (on a CPU the
+        # tiny model's weights stream from cache faster than its FLOPs run): infinite, so the fitted
+        # sides of each max stay as fitted; a rate no sample depends on keeps the prior
+        inv = float(theta[j])
+        return 1.0 / inv if inv > 0 else math.inf if j in used else old
 
-    return CostParams(float(theta[0]), float(theta[1]), rate(theta[2], prior.flops), rate(theta[3], prior.bandwidth),
-                      rate(theta[4], prior.attn_flops), rate(theta[5], prior.kv_bandwidth), float(theta[6]),
-                      float(theta[7]))
+    return CostParams(float(theta[0]), float(theta[1]), rate(2, prior.flops), rate(3, prior.bandwidth),
+                      rate(4, prior.attn_flops), rate(5, prior.kv_bandwidth), float(theta[6]), float(theta[7]))
 
 
 def _fit_once(works: Sequence[StepWork], t: np.ndarray, prior: CostParams, max_iter: int) -> tuple[CostParams, int]:
@@ -105,7 +110,7 @@ def _fit_once(works: Sequence[StepWork], t: np.ndarray, prior: CostParams, max_i
         theta = np.zeros(_NCOEF)
         # relative error: scale each row by 1/t; a rate nobody's time depends on stays at the prior
         theta[used] = _solve(x[:, used] / t[:, None], (t - comm) / t)
-        p = _params(theta, p)
+        p = _params(theta, p, used)
     return p, it
 
 

@@ -17,7 +17,8 @@ Efficiency factors are the share of a peak a well-tuned engine reaches on the ke
   points). No datasheet gives it; it is the first number to calibrate.
 
 These are defaults, not measurements of any one machine: ``kvtui calibrate`` fits all of them (and the
-per-request and per-token costs) to a real engine and writes a hardware profile that replaces them.
+per-request, per-prefill-chunk and per-padded-slot costs a GPU preset leaves at zero) to a real
+engine and writes a hardware profile that replaces them.
 """
 
 from __future__ import annotations
