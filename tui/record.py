@@ -308,7 +308,7 @@ class Recorder:
         note["client_workers"] = len(clients)
         note["worker_lag_p99_ms"] = [None if (lag := c.lag_p99_s()) is None else lag * 1e3 for c in clients]
         w = window.stats()  # counts and percentiles from the one place that keeps them
-        p99 = f"{w.ttft.p99 * 1e3:.0f} ms" if w.ttft.p99 is not None else "-"
+        p99 = (f"{w.ttft.p99 * 1e3:.0f} ms" if w.ttft.p99 is not None else "-") + f" (last {w.window_s:g} s)"
         self.err.print(
             f"{stage.name} / {mode}: target {stage.rate:g}/s"
             + (f", offered {offered:.2f}/s" if offered is not None else "")

@@ -111,7 +111,7 @@ class VirtualClockRecorder(Recorder):
         note["partial"] = False
         note["ended_t"] = mono_to_wall(clock.now())
         w = cell.window.stats()
-        p99 = f"{w.ttft.p99 * 1e3:.0f} ms" if w.ttft.p99 is not None else "-"
+        p99 = (f"{w.ttft.p99 * 1e3:.0f} ms" if w.ttft.p99 is not None else "-") + f" (last {w.window_s:g} s)"
         offered = self.offered_rate(stage)
         rates = f"target {stage.rate:g}/s" + (f", offered {offered:.2f}/s" if offered is not None else "")
         self.err.print(f"{stage.name} / {mode.label}: {rates}: {w.sent} sent, {w.completed} ok, {w.failed_total} failed, "

@@ -99,6 +99,7 @@ def test_html_report_is_self_contained_with_every_chart_and_runs_overlaid(two_ru
     for chart in CHART_IDS:
         svg, png = (charts / f"{chart}.svg").read_text(), (charts / f"{chart}.png").read_bytes()
         assert svg.startswith("<?xml") and "<svg" in svg and png.startswith(b"\x89PNG\r\n\x1a\n")
+        assert "SIMULATED GPU backend" in svg  # a slide of a simulated run says so without the page
 
 
 @pytest.mark.slow
