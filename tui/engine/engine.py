@@ -160,8 +160,7 @@ class Engine:
                 f"a KV budget of {config.kv_budget_mb} MB holds no {config.block_size}-token block "
                 f"({self.bytes_per_token} bytes per token); raise kv_budget_mb"
             )
-        # the host pool swapped-out KV waits in: swap_space_gb of the same per-token layout, whole blocks
-        self.host_blocks = int(config.swap_space_gb * (1 << 30)) // self.bytes_per_token // config.block_size
+        self.host_blocks = self._host_blocks(config)
         self.runner: ModelRunner = TorchModelRunner(self.model, self.num_slots, config.block_size,
                                                     self.host_blocks * config.block_size)
         self.device_label = (
@@ -190,9 +189,13 @@ class Engine:
         if self.num_slots < config.block_size:
             raise ValueError(f"the simulated KV cache holds no {config.block_size}-token block "
                              f"({self.bytes_per_token} bytes per token); raise the KV budget")
-        self.host_blocks = int(config.swap_space_gb * (1 << 30)) // self.bytes_per_token // config.block_size
+        self.host_blocks = self._host_blocks(config)
         self.runner = sim.runner
         self.device_label = sim.device_label
+
+    def _host_blocks(self, config: EngineConfig) -> int:
+        """The host pool swapped-out KV waits in: swap_space_gb of the same per-token layout, whole blocks."""
+        return int(config.swap_space_gb * (1 << 30)) // self.bytes_per_token // config.block_size
 
     def _budget_bytes(self) -> int:
         cfg = self.config
