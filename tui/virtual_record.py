@@ -162,6 +162,16 @@ class ClockDriver:
         self.window = RollingWindow(profile.record.window_s, clock=lambda: mono_to_wall(clock.now()))
         self.open: dict[str, RequestRecord] = {}
         self.steps_seen = engine.step_index
+        # the stage's arrivals (run() sets them up): what is sent so far, the next arrival, the drain bound
+        self._arrivals: Schedule | None = None
+        self._sent = 0
+        self._next_t = math.inf  # when the next one is due (inf: all sent, or the stage's time is up)
+        self._end_t = math.inf
+        self._drain_deadline = math.inf
+        # records finished while a fast-forward runs (rejected arrivals), with the steps run before them:
+        # handed over after the stretch's own, in the order stepping one at a time hands them over
+        self._held: list[tuple[int, RequestRecord]] | None = None
+        self._stretch_steps = 0
 
     # -- requests --------------------------------------------------------------------------------
 
@@ -185,6 +195,9 @@ class ClockDriver:
         self.open[rid] = r
 
     def _done(self, r: RequestRecord) -> None:
+        if self._held is not None:
+            self._held.append((self._stretch_steps, r))
+            return
         if self.on_record is not None:
             self.on_record(r)
         if not r.warmup:
@@ -234,38 +247,76 @@ class ClockDriver:
             self.next_frame = self.clock.now() + self.frame_every
             self.on_frame(self.engine.snapshot(), mono_to_wall(self.clock.now()))
 
-    def _fast_forward(self, next_arrival: float, deadline: float) -> bool:
-        """A decode-only stretch in one go, if the engine is in one (see :meth:`Engine.fast_forward`),
-        ending where this loop would act between steps: an arrival due, the drain bound passed, a GPU
-        sample or a frame due. Each request's record gets a chunk at every step's end until its request finishes,
-        and ends then, as :meth:`_step` gives them."""
+    def _fast_forward(self) -> bool:
+        """A stretch of steps in one go, if the engine is in one (see :meth:`Engine.fast_forward`): between
+        its steps the stage's arrivals are sent as this loop sends them, and it ends where this loop
+        would do more between steps: the drain bound passed, a GPU sample or a frame due. Each request's
+        record gets a chunk at every step's end from its first token until its request finishes, and
+        ends then, as :meth:`_step` gives them."""
         due = min(self._next_gpu if self.on_gpu is not None else math.inf,
                   self.next_frame if self.on_frame is not None else math.inf)  # a GPU sample, a frame
-        run = self.engine.fast_forward(STEPS_EVERY, lambda now: now >= next_arrival or now > deadline or now >= due)
+
+        def between(now: float) -> bool:
+            self._stretch_steps += 1
+            if now > self._drain_deadline or now >= due:
+                return True
+            self._send_due()
+            return False
+
+        self._held, self._stretch_steps = [], 0
+        try:
+            run = self.engine.fast_forward(STEPS_EVERY, between)
+        finally:
+            held, self._held = self._held, None
         if run is None:
             return False
         walls = [mono_to_wall(t) for t in run.ends]
         gaps = [b - a for a, b in itertools.pairwise(walls)]
         ended = {req.request_id: j for j, req in run.finished}
         get = self.open.get
-        for req in run.requests:
+        k = len(walls)
+        for req, first in run.started:
             r = get(req.request_id)
             if r is None:
                 continue
-            n = ended.get(req.request_id, len(walls) - 1) + 1  # the steps it got a token in
-            if r.last_token_t is None:  # (a decoding request has had its first token; kept general)
-                r.first_token_t = walls[0]
+            last = ended.get(req.request_id, k - 1)  # the steps it got a token in: first .. last
+            if r.last_token_t is None:
+                r.first_token_t = walls[first]
             else:
-                r.chunk_gaps_s.append(walls[0] - r.last_token_t)
-            r.chunk_gaps_s.extend(gaps[: n - 1])
-            r.last_token_t = walls[n - 1]
-            r.num_chunks += n
-        for j, req in run.finished:  # in the order step() reports them
+                r.chunk_gaps_s.append(walls[first] - r.last_token_t)
+            r.chunk_gaps_s.extend(gaps[first:last])
+            r.last_token_t = walls[last]
+            r.num_chunks += last - first + 1
+        h = 0
+        for j, req in run.finished:  # in the order step() reports them; a record held after step i follows step i's
+            while h < len(held) and held[h][0] <= j:
+                self._done(held[h][1])
+                h += 1
             r = get(req.request_id)
             if r is not None:
                 self._end(r, req.finish_reason, len(req.prompt), len(req.output), walls[j])
+        for _, rec in held[h:]:
+            self._done(rec)
         self._after_steps()
         return True
+
+    def _next_arrival(self) -> float:
+        """When the stage's next request is due (inf when all are sent or the stage's time is up)."""
+        assert self._arrivals is not None
+        n = self.stage.num_requests
+        t = self._arrivals.peek()
+        return t if (n is None or self._sent < n) and t < self._end_t else math.inf
+
+    def _send_due(self) -> None:
+        """Send every request due by now; once the last is sent, the drain bound starts."""
+        assert self._arrivals is not None
+        while self._next_t <= self.clock.now():
+            self._send(self._sent, self._sent, self._next_t, warmup=False)
+            self._arrivals.advance()
+            self._sent += 1
+            self._next_t = self._next_arrival()
+        if self._next_t == math.inf and self._drain_deadline == math.inf:
+            self._drain_deadline = self.clock.now() + self.profile.record.drain_timeout_s
 
     def collect_steps(self) -> None:
         """Hand the engine's steps since the last call to ``on_steps``."""
@@ -297,36 +348,27 @@ class ClockDriver:
 
     def run(self) -> None:
         """Send the stage's requests at their arrival times, step until they finish or the drain bound."""
-        prof = self.profile
-        load = prof.load
+        load = self.profile.load
         start = self.clock.now()
         self.next_frame = start
-        schedule = Schedule(ArrivalProcess(load.arrival, load.burstiness, load.seed), self.stage.rate, start)
-        n, dur = self.stage.num_requests, self.stage.duration_s
-        end = start + dur if dur is not None else math.inf
-        sent = 0
-        next_t = schedule.peek()
-        drain_deadline = math.inf
+        self._arrivals = Schedule(ArrivalProcess(load.arrival, load.burstiness, load.seed), self.stage.rate, start)
+        dur = self.stage.duration_s
+        self._end_t = start + dur if dur is not None else math.inf
+        self._sent = 0
+        self._next_t = self._next_arrival()
+        self._drain_deadline = math.inf
         while True:
-            more = (n is None or sent < n) and next_t < end
-            while more and next_t <= self.clock.now():
-                self._send(sent, sent, next_t, warmup=False)
-                schedule.advance()
-                sent += 1
-                next_t = schedule.peek()
-                more = (n is None or sent < n) and next_t < end
-            if not more and drain_deadline == math.inf:
-                drain_deadline = self.clock.now() + prof.record.drain_timeout_s
+            self._send_due()
             if self.engine.has_unfinished():
-                if self.fast_forward and self._fast_forward(next_t if more else math.inf, drain_deadline):
+                if self.fast_forward and self._fast_forward():
                     pass
                 elif not self._step():
-                    self.clock.wait_until(min(next_t if more else math.inf, self.clock.now() + IDLE_TICK_S))
-            elif more:
-                self.clock.wait_until(next_t)
+                    self.clock.wait_until(min(self._next_t, self.clock.now() + IDLE_TICK_S))
+            elif self._next_t < math.inf:
+                self.clock.wait_until(self._next_t)
             else:
                 break
-            if self.clock.now() > drain_deadline:
+            if self.clock.now() > self._drain_deadline:
                 break
         self.collect_steps()
         t = mono_to_wall(self.clock.now())

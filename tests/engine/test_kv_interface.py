@@ -148,7 +148,7 @@ class SlabKV:
     def run_index(self, rids: Sequence[str], context: Sequence[int], num_runs: int) -> torch.Tensor:
         return torch.tensor([self.where[r] + i * self.block_size for r in rids for i in range(num_runs)])
 
-    def totals(self, holders: Mapping[str, Request]) -> KVTotals:
+    def totals(self, holders: Mapping[str, Request], computed: int | None = None) -> KVTotals:
         return contiguous_totals(block_size=self.block_size, total_slots=self.num_slots, reservations=[
             (s, self.slab, holders[r].num_computed if r in holders else 0) for r, s in self.where.items()])
 

@@ -151,3 +151,45 @@ def test_paged_totals_fast_path_counts_what_the_block_by_block_count_does(seed):
         shared_steps += sum(len(t) for t in kv.tables.values()) != kv.pool.num_used
     if kv.pool.enable_prefix_caching:
         assert 0 < shared_steps < 200  # both paths taken
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_totals_from_the_callers_sum_equal_the_recount(seed):
+    """``totals(holders, computed=...)`` (the fast-forward keeps the holders' computed tokens summed)
+    gives what reading every holder gives, in both layouts, over random admissions, growth and frees;
+    a paged pool with a shared block recounts whatever the caller says."""
+    import random
+
+    from tui.engine.params import SamplingParams
+    from tui.engine.sequence import Request
+
+    rng = random.Random(seed)
+    layouts = [PagedKV(num_blocks=64, block_size=4, enable_prefix_caching=True), ContiguousKV(256, "exact", 64, 4)]
+    for kv in layouts:
+        held: dict[str, Request] = {}
+        shared_steps = 0
+        for i in range(200):
+            if held and rng.random() < 0.3:
+                rid = rng.choice(sorted(held))
+                kv.free(rid)
+                del held[rid]
+            elif held and rng.random() < 0.6:
+                req = held[rng.choice(sorted(held))]
+                if kv.grow(req, req.num_computed + 1):
+                    req.num_computed += 1
+                    kv.cache_computed([req])
+            else:
+                prompt = [rng.randint(0, 1) for _ in range(rng.randint(1, 20))]  # two values: shared prefixes
+                req = Request(f"r{i}", prompt, SamplingParams.exact(8), arrival_time=0.0)
+                hit = kv.match_prefix(req)
+                if kv.admit(req, len(prompt), hit):
+                    req.num_computed = len(prompt)
+                    kv.cache_computed([req])
+                    held[req.request_id] = req
+            recount = kv.totals(held)
+            shared = isinstance(kv, PagedKV) and sum(len(t) for t in kv.tables.values()) != kv.pool.num_used
+            given = kv.totals(held, computed=-1 if shared else sum(r.num_computed for r in held.values()))
+            assert given == recount
+            shared_steps += shared
+        if isinstance(kv, PagedKV):
+            assert 0 < shared_steps < 200  # both paths taken

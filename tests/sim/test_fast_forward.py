@@ -1,6 +1,6 @@
-"""The virtual clock's fast-forward (Engine.fast_forward): decode-only stretches run at once give exactly
-the records, step records, GPU samples, replay frames, tokens and block tables that stepping one at a
-time gives."""
+"""The virtual clock's fast-forward (Engine.fast_forward): stretches of decoding steps, with arrivals
+admitted on the way, run at once give exactly the records, step records, GPU samples, replay frames,
+tokens and block tables that stepping one at a time gives."""
 
 from __future__ import annotations
 
@@ -41,18 +41,28 @@ def _run(prof, mode: str, rate: float, n: int, fast_forward: bool, pad_s: float 
             e.num_preemptions, clock.now(), e.snapshot().to_dict(), outputs)
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(seed=st.integers(0, 10_000), rate=st.sampled_from([2.0, 20.0, 80.0]),
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), rate=st.sampled_from([2.0, 20.0, 80.0, 400.0]),
        kv_mb=st.sampled_from([24.0, 64.0, 4096.0]), mode=st.sampled_from(["continuous+paged", "continuous+contiguous"]),
-       pad_s=st.sampled_from([0.0, 2e-9]))
-def test_fast_forward_gives_what_stepping_one_at_a_time_gives(seed, rate, kv_mb, mode, pad_s):
+       pad_s=st.sampled_from([0.0, 2e-9]), budget=st.sampled_from([512, 160]),
+       preemption=st.sampled_from(["recompute", "swap"]),
+       defenses=st.sampled_from([{}, {"backlog_limit": 3}, {"wait_timeout_s": 0.02},
+                                 {"truncate_when_backlog_over": 1, "truncate_prompt_to": 40}]))
+def test_fast_forward_gives_what_stepping_one_at_a_time_gives(seed, rate, kv_mb, mode, pad_s, budget, preemption,
+                                                              defenses):
+    """Stretches with arrivals admitted on the way (whole prompts), requests of one token (finished in
+    their admission step), budgets that a prompt overruns (chunked prefill: the stretch stops), swap
+    preemption, rejected and timed-out arrivals."""
     prof = profile_from_dict({
         "engine": {"backend": "simulated", "model": "llama-3.1-8b", "hardware": "H100-SXM", "kv_budget_mb": kv_mb,
-                   "max_model_len": 1024, "max_num_seqs": 24, "max_num_batched_tokens": 512, "reservation": "exact"},
-        "workload": {"prompt_len": {"dist": "uniform", "low": 8, "high": 200},
-                     "output_len": {"dist": "mixture", "components": [{"weight": 0.7, "value": 6},
+                   "max_model_len": 1024, "max_num_seqs": 24, "max_num_batched_tokens": budget,
+                   "reservation": "exact", "preemption_mode": preemption, "swap_space_gb": 0.02},
+        "workload": {"prompt_len": {"dist": "uniform", "low": 1, "high": 200},
+                     "output_len": {"dist": "mixture", "components": [{"weight": 0.6, "value": 6},
+                                                                     {"weight": 0.1, "value": 1},
                                                                      {"weight": 0.3, "value": 90}]}, "seed": seed},
         "load": {"seed": seed},
+        "defenses": defenses,
     })
     one_at_a_time = _run(prof, mode, rate, 30, fast_forward=False, pad_s=pad_s)
     assert _run(prof, mode, rate, 30, fast_forward=True, pad_s=pad_s) == one_at_a_time
@@ -89,9 +99,10 @@ def test_fast_forward_stops_where_a_block_runs_out(monkeypatch):
     assert ran  # stretches ran between the preemptions (the waiting queue empties now and then)
 
 
-def test_the_capacity_edge_runs_a_share_of_its_steps_at_once(monkeypatch):
+def test_the_capacity_edge_runs_its_steps_at_once(monkeypatch):
     """sim-h100-llama8b's capacity edge (60 req/s, ~100 running): arrivals and completions come every
-    step or two, so stretches are short, yet they are what the fast-forward runs; records identical."""
+    step or two; arrivals are admitted inside a stretch, so stretches end only for a GPU sample or a
+    replay frame, and nearly every step runs in one; records identical."""
     from tui.profile import find_profile, load_profile
 
     prof = load_profile(find_profile("sim-h100-llama8b"))
@@ -99,4 +110,51 @@ def test_the_capacity_edge_runs_a_share_of_its_steps_at_once(monkeypatch):
     a = _run(prof, "continuous+paged", 60.0, 150, fast_forward=False)
     b = _run(prof, "continuous+paged", 60.0, 150, fast_forward=True)
     assert a == b
-    assert sum(ran) > 0.2 * len(a[1])
+    assert sum(ran) > 0.9 * len(a[1])
+    assert len(ran) < 0.05 * len(a[1])  # a few long stretches, not many short ones
+
+
+def test_fast_forward_leaves_a_compacting_admission_to_step(monkeypatch):
+    """Swap preemption in a fragmented contiguous arena: a waiting head that fits once running requests
+    move (ContinuousScheduler._compact_for) is admitted by a real step, with the same records."""
+    from tui.engine.scheduler import ContinuousScheduler
+
+    compactions: list[str] = []
+    real = ContinuousScheduler._compact_for
+    monkeypatch.setattr(ContinuousScheduler, "_compact_for",
+                        lambda self, head, *a: (compactions.append(head.request_id), real(self, head, *a))[1])
+    prof = profile_from_dict({
+        "engine": {"backend": "simulated", "model": "llama-3.1-8b", "kv_budget_mb": 48.0, "max_model_len": 1024,
+                   "max_num_seqs": 16, "max_num_batched_tokens": 2048, "reservation": "exact",
+                   "preemption_mode": "swap", "swap_space_gb": 1.0},
+        "workload": {"prompt_len": {"dist": "uniform", "low": 8, "high": 120},
+                     "output_len": {"dist": "mixture", "components": [{"weight": 0.5, "value": 4},
+                                                                     {"weight": 0.5, "value": 60}]}, "seed": 0},
+        "load": {"seed": 0},
+    })
+    a = _run(prof, "continuous+contiguous", 100.0, 30, fast_forward=False)
+    assert compactions
+    assert _run(prof, "continuous+contiguous", 100.0, 30, fast_forward=True) == a
+
+
+def test_arrivals_rejected_inside_a_stretch_are_handed_over_in_order(monkeypatch):
+    """A full batch and a short backlog at a high rate: arrivals are rejected between a stretch's steps
+    while requests finish in it; their records come in the order stepping one at a time gives them."""
+    from tui.virtual_record import ClockDriver as Driver
+
+    held = []
+    real = Driver._done
+    monkeypatch.setattr(Driver, "_done", lambda self, r: (held.append(self._held is not None), real(self, r))[1])
+    prof = profile_from_dict({
+        "engine": {"backend": "simulated", "model": "llama-3.1-8b", "kv_budget_mb": 4096.0, "max_model_len": 1024,
+                   "max_num_seqs": 4},
+        "workload": {"prompt_len": {"dist": "uniform", "low": 8, "high": 60},
+                     "output_len": {"dist": "uniform", "low": 1, "high": 12}, "seed": 5},
+        "load": {"seed": 5},
+        "defenses": {"backlog_limit": 2},
+    })
+    a = _run(prof, "continuous+paged", 600.0, 60, fast_forward=False)
+    assert sum(r["status"] == "rejected" for r in a[0]) > 5
+    held.clear()
+    assert _run(prof, "continuous+paged", 600.0, 60, fast_forward=True) == a
+    assert any(held)  # some were held back while a stretch ran

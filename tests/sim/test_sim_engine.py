@@ -94,6 +94,18 @@ def test_tokens_are_seeded_letters_and_never_end_early() -> None:
     assert len({tuple(v) for v in a.values()}) == 6  # each request its own text
 
 
+def test_a_run_of_tokens_is_what_the_step_samples_one_at_a_time() -> None:
+    """SimulatedRunner.tokens (the fast-forward's, a list or a numpy pass by length) is sim_token at
+    each position, for short and long runs and request ids with large hashes."""
+    from tui.engine.sim.runner import sim_token, token_base
+
+    runner = Engine(H100_8B, sim_clock=VirtualClock()).sim.runner
+    for rid in ("a", "run-capacity-edge-continuous+paged-1799", "\u00e9" * 40):
+        base = token_base(runner.seed, rid)
+        for first, n in ((0, 1), (3, 20), (0, 47), (5, 48), (1000, 800), (10**6, 300)):
+            assert runner.tokens(rid, first, n) == [sim_token(base, p) for p in range(first, first + n)]
+
+
 def test_real_time_release_honours_the_modelled_times() -> None:
     """Steps on the real clock are released when their modelled time has elapsed: never earlier, and
     (loosely, the machine is shared) not much later. Llama-3.1-70B on one H100 (KV from a byte

@@ -32,7 +32,13 @@ from tui.engine.model import PRESETS, build_dummy_model, pick_device, pick_dtype
 from tui.engine.model_runner import TorchModelRunner
 from tui.engine.params import SamplingParams
 from tui.engine.runner import ModelRunner
-from tui.engine.scheduler import ContinuousScheduler, Scheduler, StaticScheduler
+from tui.engine.scheduler import (
+    ContinuousScheduler,
+    ScheduledChunk,
+    Scheduler,
+    SchedulerOutput,
+    StaticScheduler,
+)
 from tui.engine.sequence import Request, Status
 from tui.engine.sim.backend import SimulatedBackend
 from tui.engine.sim.backend import build as build_simulated
@@ -74,12 +80,15 @@ def _place(entry: tuple[int, Request, int]) -> int:
 
 @dataclass
 class DecodeRun:
-    """Steps :meth:`Engine.fast_forward` ran: each of ``requests`` got one token a step, the step ending
-    at ``ends[j]`` (the engine clock), until it finished (``finished``: step index and request, in the
-    order step() would report them; every one of them ran out of ``max_tokens``); the step records are
-    in the history as ``step()``'s are."""
+    """Steps :meth:`Engine.fast_forward` ran, the step ``j`` ending at ``ends[j]`` (the engine clock).
 
-    requests: list[Request]
+    ``started``: every request that got tokens, in scheduling order, with the step of its first one
+    (0 for those decoding when the run began, the admission step for those admitted on the way): from
+    then on it got one token a step until it finished (``finished``: step index and request, in the
+    order step() would report them; every one of them ran out of ``max_tokens``) or the run ended.
+    The step records are in the history as ``step()``'s are."""
+
+    started: list[tuple[Request, int]]
     ends: list[float]
     finished: list[tuple[int, Request]]
 
@@ -387,12 +396,13 @@ class Engine:
 
     def _step_timing(self, t0: float, modelled: float, prefill_tokens: int, decode_tokens: int, batch_size: int,
                      preempted: int, swaps: int, swapped_bytes: int, swap_s: float,
-                     did_work: bool) -> tuple[StepTiming, KVTotals]:
+                     did_work: bool, totals: KVTotals | None = None) -> tuple[StepTiming, KVTotals]:
         """The record of a step that began at ``t0`` (on ``timer``) and ends now, kept when it did work;
-        and the KV totals it read."""
+        and the KV totals it read (``totals``: the caller's, taken now)."""
         end = self.timer()
         duration = end - t0 + modelled
-        totals = self.totals()
+        if totals is None:
+            totals = self.totals()
         timing = StepTiming(
             step=self.step_index,
             prefill_tokens=prefill_tokens,
@@ -416,91 +426,150 @@ class Engine:
             self._busy.append((end, duration))
         return timing, totals
 
-    def fast_forward(self, max_steps: int, stop: Callable[[float], bool]) -> DecodeRun | None:
-        """Up to ``max_steps`` steps at once where nothing but decoding can happen, exactly as ``step()``
+    def fast_forward(self, max_steps: int, between: Callable[[float], bool]) -> DecodeRun | None:
+        """Up to ``max_steps`` steps at once where every running request decodes, exactly as ``step()``
         one at a time would run them (the same block ids, clock, step records, events and tokens); None
         (nothing done) when the engine is not in such a stretch.
 
         Only a simulated engine on a virtual clock (the recorder's): its step time is a function of the
-        step's sums, so a stretch costs O(running) once and O(1) a step (plus the blocks the requests
-        cross into and the requests that finish), not a scheduler pass, a runner pass and an output per
-        request per step. A stretch is: continuous batching, nobody waiting, swapped or pending (so a
-        request that finishes frees its blocks and nobody is admitted), every running request one token
-        behind (decoding), the step budget covering them all, no prefix cache, and a free block for every
-        block boundary crossed. ``stop(now)`` is asked after each step (with the engine clock's time)
-        and ends the stretch there: the caller's next arrival, a deadline.
+        step's sums, so a stretch costs O(running) once and O(1) a step plus the requests admitted, the
+        blocks crossed into and the requests that finish, not a scheduler pass, a runner pass and an
+        output per request per step. A stretch is: continuous batching, nobody swapped or pending, no
+        prefix cache, every running request one token behind (decoding), the step budget covering
+        them, a free block for every block boundary crossed. Waiting requests are admitted as
+        :meth:`ContinuousScheduler.admit_waiting` admits them (it is called), when each one admitted
+        gets its whole prompt in the step (so it decodes from the next one), nobody would time out
+        waiting, and preemption is by recompute (in swap mode an admission may move running requests).
+        ``between(now)`` is called after each step with the engine clock's time: the caller's work
+        between steps (it may add requests); True ends the stretch there.
         No :class:`RequestOutput` is made: :class:`DecodeRun` says who got how many tokens and who finished.
         """
-        sim, sched = self.sim, self.scheduler
+        sim, sched, cfg = self.sim, self.scheduler, self.config
         if (sim is None or self.runner is not sim.runner or not sim.runner.clock.virtual or self._pending
-                or self.waiting or sched.swapped or self.draining_to is not None
-                or self.mode.batching != "continuous" or self.defenses.prefix_caching
+                or sched.swapped or self.draining_to is not None
+                or not isinstance(sched, ContinuousScheduler) or self.defenses.prefix_caching
                 or not self.tokenizer.eos_token_ids.isdisjoint(SIM_TOKEN_IDS)):
             return None
-        running = list(sched.running)
-        if not running or len(running) > self.config.max_num_batched_tokens:
-            return None
-        kv, bs = self.kv, self.kv.block_size
+        running = sched.running  # the scheduler's own list: admissions join it, finished requests leave it
+        for r in running:
+            out = len(r.output)
+            if not out or r.num_computed != len(r.prompt) + out - 1:
+                return None  # not (only) decoding
+        kv, bs, runner = self.kv, self.kv.block_size, sim.runner
         # step -> (place in the batch, request, its last step) of the requests that need a new block
         # then; each is put under its next crossing when it crosses (so a stretch cut short early costs
         # no more than it ran)
         crossings: dict[int, list[tuple[int, Request, int]]] = {}
-        finishing: dict[int, list[Request]] = {}  # step -> requests whose last token it samples, in order
-        for i, r in enumerate(running):
-            out = len(r.output)
-            if not out or r.num_computed != len(r.prompt) + out - 1:
-                return None  # not (only) decoding
-            last = min(r.params.max_tokens - out - 1, max_steps - 1)  # the step sampling its last token
-            finishing.setdefault(last, []).append(r)
-            first = kv.num_blocks(r) * bs - r.num_computed
-            if first <= last:
-                crossings.setdefault(first, []).append((i, r, last))
+        finishing: dict[int, list[tuple[Request, int]]] = {}  # step -> (request, its first step), in order
+        started: list[tuple[Request, int]] = []
+        places = itertools.count()  # scheduling order: running is in admission order
+
+        def join(r: Request, first: int, decodes_from: int) -> None:
+            """``r`` samples its next output token in step ``first`` and decodes from step ``decodes_from`` on."""
+            last = first + r.params.max_tokens - len(r.output) - 1  # the step sampling its last token
+            started.append((r, first))
+            if last < max_steps:
+                finishing.setdefault(last, []).append((r, first))
+            # its decode in step i >= decodes_from needs room for num_computed + (i - decodes_from) + 1 tokens
+            cross = decodes_from + kv.num_blocks(r) * bs - r.num_computed
+            if cross <= last:
+                crossings.setdefault(cross, []).append((next(places), r, last))
+
+        for r in running:
+            join(r, 0, 0)
         ends: list[float] = []
         finished: list[tuple[int, Request]] = []
-        live = running
         free_blocks = self.totals().free_blocks
-        ctx = sum(r.num_computed for r in live) + len(live)  # the context the next step reads
-        longest = max(r.num_computed for r in live) + 1
-        for j in range(max_steps):
-            rows = len(live)
-            if not rows:
-                break
-            t0 = self.timer()
-            grow = crossings.get(j, [])
-            if len(grow) > free_blocks:
-                break  # a request would find no block: the real step preempts
-            grow.sort(key=_place)
-            for i, r, last in grow:  # one block each (one token a step), in scheduling order
-                if not kv.grow(r, r.num_computed + 1):
-                    raise RuntimeError(f"fast-forward: no block for {r.request_id} with {free_blocks} free")
-                if j + bs <= last:
-                    crossings.setdefault(j + bs, []).append((i, r, last))
-            for r in live:
-                r.num_computed += 1
-            sim.runner.decode_step(rows, ctx, longest)
-            ctx += rows
-            longest += 1
-            ends.append(self.clock())
-            done = [r for r in finishing.get(j, ()) if r.params.max_tokens - len(r.output) - 1 - j == 0]
-            if done:
-                for r in done:  # as step() finishes them: its tokens, then the end (KV freed)
-                    r.output.extend(sim.runner.tokens(r.request_id, len(r.output), j + 1))
-                    self._finish(r, "length")
-                    finished.append((j, r))
-                    ctx -= r.num_computed + 1
-                live = sched.running
-                if live:
-                    longest = max(r.num_computed for r in live) + 1
-            self.step_index += 1
-            free_blocks = self._step_timing(t0, 0.0, 0, rows, rows, 0, 0, 0, 0.0, True)[1].free_blocks
-            if stop(ends[-1]):
-                break
+        ctx = sum(r.num_computed for r in running) + len(running)  # the context the next step's decodes read
+        longest = max((r.num_computed for r in running), default=-1) + 1
+        holders = sched.holders()  # the KV holders (= running), kept as they are admitted and finish
+        try:
+            for j in range(max_steps):
+                rows = len(running)  # every running request decodes in this step
+                if rows > cfg.max_num_batched_tokens or (self.waiting and not self._admits_whole(rows)):
+                    break  # step() would leave a request out, or admit one part of a prompt, or move one
+                grow = crossings.pop(j, [])
+                if len(grow) > free_blocks:
+                    break  # a request would find no block: the real step preempts
+                t0 = self.timer()
+                grow.sort(key=_place)
+                for place, r, last in grow:  # one block each (one token a step), in scheduling order
+                    if not kv.grow(r, r.num_computed + 1):
+                        raise RuntimeError(f"fast-forward: no block for {r.request_id} with {free_blocks} free")
+                    if j + bs <= last:
+                        crossings.setdefault(j + bs, []).append((place, r, last))
+                for r in running:
+                    r.num_computed += 1
+                admitted: list[ScheduledChunk] = []
+                if self.waiting and sched.admitting:  # after the decodes, as schedule() admits
+                    admission = SchedulerOutput()
+                    sched.admit_waiting(admission, cfg.max_num_batched_tokens - rows)
+                    admitted = admission.chunks
+                if not rows and not admitted:
+                    break  # nothing runs: step() would do nothing (the caller waits for time to pass)
+                prompts = [c.num_new for c in admitted]
+                runner.decode_step(rows, ctx, longest, prompts)
+                now = self.clock()
+                ends.append(now)
+                ctx += rows
+                longest += 1
+                for c in admitted:  # step()'s events for a whole prompt computed: the chunk, then the token
+                    r = c.request
+                    r.num_computed += c.num_new
+                    r.record(now, "prefill", tokens=c.num_new, blocks=sched.blocks_held(r))
+                for c in admitted:
+                    r = c.request
+                    if not r.output:
+                        r.record(now, "first_token", tokens=1, blocks=sched.blocks_held(r))
+                    join(r, j, j + 1)
+                    holders[r.request_id] = r
+                    ctx += r.num_computed + 1
+                    longest = max(longest, r.num_computed + 1)
+                done = finishing.pop(j, None)
+                if done:
+                    for r, first in done:  # as step() finishes them: its tokens, then the end (KV freed)
+                        r.output.extend(runner.tokens(r.request_id, len(r.output), j + 1 - first))
+                        self._finish(r, "length")
+                        finished.append((j, r))
+                        del holders[r.request_id]
+                        ctx -= r.num_computed + 1
+                        if r.num_computed + 1 == longest:  # the longest context left: the next one
+                            longest = max((r.num_computed for r in running), default=-1) + 1
+                self.step_index += 1
+                # every running request holds KV (nobody is swapped) and ctx counts each one's tokens + 1
+                totals = kv.totals(holders, ctx - len(running))
+                self._step_timing(t0, 0.0, sum(prompts), rows, rows + len(admitted), 0, 0, 0, 0.0, True, totals)
+                free_blocks = totals.free_blocks
+                if between(now):
+                    break
+        finally:  # the tokens of the steps run, for every request still running
+            k = len(ends)
+            for r, first in started:
+                if r.status is Status.RUNNING and k > first:
+                    r.output.extend(runner.tokens(r.request_id, len(r.output), k - first))
         if not ends:
             return None
-        k = len(ends)
-        for r in live:
-            r.output.extend(sim.runner.tokens(r.request_id, len(r.output), k))
-        return DecodeRun(running, ends, finished)
+        return DecodeRun(started, ends, finished)
+
+    def _admits_whole(self, rows: int) -> bool:
+        """Whether the next step, with ``rows`` running requests decoding, admits waiting requests as the
+        fast-forward can follow: each with its whole prompt, none timed out first, nobody moved."""
+        cfg, timeout = self.config, self.defenses.wait_timeout_s
+        if cfg.preemption_mode != "recompute":
+            return False  # a head that finds no hole may move running requests (ContinuousScheduler._compact_for)
+        now = self.clock()
+        if timeout is not None and any(r.first_admitted_time is None and now - r.arrival_time > timeout
+                                       for r in self.waiting):
+            return False  # step() times it out first
+        budget, seats = cfg.max_num_batched_tokens - rows, cfg.max_num_seqs - rows
+        for r in self.waiting:  # as admit_waiting walks them (it may stop earlier, for want of KV)
+            if seats <= 0 or budget <= 0:
+                break
+            if r.num_tokens > budget:
+                return False  # a chunk of its prompt (chunked prefill), or it waits: not a whole prompt
+            budget -= r.num_tokens
+            seats -= 1
+        return True
 
     def _mark_finished(self, req: Request, reason: str) -> None:
         req.status = Status.FINISHED

@@ -363,8 +363,13 @@ class KVManager(Protocol):
 
     # -- views (snapshots) ---------------------------------------------------------------------------
 
-    def totals(self, holders: Mapping[str, Request]) -> KVTotals:
-        """Accounting now; ``holders`` are the requests holding KV, by id (for their computed tokens)."""
+    def totals(self, holders: Mapping[str, Request], computed: int | None = None) -> KVTotals:
+        """Accounting now; ``holders`` are the requests holding KV, by id (for their computed tokens).
+
+        ``computed``: the holders' computed tokens summed, by a caller that keeps that sum (the virtual
+        clock's fast-forward, every step); a layout may take it instead of reading every holder where
+        each holder's tokens sit in slots of its own.
+        """
         ...
 
     def holding(self, req: Request) -> KVHolding:
@@ -457,9 +462,16 @@ class PagedKV:
 
     def grow(self, req: Request, num_tokens: int) -> bool:
         table = self.tables.get(req.request_id)
-        if table is not None and num_tokens <= len(table) * self.block_size:
+        if table is None:
+            return self.allocate(req.request_id, num_tokens)
+        if num_tokens <= len(table) * self.block_size:
             return True  # room in the blocks it holds (every step but one in block_size, for a decode)
-        return self.allocate(req.request_id, num_tokens)
+        new = self.pool.allocate(cdiv(num_tokens, self.block_size) - len(table))  # (allocate's, without hits)
+        if new is None:
+            return False
+        table += new  # in place: a decode crossing into its next block is not a copy of the table
+        self._entries += len(new)
+        return True
 
     def free(self, rid: str) -> None:
         self._free_device(rid)
@@ -530,18 +542,21 @@ class PagedKV:
             rows += [0] * (num_runs - len(t))  # padding points at block 0 and is masked off
         return torch.tensor(rows, dtype=torch.long)
 
-    def totals(self, holders: Mapping[str, Request]) -> KVTotals:
+    def totals(self, holders: Mapping[str, Request], computed: int | None = None) -> KVTotals:
         pool = self.pool
         bs = self.block_size
         if self._entries == pool.num_used:
             # no block is shared (the usual case; this runs after every step): each holder's tokens once,
-            # in one pass, without handing the tables over
-            used = 0
-            for rid, t in self.tables.items():
-                h = holders.get(rid)
-                if h is not None:
-                    n, cap = h.num_computed, len(t) * bs
-                    used += n if n < cap else cap
+            # in one pass, without handing the tables over; or the caller's sum of them
+            if computed is not None:
+                used = computed
+            else:
+                used = 0
+                for rid, t in self.tables.items():
+                    h = holders.get(rid)
+                    if h is not None:
+                        n, cap = h.num_computed, len(t) * bs
+                        used += n if n < cap else cap
             return paged_totals(
                 block_size=bs, total_blocks=pool.num_blocks, used_blocks=pool.num_used,
                 cached_blocks=pool.num_cached_free, tables=(), used_slots=used, **self.host.totals_kwargs(),
@@ -715,7 +730,13 @@ class ContiguousKV:
         # runs past a row's own context (shorter rows of the group) read slot 0 and are masked off
         return torch.where(held, starts[:, None] + offsets, 0).view(-1)
 
-    def totals(self, holders: Mapping[str, Request]) -> KVTotals:
+    def totals(self, holders: Mapping[str, Request], computed: int | None = None) -> KVTotals:
+        if computed is not None:  # a reservation is private: its holder's tokens are in it
+            return contiguous_totals(
+                block_size=self.block_size, total_slots=self.num_slots,
+                reservations=[(r.start, r.length, 0) for r in self.reservations.values()],
+                used_slots=computed, **self.host.totals_kwargs(),
+            )
         return contiguous_totals(
             block_size=self.block_size, total_slots=self.num_slots,
             reservations=[(r.start, r.length, holders[rid].num_computed if rid in holders else 0)

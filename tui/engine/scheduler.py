@@ -254,6 +254,13 @@ class ContinuousScheduler(Scheduler):
                 budget -= num_new
         if self.swapped or not self.admitting:
             return out
+        self.admit_waiting(out, budget)
+        return out
+
+    def admit_waiting(self, out: SchedulerOutput, budget: int) -> None:
+        """Admit waiting requests in arrival order while seats, ``budget`` (the step's tokens left) and
+        the KV cache allow; their first chunks go into ``out``. The last part of :meth:`schedule`, on its
+        own for the virtual clock's fast-forward (:meth:`tui.engine.engine.Engine.fast_forward`)."""
         while self.waiting and len(self.running) < self.cfg.max_num_seqs and budget > 0:
             req = self.waiting[0]
             granted = self._admit_kv(req, budget)
@@ -265,7 +272,6 @@ class ContinuousScheduler(Scheduler):
             out.admitted.append(req)
             out.chunks.append(ScheduledChunk(req, granted))
             budget -= granted
-        return out
 
     def _compact_for(self, head: Request, budget: int, out: SchedulerOutput) -> tuple[int | None, int]:
         """Swap running requests out, newest first, until ``head`` is placed; copy them back in first-fit.

@@ -305,8 +305,10 @@ def paged_totals(
 
 
 def contiguous_totals(*, block_size: int, total_slots: int, reservations: Sequence[tuple[int, int, int]],
-                      host_total_blocks: int = 0, host_used_blocks: int = 0) -> KVTotals:
+                      used_slots: int | None = None, host_total_blocks: int = 0,
+                      host_used_blocks: int = 0) -> KVTotals:
     """Totals of a contiguous arena; ``reservations`` as ``(start, length, slots holding a token)``;
+    ``used_slots``: the sum of the third terms, already counted by the caller (then they are not read);
     ``host_*``: the host pool swapped-out KV waits in.
 
     The holes are the gaps between reservations (and after the last); the largest one bounds the next
@@ -320,7 +322,7 @@ def contiguous_totals(*, block_size: int, total_slots: int, reservations: Sequen
         used += filled
     largest = max(largest, total_slots - pos)
     return KVTotals(
-        layout="contiguous", total_slots=total_slots, used_slots=used, reserved_slots=reserved,
+        layout="contiguous", total_slots=total_slots, used_slots=used if used_slots is None else used_slots, reserved_slots=reserved,
         block_size=block_size, largest_hole=largest, free_slots=total_slots - reserved,
         host_total_blocks=host_total_blocks, host_used_blocks=host_used_blocks,
     )

@@ -24,6 +24,8 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from tui.engine.kv import KVManager, SwapPlan
 from tui.engine.runner import StepResult
 from tui.engine.scheduler import ScheduledChunk
@@ -33,6 +35,8 @@ from tui.engine.sim.cost import CostModel
 _LETTERS = 26
 _FIRST = ord("a")
 SIM_TOKEN_IDS = range(_FIRST, _FIRST + _LETTERS)  # every token the simulated model emits
+_MASK = 0xFFFFFFFF
+_NUMPY_FROM = 48  # tokens() for a run this long or longer in numpy (cheaper from ~40 tokens on)
 
 
 def token_base(seed: int, request_id: str) -> int:
@@ -120,14 +124,37 @@ class SimulatedRunner:
 
     def tokens(self, request_id: str, first: int, n: int) -> list[int]:
         """Output tokens ``first .. first + n - 1`` of a request, as :meth:`execute` samples them one a step."""
-        base = token_base(self.seed, request_id)
-        return [_FIRST + ((((base + p * 7_919) & 0xFFFFFFFF) * 2_654_435_761 & 0xFFFFFFFF) >> 11) % _LETTERS
-                for p in range(first, first + n)]  # = sim_token(base, p), inlined (hundreds a step)
+        base = token_base(self.seed, request_id) & _MASK
+        if n < _NUMPY_FROM:
+            return [_FIRST + ((((base + p * 7_919) & _MASK) * 2_654_435_761 & _MASK) >> 11) % _LETTERS
+                    for p in range(first, first + n)]  # = sim_token(base, p), inlined
+        # sim_token over an array: every term stays below 2**64 (a 32-bit value times a 32-bit constant),
+        # so unsigned 64-bit arithmetic gives the exact integers
+        x = (np.arange(first, first + n, dtype=np.uint64) * np.uint64(7_919) + np.uint64(base)) & np.uint64(_MASK)
+        x = (x * np.uint64(2_654_435_761)) & np.uint64(_MASK)
+        return ((x >> np.uint64(11)) % np.uint64(_LETTERS) + np.uint64(_FIRST)).tolist()
 
-    def decode_step(self, rows: int, ctx: int, longest: int) -> None:
-        """One step of ``rows`` decodes and nothing else, costed and waited out exactly as :meth:`execute`
-        would: ``ctx`` = the context they read (sum of ``num_computed + 1``), ``longest`` its largest term."""
-        self.run_step(rows, 0, rows, 0.0 + ctx, ctx, rows, rows * longest - ctx if self.cost.pads else 0)
+    def decode_step(self, rows: int, ctx: int, longest: int, prompts: Sequence[int] = ()) -> None:
+        """One step of ``rows`` decodes and of whole prompts of ``prompts`` tokens (requests admitted this
+        step, nothing of theirs computed before), costed and waited out exactly as :meth:`execute` would
+        cost their chunks: ``ctx`` = the context the decodes read (sum of their ``num_computed + 1``),
+        ``longest`` its largest term. Every row samples (a whole prompt reaches its end)."""
+        tokens = prefills = 0
+        pairs = 0.0
+        ones = 0  # one-token prompts: execute counts them with the decodes for the padding, at context 1
+        for n in prompts:  # execute's sums for a chunk with nothing computed before it (past = 0)
+            tokens += n
+            if n > 1:
+                prefills += 1
+                pairs += n * (n + 1) / 2 - n
+            else:
+                ones += 1
+        pad = 0
+        if self.cost.pads:
+            top = max(longest if rows else 0, 1 if ones else 0)
+            pad = (rows + ones) * top - (ctx + ones)
+        rows_all, ctx_all = rows + len(prompts), ctx + tokens
+        self.run_step(rows_all, prefills, rows + tokens, pairs + ctx_all, ctx_all, rows_all, pad)
 
     def swap(self, plans: Sequence[SwapPlan]) -> float | None:
         """KV copies device <-> host (swap preemption): nothing is copied; the copy time (bytes over the
