@@ -9,7 +9,7 @@ import asyncio
 
 from loadfake_server import FakeConfig
 
-from tui.load.target import OpenAITarget
+from tui.load.target import OpenAITarget, env_proxy
 from tui.load.workload import RequestSpec
 from tui.records.clock import now
 from tui.records.request import RequestRecord
@@ -50,3 +50,12 @@ async def test_a_connection_the_server_closed_while_idle_is_replaced(fake_server
         assert len(srv.connections) == 2  # a new one, not the closed one
     finally:
         await target.aclose()
+
+
+def test_the_environments_proxy_is_looked_up_once_and_honours_no_proxy(monkeypatch):
+    monkeypatch.setenv("HTTP_PROXY", "http://proxy.example:3128")
+    monkeypatch.setenv("NO_PROXY", "localhost,127.0.0.1")
+    assert env_proxy("http://gpu-box.example:8000/v1/completions") == "http://proxy.example:3128"
+    assert env_proxy("http://127.0.0.1:8000/v1/completions") is None
+    monkeypatch.delenv("HTTP_PROXY")
+    assert env_proxy("http://gpu-box.example:8000/v1/completions") is None

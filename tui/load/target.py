@@ -22,6 +22,8 @@ import asyncio
 import contextlib
 import json
 import os
+import urllib.parse
+import urllib.request
 from typing import Any
 
 import aiohttp
@@ -109,6 +111,17 @@ def _carries_output(choice: dict[str, Any], chat: bool) -> bool:
 _FINISH_STATUS = {"rejected_backlog": "rejected", "rejected_too_long": "rejected", "timeout": "timeout"}
 
 
+def env_proxy(url: str) -> str | None:
+    """The proxy the environment names for ``url`` (``HTTPS_PROXY``/``HTTP_PROXY``, honouring
+    ``NO_PROXY``), as httpx and the openai client honour it. Looked up once per target: aiohttp's own
+    ``trust_env`` looks it (and ``~/.netrc``) up on every request, 0.4 ms each on this machine."""
+    parts = urllib.parse.urlsplit(url)
+    proxies = urllib.request.getproxies()
+    if not proxies or urllib.request.proxy_bypass(parts.hostname or ""):
+        return None
+    return proxies.get(parts.scheme)
+
+
 async def _mark_wire(session: aiohttp.ClientSession, ctx: Any, params: aiohttp.TraceRequestHeadersSentParams) -> None:
     # When the request's headers went out on a connection: the client's own queueing (pool, connect)
     # is wire_t − send_t, kept apart so a slow client cannot pass as a slow server.
@@ -147,6 +160,7 @@ class OpenAITarget:
         self._headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
         self.client = httpx.AsyncClient(headers=self._headers, timeout=httpx.Timeout(timeout_s, connect=min(10.0, timeout_s)))
         self._session: aiohttp.ClientSession | None = None  # made on first send: it belongs to a running loop
+        self._proxy = env_proxy(self.url)
 
     def _streams(self) -> aiohttp.ClientSession:
         """The session the streams go through (one per target, made in the running loop)."""
@@ -162,7 +176,6 @@ class OpenAITarget:
                 connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=4.0),
                 timeout=aiohttp.ClientTimeout(total=None, connect=min(10.0, self.timeout_s)),
                 trace_configs=[trace],
-                trust_env=True,  # proxies from the environment, as httpx (and the openai client) honour them
             )
         return self._session
 
@@ -229,7 +242,8 @@ class OpenAITarget:
 
     async def _stream(self, body: dict[str, Any], rec: RequestRecord) -> None:
         chat = self.endpoint == "chat"
-        async with self._streams().post(self.url, data=orjson.dumps(body), trace_request_ctx=rec) as resp:
+        async with self._streams().post(self.url, data=orjson.dumps(body), proxy=self._proxy,
+                                        trace_request_ctx=rec) as resp:
             rec.http_status = resp.status
             ctype = resp.headers.get("Content-Type", "")
             if resp.status != 200:
