@@ -9,10 +9,13 @@ Prints one ``name: value`` line per figure (the README quotes them):
   ``cpu_timed_engine``): on a shared machine, wall time would measure the neighbours. The calibration
   grid runs in bursts of about ``BURST_S`` of CPU time *between the compare run's steps*, all through
   its cells (``Interleaver``; a separate engine, off the compare run's timeline and outside its step
-  timer), so that both are measured over the same stretches of the machine: on the shared 2-vCPU
+  timer), and the six cells take turns in slices of the same length (``Turns``: each on its own
+  engine and timeline, every cell spread over the whole run), so that all of them are measured over
+  the same stretches of the machine: on the shared 2-vCPU
   machine the same 1-row decode costs 1.1, 1.6 or 2.0 ms of CPU time depending on what the other
   vCPU runs, in stretches of 0.1 s to seconds, and calibrating first, then evaluating (or only
-  between the cells, which samples six such stretches) charges that drift to the model. Bursts, not
+  between the cells, which samples six such stretches), or running the cells one after the other
+  (one cell catching a slow stretch whole), charges that drift to the model. Slices, not
   single steps: a step right after the other engine's step finds its caches cold. The calibration
   never sees the compare run's steps, only the same clock;
 - sim_ttft_p50_err_pct_vs_torch, sim_tpot_p50_err_pct_vs_torch: the same stages x modes on the
@@ -46,8 +49,10 @@ import argparse
 import dataclasses
 import statistics
 import tempfile
+import threading
 import time
 import tomllib
+from collections import deque
 from pathlib import Path
 
 import numpy as np
@@ -155,34 +160,114 @@ def cpu_timed_engine(cfg, clock: VirtualClock, after_step=None) -> Engine:
     return engine
 
 
+class Turns:
+    """Threads that take turns on the machine, ``slice_s`` of process CPU time each, one at a time.
+
+    The torch cells of ``run_cells`` run this way, each on its own engine and timeline: each cell's
+    steps are then spread over the whole run and meet the shared machine's fast and slow stretches
+    in the same proportion as every other cell's and as the calibration's, instead of one cell
+    catching a slow stretch of seconds whole. Only the thread holding the turn runs, so process CPU
+    time still times a step alone.
+    """
+
+    def __init__(self, slice_s: float) -> None:
+        self.slice_s = slice_s
+        self._cond = threading.Condition()
+        self._queue: deque[int] = deque()
+        self._current: int | None = None
+        self._t0 = 0.0
+
+    def _next(self) -> None:
+        self._current = self._queue.popleft() if self._queue else None
+        self._cond.notify_all()
+
+    def _wait(self, me: int) -> None:
+        self._cond.wait_for(lambda: self._current == me)
+        self._t0 = time.process_time()
+
+    def begin(self, me: int) -> None:
+        """Wait for ``me``'s first turn."""
+        with self._cond:
+            self._queue.append(me)
+            if self._current is None:
+                self._next()
+            self._wait(me)
+
+    def share(self, me: int) -> None:
+        """Hand the turn on once ``me`` has had its slice (and others wait); wait for the next."""
+        if time.process_time() - self._t0 < self.slice_s:
+            return
+        with self._cond:
+            if self._queue:
+                self._queue.append(me)
+                self._next()
+                self._wait(me)
+            else:
+                self._t0 = time.process_time()
+
+    def end(self, me: int) -> None:
+        with self._cond:
+            assert self._current == me
+            self._next()
+
+
+def _run_cell(prof: Profile, stage, mode, simulated: bool, after_step=None):
+    """One stage x mode through the in-process driver: its request records, worked StepTimings and
+    the shape recorder (warm-up steps first)."""
+    cfg = prof.engine.with_mode(mode)
+    clock = VirtualClock(time.monotonic())
+    engine = Engine(cfg, sim_clock=clock) if simulated else cpu_timed_engine(cfg, clock, after_step)
+    rec = ShapeRecorder(engine.runner)
+    engine.runner = rec
+    records: list = []
+    steps: list = []
+    d = ClockDriver(engine, clock, prof, stage, mode.label, on_record=records.append, on_steps=steps.extend)
+    if prof.load.warmup_requests:
+        d.warmup(prof.load.warmup_requests)
+    d.run()
+    return records, [s for s in steps if s.batch_size], rec  # each worked step ran the runner once, in order
+
+
 def run_cells(prof: Profile, simulated: bool, shapes_out: list | None = None, steps_out: list | None = None,
-              between=None):
+              between=None, slice_s: float = BURST_S):
     """Every stage x mode of ``prof`` through the in-process driver; {(stage, mode): (TTFT P50, TPOT P50)}.
     ``shapes_out`` gets each torch step's (shape, sampled) and ``steps_out`` its (stage, mode, StepTiming,
-    process CPU clock at its end), in the same order; ``between`` (the interleaved calibration) runs after each torch step that worked, and
-    with ``catch_up=True`` after each cell."""
+    process CPU clock at its end), cell by cell. With ``between`` (the interleaved calibration, run after
+    each torch step that worked and in bursts of its own) the torch cells take turns (:class:`Turns`,
+    slices of ``slice_s`` CPU seconds), all running through the whole run; without, one after the other."""
+    cells = [(stage, mode) for stage in prof.run_stages() for mode in prof.record.modes]
+    done: dict[int, tuple] = {}
+    if between is None or simulated:
+        for i, (stage, mode) in enumerate(cells):
+            done[i] = _run_cell(prof, stage, mode, simulated)
+    else:
+        turns, errors = Turns(slice_s), []
+
+        def work(i: int, stage, mode) -> None:
+            turns.begin(i)
+            try:
+                done[i] = _run_cell(prof, stage, mode, False, lambda: (between(), turns.share(i)))
+            except BaseException as e:  # re-raised in the caller's thread
+                errors.append(e)
+            finally:
+                turns.end(i)
+
+        threads = [threading.Thread(target=work, args=(i, *c), daemon=True) for i, c in enumerate(cells)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
+        between(catch_up=True)
     out = {}
-    for stage in prof.run_stages():
-        for mode in prof.record.modes:
-            cfg = prof.engine.with_mode(mode)
-            clock = VirtualClock(time.monotonic())
-            engine = Engine(cfg, sim_clock=clock) if simulated else cpu_timed_engine(cfg, clock, between)
-            rec = ShapeRecorder(engine.runner)
-            engine.runner = rec
-            records: list = []
-            steps: list = []
-            d = ClockDriver(engine, clock, prof, stage, mode.label, on_record=records.append, on_steps=steps.extend)
-            if prof.load.warmup_requests:
-                d.warmup(prof.load.warmup_requests)
-            d.run()
-            if shapes_out is not None and steps_out is not None:
-                worked = [s for s in steps if s.batch_size]  # each ran the runner once, in order
-                skip = len(rec.shapes) - len(worked)  # the warm-up's steps ran first
-                shapes_out.extend(rec.shapes[skip:])
-                steps_out.extend((stage.name, mode.label, s, at) for s, at in zip(worked, rec.ends[skip:], strict=True))
-            out[(stage.name, mode.label)] = (*_p50s(records), sum(r.completion_tokens or 0 for r in records))
-            if between is not None:
-                between(catch_up=True)
+    for i, (stage, mode) in enumerate(cells):
+        records, worked, rec = done[i]
+        if shapes_out is not None and steps_out is not None:
+            skip = len(rec.shapes) - len(worked)  # the warm-up's steps ran first
+            shapes_out.extend(rec.shapes[skip:])
+            steps_out.extend((stage.name, mode.label, s, at) for s, at in zip(worked, rec.ends[skip:], strict=True))
+        out[(stage.name, mode.label)] = (*_p50s(records), sum(r.completion_tokens or 0 for r in records))
     return out
 
 
@@ -307,7 +392,7 @@ def vs_torch(compare: Profile, quick: bool) -> tuple[float, float, float, list[s
     tpot_err = max(abs(sim_p50[k][1] - v[1]) / v[1] * 100 for k, v in torch_p50.items())
 
     p = fit.params
-    notes = [f"# calibration: {fit.num_samples} grid steps ({walker.passes_done} passes, in bursts between the steps), fit "
+    notes = [f"# calibration: {fit.num_samples} grid steps ({walker.passes_done} passes, in bursts through the cells), fit "
              f"MAPE {fit.mape:.1f} % (median {fit.median_ape:.1f} %) on its own grid: overhead "
              f"{p.overhead_s * 1e3:.3f} ms, {p.per_seq_s * 1e6:.1f} us/request, {p.per_prefill_s * 1e6:.0f} us/prefill "
              f"chunk, {p.per_pad_token_s * 1e9:.0f} ns/padded slot",

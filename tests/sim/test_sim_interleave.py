@@ -54,3 +54,30 @@ def test_same_moment_speed_reads_the_machine_off_the_calibration_steps() -> None
         grid.append(StepSample(shape, len(shape), t * (1.3 if 3.0 <= i / 10 < 6.0 else 1.0), i / 10))
     speed = sim.same_moment_speed(grid, cm, np.array([1.5, 4.5, 7.5, 30.0]))
     assert np.allclose(speed, [1.0, 1.3, 1.0, 1.0])  # the last: no calibration step near it
+
+
+def test_torch_cells_take_turns_with_the_calibration_and_keep_their_own_timelines() -> None:
+    from tui.profile import profile_from_dict
+
+    sim = _bench_sim()
+    prof = profile_from_dict({
+        "name": "turns", "description": "two small cells",
+        "engine": {"model": "tiny", "kv_budget_mb": 2, "max_num_seqs": 8, "static_batch_size": 4,
+                   "batch_wait_ms": 20, "max_model_len": 256},
+        "workload": {"prompt_len": {"dist": "uniform", "low": 8, "high": 48}, "output_len": 12, "seed": 3},
+        "load": {"arrival": "poisson"},
+        "stages": [{"name": "s", "rate": 20.0, "num_requests": 8}],
+        "record": {"modes": ["static+contiguous", "continuous+paged"]},
+    })
+    w = GridWalker(prof.engine, passes=1, runs=[GridRun(((16, 6),) * 2)])
+    cal = sim.Interleaver(w, share=0.5, burst_s=0.01)
+    shapes: list = []
+    steps: list = []
+    got = sim.run_cells(prof, simulated=False, shapes_out=shapes, steps_out=steps, between=cal, slice_s=0.001)
+    assert set(got) == {("s", "static+contiguous"), ("s", "continuous+paged")}
+    assert all(tokens == 8 * 12 for *_, tokens in got.values())  # every request ran to its end
+    assert w.samples and len(shapes) == len(steps)
+    ends = {m: [at for _, mode, _, at in steps if mode == m] for m in ("static+contiguous", "continuous+paged")}
+    # the cells ran through each other: each one's steps span the other's
+    assert min(ends["static+contiguous"]) < max(ends["continuous+paged"])
+    assert min(ends["continuous+paged"]) < max(ends["static+contiguous"])
