@@ -1,6 +1,6 @@
 """Load generator accuracy: achieved rate, dispatch lag and the client's own TTFT overhead.
 
-Runs the real ``LoadRunner`` (Poisson arrivals, streaming, one shared httpx client) against a
+Runs the real ``LoadRunner`` (Poisson arrivals, streaming, one shared client connection pool) against a
 minimal streaming server in a separate process that answers every request at once (two tokens,
 usage, [DONE]), so whatever latency is measured is the client's (plus loopback). Prints one
 ``name: value`` line per figure:

@@ -2,11 +2,12 @@
 
 Prints, one ``name: value`` line each:
 
-- ``http_ttft_overhead_ms_p50``: P50 time to first token through the server (send → first SSE chunk
-  with text, client side) minus P50 in-process (add_request → the step that yields the first token),
+- ``http_ttft_overhead_ms_p50``: P50 time to first token through the server, as kvtui's own load client
+  records it (:class:`tui.load.target.OpenAITarget`, the recorder's: request sent → first SSE chunk
+  carrying output) minus P50 in-process (add_request → the step that yields the first token),
   one request at a time, the two interleaved so both see the same machine noise. Target < 2 ms.
 - ``http_vs_inprocess_throughput``: output tokens/s of a burst of concurrent streams through the
-  server ÷ the same burst stepped in-process. Target ≥ 0.9.
+  server (the same client) ÷ the same burst stepped in-process. Target ≥ 0.9.
 - ``http_stream_tokens_per_s``: output tokens/s streamed by ``kvtui serve`` on the simulated backend at
   zero step time (a hardware profile with infinite rates and no overheads: neither side waits for a
   forward pass) to kvtui's own load client (:class:`tui.load.target.OpenAITarget`, the recorder's),
@@ -21,7 +22,7 @@ Prints, one ``name: value`` line each:
 CPU times, not wall times, are the figures to compare on a shared machine: they are what each
 process spent, whoever else ran.
 
-The server is a real ``kvtui serve`` child process (LocalServer) on loopback; the client is httpx.
+The server is a real ``kvtui serve`` child process (LocalServer) on loopback; the client is kvtui's.
 ``--quick`` keeps it under two minutes on two cores.
 """
 
@@ -29,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import statistics
 import sys
@@ -114,34 +114,29 @@ def inproc_burst(engine: Engine, n: int, max_tokens: int, tag: str) -> float:
 # -- through the server ---------------------------------------------------------------------------------
 
 
-async def http_stream(client: httpx.AsyncClient, url: str, i: int, max_tokens: int) -> tuple[float, int]:
-    """(time to first text chunk, completion tokens from usage) of one streamed request.
+def spec(i: int, max_tokens: int) -> RequestSpec:
+    return RequestSpec(index=i, prompt=prompt(i), prompt_len=PROMPT_LEN, max_tokens=max_tokens, shared_prefix=False)
 
-    The client reads raw bytes and parses only the usage event, so that the client's own work (the
-    bench runs it on the same cores) disturbs the measurement as little as possible. The server sends
-    its headers together with the first chunk, so the first body bytes are the first text chunk.
-    """
-    body = {"prompt": prompt(i), "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True, "stream": True,
-            "stream_options": {"include_usage": True}}
+
+async def http_stream(target: OpenAITarget, i: int, max_tokens: int, tag: str) -> RequestRecord:
+    """One streamed request through kvtui's own load client (the recorder's), its record filled."""
+    rec = RequestRecord(request_id=f"{tag}-{i}", index=i, stage=tag, mode="", scheduled_t=now())
+    await target.send(spec(i, max_tokens), rec)
+    if rec.status != "ok":
+        raise RuntimeError(f"a stream failed: {rec.status}: {rec.reason}")
+    return rec
+
+
+def http_ttft(rec: RequestRecord) -> float:
+    """Time to first token as kvtui records it: request sent → first chunk carrying output."""
+    assert rec.first_token_t is not None
+    return rec.first_token_t - rec.send_t
+
+
+async def http_burst(target: OpenAITarget, n: int, max_tokens: int, tag: str) -> float:
     t0 = time.perf_counter()
-    ttft = None
-    tail = b""
-    async with client.stream("POST", url, json=body) as r:
-        r.raise_for_status()
-        async for raw in r.aiter_raw():
-            if ttft is None and b"data: {" in raw:
-                ttft = time.perf_counter() - t0
-            tail = (tail + raw)[-4096:]
-    assert ttft is not None
-    events = [e for e in tail.split(b"\n\n") if e.startswith(b"data: {")]
-    usage = json.loads(events[-1][6:])["usage"]
-    return ttft, usage["completion_tokens"]
-
-
-async def http_burst(client: httpx.AsyncClient, url: str, n: int, max_tokens: int) -> float:
-    t0 = time.perf_counter()
-    results = await asyncio.gather(*(http_stream(client, url, i, max_tokens) for i in range(n)))
-    return sum(tokens for _, tokens in results) / (time.perf_counter() - t0)
+    recs = await asyncio.gather(*(http_stream(target, i, max_tokens, tag) for i in range(n)))
+    return sum(rec.completion_tokens or 0 for rec in recs) / (time.perf_counter() - t0)
 
 
 async def server_ttft(client: httpx.AsyncClient, root: str) -> tuple[float, float]:
@@ -178,12 +173,12 @@ async def stream_rate(base_url: str, api_pid: int, streams: int, max_tokens: int
     """``streams`` concurrent streams sent at once through kvtui's load client, ``rounds`` times; the
     best round's tokens/s, and CPU per token of each process over all rounds."""
     target = OpenAITarget(base_url, "kvtui-tiny", extra_body={"ignore_eos": True})
-    spec = RequestSpec(index=0, prompt=prompt(0), prompt_len=PROMPT_LEN, max_tokens=max_tokens, shared_prefix=False)
+    one = spec(0, max_tokens)
 
     async def burst(tag: str, n: int) -> list[RequestRecord]:
         recs = [RequestRecord(request_id=f"{tag}-{i}", index=i, stage=tag, mode="", scheduled_t=now())
                 for i in range(n)]
-        return await asyncio.gather(*(target.send(spec, rec) for rec in recs))
+        return await asyncio.gather(*(target.send(one, rec) for rec in recs))
 
     try:
         await burst("warm", streams)  # connections opened, both processes warm
@@ -237,25 +232,25 @@ async def run(args: argparse.Namespace) -> None:
         return
     engine = Engine(CONFIG)
     with LocalServer(Profile(engine=CONFIG)) as server:
-        url = server.base_url + "/completions"
-        limits = httpx.Limits(max_connections=args.concurrency + 4, max_keepalive_connections=args.concurrency + 4)
-        async with httpx.AsyncClient(timeout=120, limits=limits, trust_env=False) as client:
+        target = OpenAITarget(server.base_url, "kvtui-tiny", extra_body={"ignore_eos": True})
+        client = target.client
+        try:
             # warm both paths up (allocator, first forward, connections)
             for i in range(3):
                 inproc_ttft(engine, i, 4)
-                await http_stream(client, url, i, 4)
+                await http_stream(target, i, 4, "warm")
             inproc_burst(engine, 8, 8, "warm")
-            await http_burst(client, url, 8, 8)
+            await http_burst(target, 8, 8, "warm")
 
             http_ttfts, local_ttfts = [], []
             before = await server_ttft(client, server.root_url)
             for i in range(args.ttft_requests):
                 local_ttfts.append(inproc_ttft(engine, i, args.ttft_tokens))
-                http_ttfts.append((await http_stream(client, url, i, args.ttft_tokens))[0])
+                http_ttfts.append(http_ttft(await http_stream(target, i, args.ttft_tokens, "ttft")))
             after = await server_ttft(client, server.root_url)
             server_side_ms = (after[0] - before[0]) / max(after[1] - before[1], 1) * 1000
             health_ms = []
-            for _ in range(20):  # the floor: one HTTP round trip that does no engine work
+            for _ in range(20):  # the floor: one HTTP round trip that does no engine work (httpx)
                 t0 = time.perf_counter()
                 await client.get(server.root_url + "/health")
                 health_ms.append((time.perf_counter() - t0) * 1000)
@@ -264,10 +259,12 @@ async def run(args: argparse.Namespace) -> None:
             local_tps, http_tps = [], []
             for r in range(args.rounds):
                 lt = inproc_burst(engine, args.concurrency, args.output_tokens, f"burst{r}")
-                ht = await http_burst(client, url, args.concurrency, args.output_tokens)
+                ht = await http_burst(target, args.concurrency, args.output_tokens, f"burst{r}")
                 local_tps.append(lt)
                 http_tps.append(ht)
                 ratios.append(ht / lt)
+        finally:
+            await target.aclose()
 
     await run_stream(args)
 

@@ -7,11 +7,17 @@ Prints one ``name: value`` line per figure (the README quotes them):
   arrivals) and predict every step from its shape: mean |modelled - measured| / measured, in %.
   The torch engine's steps are timed in process CPU time and its timeline moves by them (see
   ``cpu_timed_engine``): on a shared machine, wall time would measure the neighbours. The calibration
-  grid runs in bursts *between* the compare run's cells (``Interleaver``; a separate engine, off the
-  compare run's timeline), so that both are measured over the same stretch of the machine: on the
-  shared 2-vCPU machine the same step costs up to ~35 % more CPU time while a neighbour runs, for
-  seconds at a time, and calibrating first, then evaluating, would charge that drift to the model.
-  The calibration never sees the compare run's steps, only the same clock;
+  grid runs in bursts of about ``BURST_S`` of CPU time *between the compare run's steps*, all through
+  its cells (``Interleaver``; a separate engine, off the compare run's timeline and outside its step
+  timer), and the six cells take turns in slices of the same length (``Turns``: each on its own
+  engine and timeline, every cell spread over the whole run), so that all of them are measured over
+  the same stretches of the machine: on the shared 2-vCPU
+  machine the same 1-row decode costs 1.1, 1.6 or 2.0 ms of CPU time depending on what the other
+  vCPU runs, in stretches of 0.1 s to seconds, and calibrating first, then evaluating (or only
+  between the cells, which samples six such stretches), or running the cells one after the other
+  (one cell catching a slow stretch whole), charges that drift to the model. Slices, not
+  single steps: a step right after the other engine's step finds its caches cold. The calibration
+  never sees the compare run's steps, only the same clock;
 - sim_ttft_p50_err_pct_vs_torch, sim_tpot_p50_err_pct_vs_torch: the same stages x modes on the
   simulated backend with the calibrated hardware profile (virtual clock), TTFT and TPOT P50 against the
   torch run's, the largest error over the cells, in %;
@@ -43,8 +49,10 @@ import argparse
 import dataclasses
 import statistics
 import tempfile
+import threading
 import time
 import tomllib
+from collections import deque
 from pathlib import Path
 
 import numpy as np
@@ -67,6 +75,10 @@ PUBLISHED = Path(__file__).with_name("published.toml")
 # passes need (--quick: ~25 s against ~35 s), so that they are spread over the whole compare run
 # rather than finished after it; a longer run just walks further passes
 CAL_SHARE = 0.8
+# a calibration burst starts once the calibration is this much CPU time behind its share: long enough
+# that the cold first step of each burst (and the compare step after it) is a small part of it, short
+# enough to follow the machine's moods (0.1 s to seconds)
+BURST_S = 0.15
 
 
 def _by_kind(shapes, rel) -> dict[str, np.ndarray]:
@@ -92,18 +104,24 @@ def _p50s(records) -> tuple[float, float]:
 
 
 class Interleaver:
-    """Calibration between another run's parts (bench: between compare's cells), the calibration's
-    CPU time kept at ``share`` of the run's, so that both are measured over the same stretch of a
-    shared machine. In bursts, not step by step: a step that follows another engine's step finds its
-    caches cold and costs ~30 % more."""
+    """Calibration between another run's steps, the calibration's CPU time kept at ``share`` of the
+    run's, so that both are measured over the same stretches of a shared machine. In bursts of about
+    ``burst_s``, not step by step: a step that follows another engine's step finds its caches cold
+    and costs ~30 % more."""
 
-    def __init__(self, walker: GridWalker, share: float) -> None:
-        self.walker, self.share = walker, share
+    def __init__(self, walker: GridWalker, share: float, burst_s: float = BURST_S) -> None:
+        self.walker, self.share, self.burst_s = walker, share, burst_s
         self.t0 = time.process_time()
         self.cal_s = 0.0
 
-    def __call__(self) -> None:
-        while self.cal_s < self.share * (time.process_time() - self.t0 - self.cal_s):
+    def _behind(self) -> float:
+        return self.share * (time.process_time() - self.t0 - self.cal_s) - self.cal_s
+
+    def __call__(self, catch_up: bool = False) -> None:
+        """A burst, when the calibration is ``burst_s`` behind its share (any amount: ``catch_up``)."""
+        if not catch_up and self._behind() < self.burst_s:
+            return
+        while self._behind() > 0:
             t = time.process_time()
             self.walker.step(more=True)
             self.cal_s += time.process_time() - t
@@ -114,7 +132,7 @@ class Interleaver:
             pass
 
 
-def cpu_timed_engine(cfg, clock: VirtualClock) -> Engine:
+def cpu_timed_engine(cfg, clock: VirtualClock, after_step=None) -> Engine:
     """The torch engine on a virtual timeline that each step moves by the CPU time it took.
 
     The machine this runs on is shared: wall time would charge the engine for every moment another
@@ -123,6 +141,7 @@ def cpu_timed_engine(cfg, clock: VirtualClock) -> Engine:
     did nothing (the driver polling while a static batch waits out its window) does not move it: a real
     engine's window runs on the wall clock whatever it polls in the meantime, and the simulated
     engine's idle steps take no time either (a few µs each here: a consistency, not a correction).
+    ``after_step`` runs after each step that worked, outside its timer and off the timeline.
     """
     engine = Engine(cfg, clock=clock.now)
     engine.timer = time.process_time
@@ -133,39 +152,122 @@ def cpu_timed_engine(cfg, clock: VirtualClock) -> Engine:
         out = step()
         if out.timing is not None and (out.timing.batch_size or out.outputs):
             clock.wait_until(clock.now() + out.timing.duration_s)
+            if after_step is not None:
+                after_step()
         return out
 
     engine.step = timed_step  # type: ignore[method-assign]
     return engine
 
 
+class Turns:
+    """Threads that take turns on the machine, ``slice_s`` of process CPU time each, one at a time.
+
+    The torch cells of ``run_cells`` run this way, each on its own engine and timeline: each cell's
+    steps are then spread over the whole run and meet the shared machine's fast and slow stretches
+    in the same proportion as every other cell's and as the calibration's, instead of one cell
+    catching a slow stretch of seconds whole. Only the thread holding the turn runs, so process CPU
+    time still times a step alone.
+    """
+
+    def __init__(self, slice_s: float) -> None:
+        self.slice_s = slice_s
+        self._cond = threading.Condition()
+        self._queue: deque[int] = deque()
+        self._current: int | None = None
+        self._t0 = 0.0
+
+    def _next(self) -> None:
+        self._current = self._queue.popleft() if self._queue else None
+        self._cond.notify_all()
+
+    def _wait(self, me: int) -> None:
+        self._cond.wait_for(lambda: self._current == me)
+        self._t0 = time.process_time()
+
+    def begin(self, me: int) -> None:
+        """Wait for ``me``'s first turn."""
+        with self._cond:
+            self._queue.append(me)
+            if self._current is None:
+                self._next()
+            self._wait(me)
+
+    def share(self, me: int) -> None:
+        """Hand the turn on once ``me`` has had its slice (and others wait); wait for the next."""
+        if time.process_time() - self._t0 < self.slice_s:
+            return
+        with self._cond:
+            if self._queue:
+                self._queue.append(me)
+                self._next()
+                self._wait(me)
+            else:
+                self._t0 = time.process_time()
+
+    def end(self, me: int) -> None:
+        with self._cond:
+            assert self._current == me
+            self._next()
+
+
+def _run_cell(prof: Profile, stage, mode, simulated: bool, after_step=None):
+    """One stage x mode through the in-process driver: its request records, worked StepTimings and
+    the shape recorder (warm-up steps first)."""
+    cfg = prof.engine.with_mode(mode)
+    clock = VirtualClock(time.monotonic())
+    engine = Engine(cfg, sim_clock=clock) if simulated else cpu_timed_engine(cfg, clock, after_step)
+    rec = ShapeRecorder(engine.runner)
+    engine.runner = rec
+    records: list = []
+    steps: list = []
+    d = ClockDriver(engine, clock, prof, stage, mode.label, on_record=records.append, on_steps=steps.extend)
+    if prof.load.warmup_requests:
+        d.warmup(prof.load.warmup_requests)
+    d.run()
+    return records, [s for s in steps if s.batch_size], rec  # each worked step ran the runner once, in order
+
+
 def run_cells(prof: Profile, simulated: bool, shapes_out: list | None = None, steps_out: list | None = None,
-              between=None):
+              between=None, slice_s: float = BURST_S):
     """Every stage x mode of ``prof`` through the in-process driver; {(stage, mode): (TTFT P50, TPOT P50)}.
-    ``shapes_out`` gets each torch step's (shape, sampled) and ``steps_out`` its (stage, mode, StepTiming), in
-    the same order; ``between`` runs after each cell (the interleaved calibration)."""
+    ``shapes_out`` gets each torch step's (shape, sampled) and ``steps_out`` its (stage, mode, StepTiming,
+    process CPU clock at its end), cell by cell. With ``between`` (the interleaved calibration, run after
+    each torch step that worked and in bursts of its own) the torch cells take turns (:class:`Turns`,
+    slices of ``slice_s`` CPU seconds), all running through the whole run; without, one after the other."""
+    cells = [(stage, mode) for stage in prof.run_stages() for mode in prof.record.modes]
+    done: dict[int, tuple] = {}
+    if between is None or simulated:
+        for i, (stage, mode) in enumerate(cells):
+            done[i] = _run_cell(prof, stage, mode, simulated)
+    else:
+        turns, errors = Turns(slice_s), []
+
+        def work(i: int, stage, mode) -> None:
+            turns.begin(i)
+            try:
+                done[i] = _run_cell(prof, stage, mode, False, lambda: (between(), turns.share(i)))
+            except BaseException as e:  # re-raised in the caller's thread
+                errors.append(e)
+            finally:
+                turns.end(i)
+
+        threads = [threading.Thread(target=work, args=(i, *c), daemon=True) for i, c in enumerate(cells)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
+        between(catch_up=True)
     out = {}
-    for stage in prof.run_stages():
-        for mode in prof.record.modes:
-            cfg = prof.engine.with_mode(mode)
-            clock = VirtualClock(time.monotonic())
-            engine = Engine(cfg, sim_clock=clock) if simulated else cpu_timed_engine(cfg, clock)
-            rec = ShapeRecorder(engine.runner)
-            engine.runner = rec
-            records: list = []
-            steps: list = []
-            d = ClockDriver(engine, clock, prof, stage, mode.label, on_record=records.append, on_steps=steps.extend)
-            if prof.load.warmup_requests:
-                d.warmup(prof.load.warmup_requests)
-            d.run()
-            if shapes_out is not None and steps_out is not None:
-                worked = [s for s in steps if s.batch_size]  # each ran the runner once, in order
-                skip = len(rec.shapes) - len(worked)  # the warm-up's steps ran first
-                shapes_out.extend(rec.shapes[skip:])
-                steps_out.extend((stage.name, mode.label, s) for s in worked)
-            out[(stage.name, mode.label)] = (*_p50s(records), sum(r.completion_tokens or 0 for r in records))
-            if between is not None:
-                between()
+    for i, (stage, mode) in enumerate(cells):
+        records, worked, rec = done[i]
+        if shapes_out is not None and steps_out is not None:
+            skip = len(rec.shapes) - len(worked)  # the warm-up's steps ran first
+            shapes_out.extend(rec.shapes[skip:])
+            steps_out.extend((stage.name, mode.label, s, at) for s, at in zip(worked, rec.ends[skip:], strict=True))
+        out[(stage.name, mode.label)] = (*_p50s(records), sum(r.completion_tokens or 0 for r in records))
     return out
 
 
@@ -274,9 +376,10 @@ def vs_torch(compare: Profile, quick: bool) -> tuple[float, float, float, list[s
     hw, fit, model = fit_measurement(walker.measurement(), compare.engine)
     cm = CostModel(model, hw.gpu, hw.params)
     pred = np.array([cm.step(shape, sampled).time_s for shape, sampled in shapes])
-    meas = np.array([s.duration_s for *_, s in steps])
+    meas = np.array([s.duration_s for _, _, s, _ in steps])
     rel = (pred - meas) / meas
     mape = float(np.mean(np.abs(rel)) * 100)
+    machine = same_moment_speed(walker.measurement().samples, cm, np.array([at for *_, at in steps]))
 
     # 2. the same on the simulated backend with the calibrated profile
     with tempfile.TemporaryDirectory() as tmp:
@@ -289,7 +392,7 @@ def vs_torch(compare: Profile, quick: bool) -> tuple[float, float, float, list[s
     tpot_err = max(abs(sim_p50[k][1] - v[1]) / v[1] * 100 for k, v in torch_p50.items())
 
     p = fit.params
-    notes = [f"# calibration: {fit.num_samples} grid steps ({walker.passes_done} passes, between the cells), fit "
+    notes = [f"# calibration: {fit.num_samples} grid steps ({walker.passes_done} passes, in bursts through the cells), fit "
              f"MAPE {fit.mape:.1f} % (median {fit.median_ape:.1f} %) on its own grid: overhead "
              f"{p.overhead_s * 1e3:.3f} ms, {p.per_seq_s * 1e6:.1f} us/request, {p.per_prefill_s * 1e6:.0f} us/prefill "
              f"chunk, {p.per_pad_token_s * 1e9:.0f} ns/padded slot",
@@ -298,14 +401,31 @@ def vs_torch(compare: Profile, quick: bool) -> tuple[float, float, float, list[s
     for kind, rows in _by_kind(shapes, rel).items():
         notes.append(f"#   {kind:<24} {len(rows):6d} steps  MAPE {np.mean(np.abs(rows)) * 100:5.1f} %  "
                      f"median error {np.median(rows) * 100:+6.1f} %")
-    cells = np.array([(st, mo) for st, mo, _ in steps])
+    notes.append("#   per cell, step time modelled/measured; in brackets the same with each step's measured time "
+                 "divided by the calibration steps' measured/modelled of the same moments (the machine's speed then)")
+    cells = np.array([(st, mo) for st, mo, *_ in steps])
     for k, v in torch_p50.items():
         s = sim_p50[k]
         mine = (cells[:, 0] == k[0]) & (cells[:, 1] == k[1])
         notes.append(f"#   {k[0]:>13} {k[1]:<17} TTFT P50 torch {v[0] * 1e3:7.1f} ms sim {s[0] * 1e3:7.1f} ms   "
                      f"TPOT P50 torch {v[1] * 1e3:5.2f} ms sim {s[1] * 1e3:5.2f} ms   step time modelled/measured "
-                     f"{pred[mine].sum() / meas[mine].sum():.2f}   output tokens torch {v[2]} sim {s[2]}")
+                     f"{pred[mine].sum() / meas[mine].sum():.2f} ({pred[mine].sum() / (meas[mine] / machine[mine]).sum():.2f})"
+                     f"   output tokens torch {v[2]} sim {s[2]}")
     return mape, ttft_err, tpot_err, notes
+
+
+def same_moment_speed(grid, cm: CostModel, at: np.ndarray, window_s: float = 1.0) -> np.ndarray:
+    """For steps that ended at process CPU times ``at``: the median measured/modelled time of the
+    calibration steps that ended within ``window_s`` of each (1.0 where fewer than 10 did). On a
+    shared machine this is how fast the machine was at that moment: the same 1-row decode costs 1.1,
+    1.6 or 2.0 ms of CPU time by what the other vCPU runs, in stretches of 0.1 s to seconds, and a
+    cell that ran through a slow stretch is measured slow by its calibration steps too."""
+    ends = np.array([s.at_s for s in grid])
+    ratio = np.array([s.duration_s for s in grid]) / np.array([cm.step(s.shape, s.sampled).time_s for s in grid])
+    order = np.argsort(ends)
+    ends, ratio = ends[order], ratio[order]
+    lo, hi = np.searchsorted(ends, at - window_s), np.searchsorted(ends, at + window_s)
+    return np.array([float(np.median(ratio[a:b])) if b - a >= 10 else 1.0 for a, b in zip(lo, hi, strict=True)])
 
 
 def main() -> None:

@@ -38,7 +38,7 @@ def test_core_source_never_imports_textual() -> None:
 
 
 def test_engine_never_imports_http_or_ui() -> None:
-    banned = {"textual", "httpx", "starlette", "uvicorn", "fastapi"}
+    banned = {"textual", "httpx", "aiohttp", "starlette", "uvicorn", "fastapi"}
     offenders = {
         str(f.relative_to(ROOT.parent)): sorted(m for m in imported_modules(f) if m.split(".")[0] in banned or m.startswith(("tui.serve", "tui.ui", "tui.load")))
         for f in core_files(ENGINE_FREE)
@@ -56,6 +56,21 @@ def test_importing_the_core_loads_no_textual_module() -> None:
         "import importlib, sys\n"
         f"for m in {modules!r}: importlib.import_module(m)\n"
         "print(sorted(n for n in sys.modules if n.split('.')[0] == 'textual'))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_the_api_server_loads_no_torch() -> None:
+    """torch lives in the engine process: the API server's modules, and the tokenizer it unpickles from
+    the engine's first message (byte-level or a checkpoint's), must not pull it in."""
+    code = (
+        "import pickle, sys\n"
+        "import tui.serve.app, tui.serve.local\n"
+        "from tui.engine.tokenizer import ByteTokenizer, HFTokenizer\n"
+        "pickle.loads(pickle.dumps(ByteTokenizer()))\n"
+        "print(sorted(n for n in sys.modules if n.split('.')[0] == 'torch'))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr

@@ -36,6 +36,7 @@ class FakeConfig:
     metrics: bool = True  # False: no /metrics endpoint (404), as many hosted APIs
     # When set, a body with any other key is refused with 400, as OpenAI's own API refuses vLLM's extensions
     known_params: tuple[str, ...] | None = None
+    keep_alive_s: float = 5.0  # how long the server keeps an idle connection open (uvicorn's default)
 
 
 class FakeServer:
@@ -48,6 +49,7 @@ class FakeServer:
         self.generation_tokens = 0
         self.bodies: list[dict] = []
         self.active = 0  # streams being served (the fake's "KV usage" is active / 100)
+        self.connections: set[tuple[str, int]] = set()  # the client ends of the connections requests came on
         self._lock = threading.Lock()
         app = Starlette(
             routes=[
@@ -59,7 +61,7 @@ class FakeServer:
             ]
         )
         config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="critical", lifespan="off",
-                                timeout_graceful_shutdown=1)
+                                timeout_graceful_shutdown=1, timeout_keep_alive=self.cfg.keep_alive_s)
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, daemon=True)
 
@@ -125,6 +127,8 @@ class FakeServer:
             n = self.requests
             self.requests += 1
             self.bodies.append(body)
+            if request.client is not None:
+                self.connections.add((request.client.host, request.client.port))
         if not self._authorized(request):
             return self._unauthorized(request)
         if body.get("model") not in self.cfg.models:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tui.engine.sim.calibrate import fit
-from tui.engine.sim.cost import CostModel
+from tui.engine.sim.cost import CostModel, step_time
 from tui.engine.sim.hardware import PRESETS as GPUS
 from tui.engine.sim.hardware import CostParams, Hardware, dump_hardware, load_hardware
 from tui.engine.sim.models import PRESETS as MODELS
@@ -84,6 +84,21 @@ def test_fit_follows_the_typical_step_when_a_neighbour_slows_a_third_of_them() -
     assert f.params.bandwidth == pytest.approx(true.bandwidth, rel=0.03)
     assert f.params.flops == pytest.approx(true.flops, rel=0.03)
     assert f.median_ape < 3.0  # the undisturbed two thirds are reproduced
+
+
+def test_fit_is_not_pulled_under_the_typical_step_by_two_even_modes() -> None:
+    """Half the steps 25 % slower and half 20 % faster than the model (the same factor either way, a
+    machine in two moods): the fit lands on the model, not under it, as a fit of the relative error
+    would (a slow step's relative error is smaller than a fast one's)."""
+    true = CostParams(5e-4, 1e-6, 5e14, 2.6e12, 3e14, 2.0e12, 2e-5)
+    g = GPUS["H100-SXM"]
+    cm = CostModel(MODELS["llama-3.1-8b"], g, true)
+    works = _steps(cm, 300, seed=7)
+    times = [cm.cost(w).time_s * (1.25 if (i // 10) % 2 else 1 / 1.25) for i, w in enumerate(works)]
+    f = fit(works, times, CostParams.from_gpu(g))
+    modelled = [cm.cost(w).time_s for w in works]
+    ratios = sorted(step_time(w, f.params).time_s / m for w, m in zip(works, modelled, strict=True))
+    assert ratios[len(ratios) // 2] == pytest.approx(1.0, abs=0.03)
 
 
 def test_a_rate_whose_time_comes_out_zero_stays_out_of_the_max() -> None:

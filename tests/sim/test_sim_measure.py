@@ -42,3 +42,28 @@ def test_walker_measures_mixed_steps_in_seeded_pass_orders() -> None:
     per_pass = len(shapes) // 2
     assert sorted(shapes[:per_pass]) == sorted(shapes[per_pass:]) and shapes[:per_pass] != shapes[per_pass:]
     assert w.step(more=True) and not w.done  # a further pass on request (a benchmark interleaving it)
+
+
+def test_grid_has_static_batches_that_finish_early() -> None:
+    for quick in (False, True):
+        static = [r for r in grid(quick=quick) if r.static]
+        assert static and all(len(r.requests) >= 2 for r in static)
+        for r in static:  # one member decodes on; the others finish early and stay as padding rows
+            outs = sorted(o for _, o in r.requests)
+            assert outs[-1] > outs[-2] and len({p for p, _ in r.requests}) == len(r.requests)
+
+
+def test_walker_runs_a_static_batch_with_padding_rows_then_switches_back() -> None:
+    runs = [GridRun(((16, 6), (40, 2), (64, 2)), static=True), GridRun(((24, 3),))]
+    w = GridWalker(EngineConfig(model="tiny", kv_budget_mb=4.0), passes=1, runs=runs)
+    modes = []
+    while w.step():
+        modes.append(w.engine.mode.label)
+    shapes = [(s.shape, s.sampled) for s in w.samples]
+    # the three prompts in one prefill step, then decodes; once two have finished, their rows are still
+    # computed (at their last context) but not sampled
+    assert (((16, 0), (40, 0), (64, 0)), 3) in shapes
+    assert (((1, 19), (1, 41), (1, 65)), 1) in shapes
+    assert {"static+contiguous", "continuous+paged"} <= set(modes)
+    at = [s.at_s for s in w.samples]
+    assert at == sorted(at) and at[0] > 0  # the CPU clock when each step ended

@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tui.engine.model import ModelConfig
-from tui.engine.rope import REQUIRED_KEYS, SUPPORTED_ROPE_TYPES
 from tui.profile import ProfileError
+
+if TYPE_CHECKING:
+    from tui.engine.model import ModelConfig
+
+# The model and rope modules load torch: they are imported where a config is built, so that this
+# module (and the tokenizer, which the API server unpickles) stays free of torch.
 
 
 class CheckpointError(ProfileError):
@@ -93,6 +97,8 @@ def rope_parameters(raw: dict[str, Any], path: Path) -> dict[str, Any]:
         raise CheckpointError(f"{path}: 'rope_parameters' = {params!r}; expected an object")
     if any(isinstance(v, dict) for v in params.values()):
         raise CheckpointError(f"{path}: per-layer-type rope_parameters are not supported")
+    from tui.engine.rope import REQUIRED_KEYS, SUPPORTED_ROPE_TYPES
+
     params = dict(params)
     params.setdefault("rope_type", params.get("type", "default"))
     params.setdefault("rope_theta", raw.get("rope_theta", 10000.0))
@@ -132,6 +138,8 @@ def _sliding_window(raw: dict[str, Any], arch: str, path: Path) -> int | None:
 
 def model_config(model_dir: Path, name: str) -> tuple[ModelConfig, dict[str, Any]]:
     """``model_dir/config.json`` as a :class:`ModelConfig`, and the raw dict."""
+    from tui.engine.model import ModelConfig
+
     path = model_dir / "config.json"
     raw = read_json(path, "the model's config.json")
     arch = architecture(raw, path)

@@ -9,7 +9,12 @@ The grid (:func:`grid`) is a list of runs, each a few requests driven through th
   a continuous batch under real traffic, where a runner that pads its rows to the longest context
   pays for the padding;
 - **mixed steps**: a batch decoding when a new prompt arrives, so one step carries decodes and a
-  prefill chunk together, as most steps of a loaded continuous batcher do.
+  prefill chunk together, as most steps of a loaded continuous batcher do;
+- **static batches** on the contiguous layout (the engine switched to static+contiguous for the run):
+  prompts of spread lengths prefilled together in one step, then one long request decoding while the
+  others, finished, stay in the batch as padding rows (computed, never sampled) at their final
+  contexts, padded with the long one's growing context, which is what most steps of a loaded static
+  batcher are.
 
 Every step of every run is kept (a decode run's first steps are prefills). The grid is walked
 ``passes`` times, each pass in its own seeded order, so that a machine whose speed drifts while it
@@ -38,7 +43,7 @@ from tui.engine.kv import KVManager, SwapPlan
 from tui.engine.params import SamplingParams
 from tui.engine.runner import ModelRunner, StepResult
 from tui.engine.scheduler import ScheduledChunk
-from tui.profile import EngineConfig
+from tui.profile import EngineConfig, EngineMode
 
 
 @dataclass(frozen=True)
@@ -57,19 +62,23 @@ class StepSample:
     shape: tuple[tuple[int, int], ...]  # (new, cached) per scheduled request, padding rows included
     sampled: int  # requests that got a token
     duration_s: float
+    at_s: float = 0.0  # the process's CPU clock when the step's forward ended (lines steps of two runs up)
 
 
 class ShapeRecorder:
-    """Wraps a runner and keeps, per step it runs, the shape and how many requests sampled."""
+    """Wraps a runner and keeps, per step it runs, the shape, how many requests sampled, and the
+    process's CPU clock when it ended (``ends``)."""
 
     def __init__(self, inner: ModelRunner) -> None:
         self.inner = inner
         self.shapes: list[tuple[tuple[tuple[int, int], ...], int]] = []
+        self.ends: list[float] = []
 
     def execute(self, chunks: Sequence[ScheduledChunk], kv: KVManager) -> StepResult:
         shape = tuple((c.num_new, c.request.num_computed) for c in chunks)
         result = self.inner.execute(chunks, kv)
         self.shapes.append((shape, len(result.requests)))
+        self.ends.append(time.process_time())
         return result
 
     def swap(self, plans: Sequence[SwapPlan]) -> float | None:
@@ -79,11 +88,13 @@ class ShapeRecorder:
 @dataclass(frozen=True)
 class GridRun:
     """Requests ``(prompt tokens, output tokens)`` started together; ``late`` ones are added after
-    ``late_after`` steps (a prompt arriving while the first ones decode: mixed steps)."""
+    ``late_after`` steps (a prompt arriving while the first ones decode: mixed steps). ``static``: run
+    as one static batch on the contiguous layout (finished members stay in it as padding rows)."""
 
     requests: tuple[tuple[int, int], ...]
     late: tuple[tuple[int, int], ...] = ()
     late_after: int = 0
+    static: bool = False
 
     @property
     def context(self) -> int:
@@ -94,16 +105,20 @@ PREFILLS = (16, 32, 64, 128, 256, 384, 512, 768, 1024, 1536)
 BATCHES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 CONTEXTS = (32, 256, 768, 1280)
 MIXED = ((1, 64), (1, 256), (4, 128), (4, 512), (16, 64), (16, 384))  # (decoding rows, arriving prompt)
+STATIC = (2, 4, 8)  # static batch sizes (one long member, the rest finishing early), at each context >= 256
 QUICK_PREFILLS = (32, 128, 512, 1024)
 QUICK_BATCHES = (1, 2, 4, 8, 16, 32, 64)
 QUICK_CONTEXTS = (64, 512, 1152)
 QUICK_MIXED = ((1, 128), (4, 512), (16, 256))
+QUICK_STATIC = (4, 8)
 # decode steps per run after its prefill: the first two after a prefill cost 20-35 % more on a CPU
 # (the prefill left the caches cold), so a run decodes long enough for its steps to be mostly the
 # steady ones a long-running batch takes, as most of a real run's decode steps are
 DECODE_STEPS = 24
 PREFILL_CAP = 8192  # most prompt tokens one run prefills (bounds the grid's time)
 SMALL_BATCH_COPIES = 3  # runs per pass of each 1- and 2-row decode batch
+STATIC_SHORT = 4  # output tokens of a static batch's early finishers (then padding rows)
+STATIC_MODE = EngineMode("static", "contiguous")
 
 
 def grid(*, quick: bool = False, decode_steps: int = DECODE_STEPS) -> list[GridRun]:
@@ -111,6 +126,7 @@ def grid(*, quick: bool = False, decode_steps: int = DECODE_STEPS) -> list[GridR
     prefills = QUICK_PREFILLS if quick else PREFILLS
     batches, contexts = (QUICK_BATCHES, QUICK_CONTEXTS) if quick else (BATCHES, CONTEXTS)
     mixed = QUICK_MIXED if quick else MIXED
+    static = QUICK_STATIC if quick else STATIC
     out = decode = decode_steps + 1
     runs = [GridRun(((n, 1),)) for n in prefills]
     for c in contexts:
@@ -124,15 +140,23 @@ def grid(*, quick: bool = False, decode_steps: int = DECODE_STEPS) -> list[GridR
                 runs.append(GridRun(tuple((16 + (c - 16) * i // (b - 1), out) for i in range(b))))
     for b, prompt in mixed:
         runs.append(GridRun(((256, decode + 4),) * b, late=((prompt, 2),), late_after=2))
+    for c in contexts:
+        for b in static:
+            if c >= 256 and b * (c + 16) // 2 <= PREFILL_CAP:
+                # prompts evenly from 16 tokens to c; the longest decodes on, the rest finish early
+                prompts = [16 + (c - 16) * i // (b - 1) for i in range(b)]
+                runs.append(GridRun(tuple((p, out if p == c else STATIC_SHORT) for p in prompts), static=True))
     return runs
 
 
 def measurement_config(cfg: EngineConfig, max_context: int) -> EngineConfig:
-    """``cfg`` made roomy enough for the grid: every batch fits the KV budget and the token budget."""
+    """``cfg`` made roomy enough for the grid: every batch fits the KV budget and the token budget; a
+    static batch takes every request of its run, at once."""
     return dataclasses.replace(
         cfg, backend="torch", batching="continuous", kv="paged", max_num_seqs=max(cfg.max_num_seqs, max(BATCHES) + 1),
         kv_budget_mb=max(cfg.kv_budget_mb, 128.0), max_model_len=max(cfg.max_model_len, max_context + 64),
         max_num_batched_tokens=max(cfg.max_num_batched_tokens, 2048), gpu_memory_utilization=None,
+        static_batch_size=max(BATCHES) + 1, batch_wait_ms=0.0,
     )
 
 
@@ -152,6 +176,7 @@ class GridWalker:
         self.engine = engine = Engine(measurement_config(cfg, max(r.context for r in self.runs)))
         if engine.device.type == "cpu":
             engine.timer = time.process_time
+        self._mode = engine.mode
         self._rec = ShapeRecorder(engine.runner)
         engine.runner = self._rec
         self.samples: list[StepSample] = []
@@ -189,6 +214,8 @@ class GridWalker:
                 random.Random(self.passes_done).shuffle(self._queue)
             self._run = self._queue.pop()
             self._steps = 0
+            # the engine is idle between runs, so the switch (a new KV layout and scheduler) is immediate
+            self.engine.switch_mode(STATIC_MODE if self._run.static else self._mode)
             self._add(self._run.requests)
         r = self._run
         if r.late and self._steps == r.late_after:
@@ -198,7 +225,7 @@ class GridWalker:
         self._steps += 1
         if len(self._rec.shapes) > ran and out.timing is not None:
             shape, sampled = self._rec.shapes[-1]
-            self.samples.append(StepSample(shape, sampled, out.timing.duration_s))
+            self.samples.append(StepSample(shape, sampled, out.timing.duration_s, self._rec.ends[-1]))
         if not self.engine.has_unfinished():
             self._run = None
             if not self._queue:

@@ -58,7 +58,11 @@ class ByteTokenizer:
 
     def decode(self, ids: list[int]) -> str:
         # Special and spare ids carry no text; broken UTF-8 from a random model decodes as U+FFFD.
-        return bytes(i for i in ids if 0 <= i < 256).decode("utf-8", errors="replace")
+        try:
+            raw = bytes(ids)  # the usual case, on the server's per-token path: bytes only
+        except ValueError:
+            raw = bytes(i for i in ids if 0 <= i < 256)
+        return raw.decode("utf-8", errors="replace")
 
 
 class HFTokenizer:

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
@@ -34,8 +34,6 @@ from tui.serve.openai_api import (
     sse,
 )
 from tui.serve.prom import ServerMetrics
-
-T = TypeVar("T")
 
 
 @dataclass
@@ -95,20 +93,35 @@ class Generation:
         self.message = ""  # the engine's words for a refusal
         self.done = False
         self.served = False  # a 200 response was (or is being) sent
-        self.gone = False  # the client disconnected mid-stream
+        self.gone = False  # the client disconnected
         self._closed = False
+        self._watcher: asyncio.Future | None = None
         self._last_token_t: float | None = None
         self._ttft = metrics.ttft.labels(self.model)  # the labelled children, looked up once
         self._itl = metrics.itl.labels(self.model)
         counters.active += 1
 
-    async def next(self) -> tuple[str, bool]:
-        """The text of everything that arrived since the last call (waiting for at least one output),
-        and whether the request is finished (the non-streamed response joins it all anyway)."""
-        outs: list[Output] = []
-        while not outs:
+    def watch(self, receive: Receive) -> None:
+        """Notice the client disconnecting, for the whole response: one task per request (not per
+        wait), which marks the request :attr:`gone` and wakes whatever waits on its outputs."""
+        if self._watcher is None:
+            self._watcher = asyncio.ensure_future(self._watch(receive))
+
+    async def _watch(self, receive: Receive) -> None:
+        await _wait_disconnect(receive)
+        if not self.done:
+            self.gone = True
+            self.sink.wake()
+
+    async def _outputs(self) -> list[Output]:
+        """The outputs that arrived since the last call, waiting for at least one; raises
+        :class:`ClientGone` when the client disconnects first."""
+        while True:
             outs = await self.sink.take()
-        return self.consume(outs)
+            if outs:
+                return outs
+            if self.gone:
+                raise ClientGone()
 
     def consume(self, outs: Sequence[Output]) -> tuple[str, bool]:
         ids: list[int] = []
@@ -152,6 +165,8 @@ class Generation:
         if self._closed:
             return
         self._closed = True
+        if self._watcher is not None:
+            self._watcher.cancel()
         self.counters.active -= 1
         if not self.done:
             self.engine.abort(self.request_id)  # client gone: free its KV at once
@@ -172,18 +187,16 @@ class Generation:
 
     async def respond(self, receive: Receive) -> Any:
         """The whole response: a JSON body, or an SSE stream that starts once the first output is in."""
+        self.watch(receive)
         try:
             if self.params.stream:
-                first: list[Output] = []
-                while not first:
-                    first = await race_disconnect(self.sink.take(), receive)
-                events = self.sse_events(first, first=True)
+                events = self.sse_events(await self._outputs(), first=True)
                 err = self.error()
                 if err is not None:
                     return error_response(err)
                 self.served = True
                 return SSEStream(self, events)
-            parts = await race_disconnect(self._collect(), receive)
+            parts = await self._collect()
             err = self.error()
             if err is not None:
                 return error_response(err)
@@ -199,7 +212,7 @@ class Generation:
         parts = []
         done = False
         while not done:
-            text, done = await self.next()
+            text, done = self.consume(await self._outputs())
             parts.append(text)
         return parts
 
@@ -227,23 +240,6 @@ class Generation:
         return b"".join(parts)
 
 
-async def race_disconnect(aw: Awaitable[T], receive: Receive) -> T:
-    """Await ``aw`` unless the client disconnects first (then raise ClientGone)."""
-    work = asyncio.ensure_future(aw)
-    watch = asyncio.ensure_future(_wait_disconnect(receive))
-    try:
-        await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
-    except asyncio.CancelledError:
-        work.cancel()
-        watch.cancel()
-        raise
-    if work.done():
-        watch.cancel()
-        return work.result()
-    work.cancel()
-    raise ClientGone()
-
-
 async def _wait_disconnect(receive: Receive) -> None:
     while True:
         message = await receive()
@@ -260,8 +256,9 @@ class SSEStream:
 
     Leaner than Starlette's ``StreamingResponse`` on the per-token path: no async generator and no
     task group around each chunk; a stream wakes once per step at most and writes everything pending
-    in one send. A watcher task per stream (not per chunk) notices a client that disconnects while
-    the stream waits for the engine; :meth:`Generation.close` runs however the response ends.
+    in one send. The request's one watcher (:meth:`Generation.watch`) notices a client that
+    disconnects while the stream waits for the engine; :meth:`Generation.close` runs however the
+    response ends.
     """
 
     def __init__(self, gen: Generation, first: bytes) -> None:
@@ -270,7 +267,7 @@ class SSEStream:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         gen = self.gen
-        watch = asyncio.ensure_future(self._watch(receive))
+        gen.watch(receive)
         try:
             await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
             body = self.first
@@ -281,14 +278,7 @@ class SSEStream:
             if not gen.gone:
                 await send({"type": "http.response.body", "body": body, "more_body": False})
         finally:
-            watch.cancel()
             gen.close()
-
-    async def _watch(self, receive: Receive) -> None:
-        await _wait_disconnect(receive)
-        if not self.gen.done:
-            self.gen.gone = True
-            self.gen.sink.wake()
 
 
 def error_response(err: ApiError) -> JSONResponse:

@@ -8,15 +8,18 @@ A step's modelled time (:mod:`tui.engine.sim.cost`) is
 which is linear in ``(overhead, per_seq, 1/F, 1/B, 1/A, 1/Bkv, per_prefill, per_pad)`` once each ``max`` has
 picked a side. The fit alternates: pick each sample's sides with the current coefficients, solve the
 linear problem, repeat until the sides stop changing. Each solve is ``scipy.optimize.lsq_linear``
-(bounded least squares: every coefficient non-negative) for a start, then
-``scipy.optimize.least_squares`` with the ``soft_l1`` loss from there, both on *relative* residuals
-(each row divided by its measured time, so a 50 µs step counts as much as a 50 ms one). The robust
-loss is quadratic for residuals under ``ROBUST_SCALE`` and about linear beyond, so the fit follows the
-bulk of the samples rather than the mean: a shared machine's step times have a long tail (a step that
-lost its core's cache or its hyperthread sibling to a neighbour) and sometimes two modes (the
-neighbour busy or idle), and what the simulation should reproduce is the typical step. A rate no
-sample depends on (e.g. the compute rate when every step was bandwidth bound) keeps its prior value;
-one the samples depend on but whose time comes out zero is infinite.
+(bounded least squares of the *relative* residuals, each row divided by its measured time so that a
+50 µs step counts as much as a 50 ms one; every coefficient non-negative) for a start, then
+``scipy.optimize.least_squares`` with the ``soft_l1`` loss from there on ``log(modelled / measured)``.
+The robust loss is quadratic for residuals under ``ROBUST_SCALE`` and about linear beyond, so the fit
+follows the bulk of the samples rather than the mean: a shared machine's step times have a long tail
+(a step that lost its core's cache or its hyperthread sibling to a neighbour) and sometimes two modes
+(the neighbour busy or idle), and what the simulation should reproduce is the typical step. The log
+ratio counts a step 30 % slower than modelled as much as one 30 % faster; the relative error would
+count the slow one less (−23 % against +30 %), and with two modes a robust fit of it settles a few %
+under the typical step (−4 to −7 % on the contended grids of ``bench/sim.py``, about 0 with the log
+ratio). A rate no sample depends on (e.g. the compute rate when every step was bandwidth bound) keeps
+its prior value; one the samples depend on but whose time comes out zero is infinite.
 
 Samples whose relative error after the first fit is more than five times the median one are then set
 aside and the fit is repeated once; the reported errors cover every sample.
@@ -37,7 +40,7 @@ from tui.engine.sim.hardware import CostParams
 # overhead, per request, 1/FLOP rate, 1/bandwidth, 1/attention FLOP rate, 1/KV bandwidth, per prefill chunk,
 # per padded decode slot
 _NCOEF = 8
-ROBUST_SCALE = 0.05  # relative residual where soft_l1 turns from quadratic to linear
+ROBUST_SCALE = 0.05  # log residual (about a relative one) where soft_l1 turns from quadratic to linear
 
 
 @dataclass(frozen=True)
@@ -74,13 +77,19 @@ def _design(works: Sequence[StepWork], p: CostParams) -> tuple[np.ndarray, np.nd
 
 
 def _solve(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Non-negative robust solution of ``a @ theta ≈ b`` (rows already relative)."""
+    """Non-negative robust solution of ``a @ theta ≈ b`` (rows already relative: ``b = 1 - comm / t``, so
+    ``a @ theta + 1 - b`` is modelled / measured), robust on the log of that ratio."""
     scale = np.linalg.norm(a, axis=0)  # columns differ by 10^15 (FLOPs vs counts): equilibrate
     scale[scale == 0] = 1.0
     a_s = a / scale
     start = lsq_linear(a_s, b, bounds=(0.0, np.inf)).x
-    res = least_squares(lambda th: a_s @ th - b, start, jac=lambda th: a_s, bounds=(0.0, np.inf),
-                        loss="soft_l1", f_scale=ROBUST_SCALE, method="trf")
+    fixed = 1.0 - b
+
+    def ratio(th: np.ndarray) -> np.ndarray:
+        return np.maximum(a_s @ th + fixed, 1e-9)
+
+    res = least_squares(lambda th: np.log(ratio(th)), start, jac=lambda th: a_s / ratio(th)[:, None],
+                        bounds=(0.0, np.inf), loss="soft_l1", f_scale=ROBUST_SCALE, method="trf")
     return np.asarray(res.x) / scale
 
 
