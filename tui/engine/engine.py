@@ -432,9 +432,9 @@ class Engine:
         (nothing done) when the engine is not in such a stretch.
 
         Only a simulated engine on a virtual clock (the recorder's): its step time is a function of the
-        step's sums, so a stretch costs O(running) once and O(1) a step plus the requests admitted, the
-        blocks crossed into and the requests that finish, not a scheduler pass, a runner pass and an
-        output per request per step. A stretch is: continuous batching, nobody swapped or pending, no
+        step's sums, so a stretch costs O(running) once, then a step one increment per running request
+        plus the work of the requests admitted, the blocks crossed into and the requests that finish,
+        not a scheduler pass, a runner pass, an output and a record chunk per request. A stretch is: continuous batching, nobody swapped or pending, no
         prefix cache, every running request one token behind (decoding), the step budget covering
         them, a free block for every block boundary crossed. Waiting requests are admitted as
         :meth:`ContinuousScheduler.admit_waiting` admits them (it is called), when each one admitted
