@@ -11,7 +11,8 @@ Prints, one ``name: value`` line each:
 - ``http_stream_tokens_per_s``: output tokens/s streamed by ``kvtui serve`` on the simulated backend at
   zero step time (a hardware profile with infinite rates and no overheads: neither side waits for a
   forward pass) to kvtui's own load client (:class:`tui.load.target.OpenAITarget`, the recorder's),
-  256 concurrent streams (target ≥ 20,000).
+  256 concurrent streams — the engine held paused until all 256 are in, then timed from its resume
+  to the last token, so every step carries 256 tokens as at a GPU's capacity edge (target ≥ 20,000).
 - ``server_cpu_us_per_token``: CPU time of the API server process per streamed token (the HTTP path:
   engine messages in, SSE out; target < 15); ``engine_cpu_us_per_token``: the engine process's.
 - ``client_cpu_us_per_token``: CPU time of the load client per token (SSE parse and timing; target
@@ -48,6 +49,7 @@ from tui.load.workload import RequestSpec
 from tui.profile import EngineConfig, Profile
 from tui.records.clock import now
 from tui.records.request import RequestRecord
+from tui.serve.control_client import ControlClient
 from tui.serve.local import LocalServer
 
 CONFIG = EngineConfig(model="tiny", device="cpu", threads=1, kv_budget_mb=16.0, max_model_len=1024,
@@ -169,16 +171,36 @@ def engine_pid(api_pid: int) -> int | None:
     return int(children[0]) if children else None
 
 
-async def stream_rate(base_url: str, api_pid: int, streams: int, max_tokens: int, rounds: int) -> dict[str, float]:
-    """``streams`` concurrent streams sent at once through kvtui's load client, ``rounds`` times; the
-    best round's tokens/s, and CPU per token of each process over all rounds."""
+async def stream_rate(base_url: str, root_url: str, api_pid: int, streams: int, max_tokens: int,
+                      rounds: int) -> dict[str, float]:
+    """``streams`` concurrent streams through kvtui's load client, ``rounds`` times; the best round's
+    tokens/s, and CPU per token of each process over all rounds.
+
+    Each round holds the engine paused until all ``streams`` requests are in it, then resumes it and
+    times from there to the last token: at zero step time the engine would otherwise finish the
+    first requests (128 steps) before the last were admitted, so the streams would barely overlap and
+    the figure would be a few streams' rate, not 256 concurrent ones — the GPU picture is hundreds of
+    requests per step."""
     target = OpenAITarget(base_url, "kvtui-tiny", extra_body={"ignore_eos": True})
+    control = ControlClient(root_url, timeout_s=10.0)
     one = spec(0, max_tokens)
 
-    async def burst(tag: str, n: int) -> list[RequestRecord]:
+    async def burst(tag: str, n: int) -> tuple[list[RequestRecord], float]:
+        """The records of ``n`` streams started together, and the wall seconds from the engine's
+        resume to the last token."""
         recs = [RequestRecord(request_id=f"{tag}-{i}", index=i, stage=tag, mode="", scheduled_t=now())
                 for i in range(n)]
-        return await asyncio.gather(*(target.send(one, rec) for rec in recs))
+        await control.pause()
+        sends = asyncio.gather(*(target.send(one, rec) for rec in recs))
+        while (await control.state()).engine.num_waiting < n:
+            await asyncio.sleep(0.005)
+        t0 = now()
+        await control.resume()
+        await sends
+        bad = [rec for rec in recs if rec.status != "ok"]
+        if bad:
+            raise RuntimeError(f"{len(bad)} stream(s) failed, e.g. {bad[0].status}: {bad[0].reason}")
+        return recs, max(rec.last_token_t or t0 for rec in recs) - t0
 
     try:
         await burst("warm", streams)  # connections opened, both processes warm
@@ -187,12 +209,7 @@ async def stream_rate(base_url: str, api_pid: int, streams: int, max_tokens: int
         meter = LoopBusyMeter()
         tokens, events, rates = 0, 0, []
         for r in range(rounds):
-            t0 = time.perf_counter()
-            recs = await burst(f"r{r}", streams)
-            wall = time.perf_counter() - t0
-            bad = [rec for rec in recs if rec.status != "ok"]
-            if bad:
-                raise RuntimeError(f"{len(bad)} stream(s) failed, e.g. {bad[0].status}: {bad[0].reason}")
+            recs, wall = await burst(f"r{r}", streams)
             n = sum(rec.completion_tokens or 0 for rec in recs)
             tokens += n
             events += sum(rec.num_chunks for rec in recs)
@@ -201,6 +218,7 @@ async def stream_rate(base_url: str, api_pid: int, streams: int, max_tokens: int
         api1, eng1, me1 = cpu_s(api_pid), cpu_s(eng) if eng else 0.0, time.process_time()
     finally:
         await target.aclose()
+        await control.aclose()
     return {
         "tokens_per_s": max(rates),
         "server_us": (api1 - api0) / tokens * 1e6,
@@ -216,7 +234,8 @@ async def run_stream(args: argparse.Namespace) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp, \
             LocalServer(Profile(engine=stream_config(zero_step_hardware(Path(tmp) / "zero.toml")))) as server:
         assert server.pid is not None
-        stream = await stream_rate(server.base_url, server.pid, args.streams, args.stream_tokens, args.stream_rounds)
+        stream = await stream_rate(server.base_url, server.root_url, server.pid, args.streams, args.stream_tokens,
+                                     args.stream_rounds)
     print(f"http_stream_tokens_per_s: {stream['tokens_per_s']:.0f}")
     print(f"server_cpu_us_per_token: {stream['server_us']:.1f}")
     print(f"engine_cpu_us_per_token: {stream['engine_us']:.1f}")
