@@ -41,7 +41,7 @@ def _run(prof, mode: str, rate: float, n: int, fast_forward: bool, pad_s: float 
             e.num_preemptions, clock.now(), e.snapshot().to_dict(), outputs)
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), rate=st.sampled_from([2.0, 20.0, 80.0, 400.0]),
        kv_mb=st.sampled_from([24.0, 64.0, 4096.0]), mode=st.sampled_from(["continuous+paged", "continuous+contiguous"]),
        pad_s=st.sampled_from([0.0, 2e-9]), budget=st.sampled_from([512, 160]),
