@@ -158,3 +158,24 @@ def test_arrivals_rejected_inside_a_stretch_are_handed_over_in_order(monkeypatch
     held.clear()
     assert _run(prof, "continuous+paged", 600.0, 60, fast_forward=True) == a
     assert any(held)  # some were held back while a stretch ran
+
+
+def test_one_token_prompts_admitted_in_a_stretch_pay_for_padding_as_a_step_does(monkeypatch):
+    """A calibrated CPU runner pays for padded decode rows; a one-token prompt admitted inside a stretch
+    is such a row (at context 1), as execute() counts it."""
+    from tui.engine.sim.runner import SimulatedRunner
+
+    seen: list[bool] = []
+    real = SimulatedRunner.decode_step
+    monkeypatch.setattr(SimulatedRunner, "decode_step", lambda self, rows, ctx, longest, prompts=():
+                        (seen.append(rows > 0 and 1 in prompts), real(self, rows, ctx, longest, prompts))[1])
+    prof = profile_from_dict({
+        "engine": {"backend": "simulated", "model": "llama-3.1-8b", "kv_budget_mb": 4096.0, "max_model_len": 1024},
+        "workload": {"prompt_len": {"dist": "mixture", "components": [{"weight": 0.5, "value": 1},
+                                                                     {"weight": 0.5, "value": 40}]},
+                     "output_len": {"dist": "uniform", "low": 2, "high": 40}, "seed": 2},
+        "load": {"seed": 2},
+    })
+    a = _run(prof, "continuous+paged", 80.0, 30, fast_forward=False, pad_s=2e-9)
+    assert _run(prof, "continuous+paged", 80.0, 30, fast_forward=True, pad_s=2e-9) == a
+    assert any(seen)
