@@ -21,7 +21,7 @@ import dataclasses
 import itertools
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -488,26 +488,27 @@ class Engine:
                 rows = len(running)  # every running request decodes in this step
                 if rows > cfg.max_num_batched_tokens or (self.waiting and not self._admits_whole(rows)):
                     break  # step() would leave a request out, or admit one part of a prompt, or move one
-                grow = crossings.pop(j, [])
-                if len(grow) > free_blocks:
+                grow = crossings.pop(j, None)
+                if grow is not None and len(grow) > free_blocks:
                     break  # a request would find no block: the real step preempts
                 t0 = self.timer()
-                grow.sort(key=_place)
-                for place, r, last in grow:  # one block each (one token a step), in scheduling order
-                    if not kv.grow(r, r.num_computed + 1):
-                        raise RuntimeError(f"fast-forward: no block for {r.request_id} with {free_blocks} free")
-                    if j + bs <= last:
-                        crossings.setdefault(j + bs, []).append((place, r, last))
+                if grow is not None:
+                    grow.sort(key=_place)
+                    for place, r, last in grow:  # one block each (one token a step), in scheduling order
+                        if not kv.grow(r, r.num_computed + 1):
+                            raise RuntimeError(f"fast-forward: no block for {r.request_id} with {free_blocks} free")
+                        if j + bs <= last:
+                            crossings.setdefault(j + bs, []).append((place, r, last))
                 for r in running:
                     r.num_computed += 1
-                admitted: list[ScheduledChunk] = []
+                admitted: Sequence[ScheduledChunk] = ()
                 if self.waiting and sched.admitting:  # after the decodes, as schedule() admits
                     admission = SchedulerOutput()
                     sched.admit_waiting(admission, cfg.max_num_batched_tokens - rows)
                     admitted = admission.chunks
                 if not rows and not admitted:
                     break  # nothing runs: step() would do nothing (the caller waits for time to pass)
-                prompts = [c.num_new for c in admitted]
+                prompts = [c.num_new for c in admitted] if admitted else ()
                 runner.decode_step(rows, ctx, longest, prompts)
                 now = self.clock()
                 ends.append(now)

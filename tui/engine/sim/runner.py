@@ -139,6 +139,9 @@ class SimulatedRunner:
         step, nothing of theirs computed before), costed and waited out exactly as :meth:`execute` would
         cost their chunks: ``ctx`` = the context the decodes read (sum of their ``num_computed + 1``),
         ``longest`` its largest term. Every row samples (a whole prompt reaches its end)."""
+        if not prompts:  # decodes alone (most steps)
+            self.run_step(rows, 0, rows, 0.0 + ctx, ctx, rows, rows * longest - ctx if self.cost.pads else 0)
+            return
         tokens = prefills = 0
         pairs = 0.0
         ones = 0  # one-token prompts: execute counts them with the decodes for the padding, at context 1
