@@ -98,9 +98,6 @@ class EngineConfig:
     seed: int = 0
     device: Literal["auto", "cpu", "cuda"] = "auto"
     threads: int = 1
-    # the torch engine on a CPU under `kvtui serve`: cores kept for the API server (and the load
-    # client), the rest bound to the engine process (tui/serve/cpus.py); 0 binds nothing
-    reserved_cpus: int = 1
     hardware: str | None = None  # simulated backend: GPU preset or hardware-profile TOML (None: H100-SXM)
     tensor_parallel_size: int = 1  # simulated backend only
 
@@ -372,7 +369,6 @@ RANGES: dict[type, dict[str, Range]] = {
         "max_model_len": _LENGTH,
         "seed": _SEED,
         "threads": Range(1, os.cpu_count() or 1),
-        "reserved_cpus": Range(0, 4096),  # more than the machine has binds nothing (a profile stays portable)
         "tensor_parallel_size": Range(1, 64),
     },
     DefensesConfig: {

@@ -53,7 +53,6 @@ from tui.profile import (
     engine_config_from_dict,
 )
 from tui.serve import routes
-from tui.serve.cpus import available_cpus, bind_process, describe
 from tui.serve.engine_loop import (
     EngineInfo,
     EngineLoop,
@@ -587,12 +586,6 @@ def serve_main(profile: Profile, host: str = "127.0.0.1", port: int = 8000, api_
             raise ProfileError(f"{profile.source}: [engine] cannot be built: {e}") from None
         print(f"kvtui serve: cannot start the engine: {e}", file=sys.stderr)
         return 1
-    if engine.engine_cpus:
-        # the engine computes on its own cores: this process (and the threads it starts) keeps the rest
-        server_cpus = available_cpus() - set(engine.engine_cpus)
-        if server_cpus and bind_process(server_cpus):
-            print(f"kvtui serve: engine process on CPU {describe(set(engine.engine_cpus))}, API server on CPU "
-                  f"{describe(server_cpus)} (engine.reserved_cpus = {profile.engine.reserved_cpus})", flush=True)
     gpu = GpuSampler()
     app = create_app(engine, api_key=api_key, gpu=gpu)
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",

@@ -188,7 +188,6 @@ class EngineLoop:
         self._epoch = 0
         self._alive = False
         self.death: str | None = None  # how the engine process ended, once it died under us
-        self.engine_cpus: tuple[int, ...] | None = None  # the cores the engine process is bound to
 
     # -- lifecycle (sync) --------------------------------------------------------------------------
 
@@ -226,7 +225,6 @@ class EngineLoop:
             self._reap()
             why, message = payload
             raise EngineStartError(message, config_refused=why == "config")
-        self.engine_cpus = payload.pop("cpus", None)
         self.info = self._make_info(payload, config, defenses)
         self._alive = True
 

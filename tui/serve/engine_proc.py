@@ -11,7 +11,7 @@ Messages (pickled over a ``multiprocessing.connection.Connection``):
 
 - parent → here: ``(config, defenses)`` once, then ``("cmd", seq | None, name, args)``; ``seq`` None
   wants no reply. ``add`` carries ``(request_id, prompt_token_ids, SamplingParams)``.
-- here → parent: ``("ready", info)`` (with ``cpus``: the cores this process was bound to, or None) or ``("failed", (kind, message))`` once (kind ``config``
+- here → parent: ``("ready", info)`` or ``("failed", (kind, message))`` once (kind ``config``
   when the engine refused its config); then ``("out", outputs,
   preempted)`` after each step that produced something, with outputs as ``(request_id,
   new_token_ids, finished, finish_reason, prompt_tokens, output_tokens)`` tuples;
@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING, Any
 from tui.engine.params import SamplingParams
 from tui.engine.snapshot import EngineSnapshot, StepTiming
 from tui.profile import DefensesConfig, EngineConfig, EngineMode, PreemptionMode
-from tui.serve.cpus import available_cpus, bind_process, split_cpus
 
 if TYPE_CHECKING:  # imported where it is built: the engine module loads torch
     from tui.engine.engine import Engine
@@ -65,21 +64,6 @@ def error_payload(e: BaseException) -> tuple[str, str, str, str | None]:
     if isinstance(e, ValueError):
         return ("value", type(e).__name__, str(e), None)
     return ("other", type(e).__name__, str(e), None)
-
-
-def bind_engine_cpus(config: EngineConfig) -> tuple[int, ...] | None:
-    """Bind this process to the engine's cores (see :mod:`tui.serve.cpus`) when it computes on the
-    CPU; the cores it got, or None."""
-    if config.backend != "torch":
-        return None
-    from tui.engine.model import pick_device
-
-    if pick_device(config.device).type != "cpu":
-        return None
-    split = split_cpus(available_cpus(), config.reserved_cpus)
-    if split is None or not bind_process(split[0]):
-        return None
-    return tuple(sorted(split[0]))
 
 
 class NotPaused(Exception):
@@ -233,7 +217,6 @@ def main(argv: list[str] | None = None) -> int:
         try:
             from tui.engine.engine import Engine
 
-            cpus = bind_engine_cpus(config)  # before the engine starts any thread
             engine = Engine(config, defenses)
         except ValueError as e:  # the engine refused the config (e.g. a budget that holds no block)
             conn.send(("failed", ("config", str(e))))
@@ -241,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as e:
             conn.send(("failed", ("error", f"{type(e).__name__}: {e}")))
             return 1
-        conn.send(("ready", {**engine_info(engine), "cpus": cpus}))
+        conn.send(("ready", engine_info(engine)))
         EngineCore(conn, engine).run()
     except (EOFError, OSError, BrokenPipeError):
         return 0  # the API server went away
