@@ -7,6 +7,7 @@ import json
 import pytest
 
 from tui.engine.params import SamplingParams
+from tui.engine.tokenizer import Utf8Decoder, WindowDecoder
 from tui.serve.openai_api import (
     ApiError,
     ResponseHead,
@@ -23,6 +24,10 @@ def decode(ids) -> str:
     return bytes(i for i in ids if 0 <= i < 256).decode("utf-8", errors="replace")
 
 
+# Both incremental decoders: the byte tokenizer's own, and vLLM's window over any decode function.
+DECODERS = {"utf8": Utf8Decoder, "window": lambda: WindowDecoder(decode)}
+
+
 def encode(text: str) -> list[int]:
     return list(text.encode())
 
@@ -35,24 +40,27 @@ def feed(asm: TextAssembler, token_ids: list[int], per_call: int = 1) -> list[st
     return out
 
 
+@pytest.mark.parametrize("kind", DECODERS)
 @pytest.mark.parametrize("per_call", [1, 2, 3, 100])
-def test_multibyte_characters_are_never_split(per_call):
+def test_multibyte_characters_are_never_split(per_call, kind):
     text = "héllo → wörld ✓"
-    parts = feed(TextAssembler(decode), encode(text), per_call)
+    parts = feed(TextAssembler(DECODERS[kind]()), encode(text), per_call)
     assert "".join(parts) == text
     assert all("\ufffd" not in p for p in parts)
 
 
-def test_broken_utf8_is_flushed_at_the_end():
-    asm = TextAssembler(decode)
+@pytest.mark.parametrize("kind", DECODERS)
+def test_broken_utf8_is_flushed_at_the_end(kind):
+    asm = TextAssembler(DECODERS[kind]())
     assert asm.add([0xE2, 0x86]) == ""  # two bytes of a three-byte character: held back
     assert asm.add([], final=True) == "\ufffd"  # the model never finished it
     assert asm.tokens == 2
 
 
+@pytest.mark.parametrize("kind", DECODERS)
 @pytest.mark.parametrize("per_call", [1, 4])
-def test_stop_string_spanning_tokens_is_cut_and_never_half_sent(per_call):
-    asm = TextAssembler(decode, stop=["STOP"])
+def test_stop_string_spanning_tokens_is_cut_and_never_half_sent(per_call, kind):
+    asm = TextAssembler(DECODERS[kind](), stop=["STOP"])
     parts = feed(asm, encode("abc STOP def"), per_call)
     assert "".join(parts) == "abc "
     assert asm.stopped
@@ -61,21 +69,42 @@ def test_stop_string_spanning_tokens_is_cut_and_never_half_sent(per_call):
 
 
 def test_earliest_of_several_stop_strings_wins():
-    asm = TextAssembler(decode, stop=["xyz", "b"])
+    asm = TextAssembler(Utf8Decoder(), stop=["xyz", "b"])
     assert "".join(feed(asm, encode("aaxyzb"), 1)) == "aa"
 
 
 def test_partial_stop_prefix_is_released_when_it_does_not_match():
-    asm = TextAssembler(decode, stop=["STOP"])
+    asm = TextAssembler(Utf8Decoder(), stop=["STOP"])
     parts = feed(asm, encode("STAB"), 1)
     assert "".join(parts) == "STAB" and not asm.stopped
 
 
-def test_eos_counts_as_a_token_but_has_no_text():
-    asm = TextAssembler(decode, eos_token_ids={EOS})
+@pytest.mark.parametrize("kind", DECODERS)
+def test_eos_counts_as_a_token_but_has_no_text(kind):
+    asm = TextAssembler(DECODERS[kind](), eos_token_ids={EOS})
     assert asm.add(encode("hi")) == "hi"
     assert asm.add([EOS], final=True, ended_by_eos=True) == ""
     assert asm.tokens == 3
+
+
+@pytest.mark.parametrize("kind", DECODERS)
+@pytest.mark.parametrize("seed", range(5))
+def test_random_bytes_stream_as_one_decode_of_all_of_them(seed, kind):
+    """A random model's bytes (much of it broken UTF-8), streamed a few tokens at a time: the pieces
+    join to exactly the text one decode of every byte gives."""
+    import random
+
+    rng = random.Random(seed)
+    ids = [rng.randrange(260) for _ in range(400)]  # bytes, and the specials that carry no text
+    asm = TextAssembler(DECODERS[kind](), eos_token_ids={EOS})
+    pieces = []
+    i = 0
+    while i < len(ids):
+        n = rng.randint(1, 4)
+        pieces.append(asm.add(ids[i : i + n], final=i + n >= len(ids)))
+        i += n
+    assert "".join(pieces) == decode(ids)
+    assert asm.tokens == len(ids)
 
 
 def _parse(body, chat=False, max_model_len=64):

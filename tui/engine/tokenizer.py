@@ -11,6 +11,8 @@ all of those in ``config.json``, ``generation_config.json`` and the tokenizer's 
 
 from __future__ import annotations
 
+import codecs
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -33,6 +35,67 @@ class Tokenizer(Protocol):
         ...
 
     def decode(self, ids: list[int]) -> str: ...
+
+    def incremental_decoder(self) -> IncrementalDecoder:
+        """A fresh decoder for one request's output, fed its tokens as they come."""
+        ...
+
+
+class IncrementalDecoder(Protocol):
+    """One output's text, token by token: the text of the tokens fed so far, never splitting a
+    character (bytes of one still to come are held back until it is whole, or ``final``)."""
+
+    def decode(self, ids: list[int], final: bool = False) -> str:
+        """The text ``ids`` add after everything fed before (``final``: flush what is held back)."""
+        ...
+
+
+class WindowDecoder:
+    """Any tokenizer's ``decode`` made incremental with vLLM's prefix/read window: each call decodes
+    the window since the last emitted text twice (with and without the new tokens) and emits the
+    difference once it no longer ends in U+FFFD; O(n) over an output."""
+
+    def __init__(self, decode: Callable[[list[int]], str]) -> None:
+        self._decode = decode
+        self._ids: list[int] = []
+        self._prefix = 0  # token offsets of the decode window
+        self._read = 0
+
+    def decode(self, ids: list[int], final: bool = False) -> str:
+        self._ids.extend(ids)
+        text = self._pending(flush=False)
+        return text + self._pending(flush=True) if final else text
+
+    def _pending(self, flush: bool) -> str:
+        if self._read == len(self._ids):
+            return ""
+        prefix_text = self._decode(self._ids[self._prefix : self._read])
+        new_text = self._decode(self._ids[self._prefix :])
+        if not flush and (len(new_text) <= len(prefix_text) or new_text.endswith("\ufffd")):
+            return ""  # wait for the rest of a multi-byte character
+        self._prefix, self._read = self._read, len(self._ids)
+        return new_text[len(prefix_text) :]
+
+
+class Utf8Decoder:
+    """The byte tokenizer's output as text through Python's incremental UTF-8 decoder: one codec call
+    a token on the server's per-token path, and exactly the text one ``decode`` of all the bytes gives."""
+
+    __slots__ = ("_codec",)
+
+    def __init__(self) -> None:
+        self._codec = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def decode(self, ids: list[int], final: bool = False) -> str:
+        return self._codec.decode(_bytes_of(ids), final)
+
+
+def _bytes_of(ids: list[int]) -> bytes:
+    """The bytes among ``ids`` (special and spare ids carry no text)."""
+    try:
+        return bytes(ids)  # the usual case, on the server's per-token path: bytes only
+    except ValueError:
+        return bytes(i for i in ids if 0 <= i < 256)
 
 
 class ByteTokenizer:
@@ -57,12 +120,11 @@ class ByteTokenizer:
         return self.encode(plain_prompt(messages))
 
     def decode(self, ids: list[int]) -> str:
-        # Special and spare ids carry no text; broken UTF-8 from a random model decodes as U+FFFD.
-        try:
-            raw = bytes(ids)  # the usual case, on the server's per-token path: bytes only
-        except ValueError:
-            raw = bytes(i for i in ids if 0 <= i < 256)
-        return raw.decode("utf-8", errors="replace")
+        # Broken UTF-8 from a random model decodes as U+FFFD.
+        return _bytes_of(ids).decode("utf-8", errors="replace")
+
+    def incremental_decoder(self) -> IncrementalDecoder:
+        return Utf8Decoder()
 
 
 class HFTokenizer:
@@ -111,6 +173,10 @@ class HFTokenizer:
 
     def decode(self, ids: list[int]) -> str:
         return self._tok.decode(list(ids), skip_special_tokens=True)
+
+    def incremental_decoder(self) -> IncrementalDecoder:
+        # BPE and SentencePiece pieces join with context (spaces, byte fallback): vLLM's window
+        return WindowDecoder(self.decode)
 
 
 def _token_text(value: Any) -> str | None:

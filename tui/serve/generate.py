@@ -87,7 +87,7 @@ class Generation:
         self.sink = sink
         self.received = received
         self.head = ResponseHead.new(request_id, info.model_name, params.chat)
-        self.text = TextAssembler(info.tokenizer.decode, params.stop, info.tokenizer.eos_token_ids)
+        self.text = TextAssembler(info.tokenizer.incremental_decoder(), params.stop, info.tokenizer.eos_token_ids)
         self.prompt_tokens = len(params.prompt_token_ids)
         self.finish_reason: str | None = None  # the engine's reason (or "stop" for our stop strings)
         self.message = ""  # the engine's words for a refusal

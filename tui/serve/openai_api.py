@@ -18,12 +18,15 @@ import math
 import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from tui.engine.chat import plain_prompt
 from tui.engine.params import SamplingParams
+
+if TYPE_CHECKING:
+    from tui.engine.tokenizer import IncrementalDecoder
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for /v1/completions; used for chat too (documented)
 MAX_STOP_STRINGS = 16
@@ -351,21 +354,18 @@ def parse_json(raw: bytes) -> Any:
 class TextAssembler:
     """Turns a stream of token ids into text deltas, with stop strings.
 
-    Decoding uses a sliding window (vLLM's prefix/read offsets) so a long output costs O(n), and holds
-    back text ending in U+FFFD (bytes of a character still to come) and any tail that could be the
-    start of a stop string, so a stop string is never half-sent.
+    The text comes from the tokenizer's incremental decoder (:meth:`Tokenizer.incremental_decoder`:
+    bytes of a character still to come are held back there). Any tail that could be the start of a
+    stop string is held back here, so a stop string is never half-sent; without stop strings every
+    delta goes out as it is decoded (and no text is kept: the per-token path of a streamed response).
     """
 
-    def __init__(self, decode: Callable[[list[int]], str], stop: Sequence[str] = (),
-                 eos_token_ids: Collection[int] = ()):
-        self._decode = decode
+    def __init__(self, decoder: IncrementalDecoder, stop: Sequence[str] = (), eos_token_ids: Collection[int] = ()):
+        self._decoder = decoder
         self._stop = tuple(stop)
         self._hold = max((len(s) for s in self._stop), default=1) - 1
         self._eos = frozenset(eos_token_ids)
-        self._ids: list[int] = []
-        self._prefix = 0  # token offsets of the decode window
-        self._read = 0
-        self.text = ""  # all text decoded so far (up to a stop string, once one is found)
+        self.text = ""  # with stop strings: the text decoded so far (up to the stop string, once found)
         self._sent = 0  # characters of ``text`` already handed out
         self.tokens = 0  # tokens that count towards usage (up to and including the one that stopped)
         self.stopped = False
@@ -380,38 +380,26 @@ class TextAssembler:
         eos = ended_by_eos and bool(ids) and ids[-1] in self._eos
         if eos:
             ids.pop()
-        if self._stop:  # token by token: usage counts up to the token that completed a stop string
-            for tok in ids:
-                if self.stopped:
-                    break
-                self.tokens += 1
-                self._ids.append(tok)
-                self._decode_pending(flush=False)
-        elif ids:
-            self.tokens += len(ids)
-            self._ids.extend(ids)
-            self._decode_pending(flush=False)
+        decode = self._decoder.decode
+        if not self._stop:  # nothing to hold back: the decoder's text is the delta
+            self.tokens += len(ids) + eos
+            return decode(ids, final) if ids or final else ""
+        for tok in ids:  # token by token: usage counts up to the token that completed a stop string
+            if self.stopped:
+                break
+            self.tokens += 1
+            self._append(decode([tok]))
         if eos and not self.stopped:
             self.tokens += 1
         if final and not self.stopped:
-            self._decode_pending(flush=True)
+            self._append(decode([], True))
         return self._take(final or self.stopped)
 
-    def _decode_pending(self, flush: bool) -> None:
-        if self._read == len(self._ids):
-            return
-        prefix_text = self._decode(self._ids[self._prefix : self._read])
-        new_text = self._decode(self._ids[self._prefix :])
-        if not flush and (len(new_text) <= len(prefix_text) or new_text.endswith("\ufffd")):
-            return  # wait for the rest of a multi-byte character
-        self._prefix, self._read = self._read, len(self._ids)
-        self._append(new_text[len(prefix_text) :])
-
     def _append(self, delta: str) -> None:
+        if not delta:
+            return
         start = max(0, len(self.text) - self._hold)
         self.text += delta
-        if not self._stop:
-            return
         hits = [i for i in (self.text.find(s, start) for s in self._stop) if i >= 0]
         if hits:
             self.text = self.text[: min(hits)]

@@ -12,8 +12,14 @@ to the connection.
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+from bisect import bisect_left
+from collections.abc import Iterator
+from itertools import accumulate
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Info
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.metrics_core import HistogramMetricFamily, Metric
+from prometheus_client.utils import floatToGoString
 
 from tui.engine.snapshot import EngineSnapshot
 
@@ -28,6 +34,54 @@ E2E_BUCKETS = (0.01, 0.05, 0.1, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15
                60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
 
 _LABELS = ("model_name",)
+
+
+class LatencyHistogram:
+    """A Prometheus histogram labelled by model, written and read on the server's one event loop.
+
+    The ITL histogram takes one observation per streamed token. prometheus-client's ``Histogram``
+    takes a lock and walks its buckets for each (a quarter of the API process's per-token work);
+    here an observation is a bisect and two additions, and a collector exposes the same series
+    (``_bucket{le=...}``, ``_count``, ``_sum``) when ``/metrics`` is scraped — on the same loop, so
+    no lock is needed."""
+
+    def __init__(self, name: str, documentation: str, buckets: tuple[float, ...], registry: CollectorRegistry) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.bounds = tuple(sorted(buckets))
+        self._les = [floatToGoString(b) for b in (*self.bounds, float("inf"))]
+        self._children: dict[str, LatencyHistogramChild] = {}
+        registry.register(self)
+
+    def labels(self, model_name: str) -> LatencyHistogramChild:
+        child = self._children.get(model_name)
+        if child is None:
+            child = self._children[model_name] = LatencyHistogramChild(self.bounds)
+        return child
+
+    def describe(self) -> list[Metric]:
+        return [HistogramMetricFamily(self.name, self.documentation, labels=_LABELS)]
+
+    def collect(self) -> Iterator[Metric]:
+        family = HistogramMetricFamily(self.name, self.documentation, labels=_LABELS)
+        for model_name, child in self._children.items():
+            family.add_metric([model_name], list(zip(self._les, accumulate(child.counts), strict=True)), child.sum)
+        yield family
+
+
+class LatencyHistogramChild:
+    """One model's series: ``counts[i]`` observations in ``(bounds[i-1], bounds[i]]`` (the last: above all)."""
+
+    __slots__ = ("bounds", "counts", "sum")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)
+        self.sum = 0.0
+
+    def observe(self, seconds: float) -> None:
+        self.counts[bisect_left(self.bounds, seconds)] += 1
+        self.sum += seconds
 
 
 class ServerMetrics:
@@ -52,13 +106,12 @@ class ServerMetrics:
             registry=r,
         )
         # vLLM's latency histograms, measured at the HTTP layer from request receipt
-        self.ttft = Histogram("vllm:time_to_first_token_seconds", "Time to first token.", _LABELS,
-                              buckets=TTFT_BUCKETS, registry=r)
-        self.itl = Histogram("vllm:inter_token_latency_seconds",
-                             "Gap between consecutive engine outputs of a request, at the API server.",
-                             _LABELS, buckets=ITL_BUCKETS, registry=r)
-        self.e2e = Histogram("vllm:e2e_request_latency_seconds", "Request latency, receipt to last token.",
-                             _LABELS, buckets=E2E_BUCKETS, registry=r)
+        self.ttft = LatencyHistogram("vllm:time_to_first_token_seconds", "Time to first token.", TTFT_BUCKETS, r)
+        self.itl = LatencyHistogram("vllm:inter_token_latency_seconds",
+                                    "Gap between consecutive engine outputs of a request, at the API server.",
+                                    ITL_BUCKETS, r)
+        self.e2e = LatencyHistogram("vllm:e2e_request_latency_seconds", "Request latency, receipt to last token.",
+                                    E2E_BUCKETS, r)
         # kvtui's own
         self.mode = Info("kvtui:mode", "Batching policy and KV layout of the engine.", registry=r)
         self.fragmentation = Gauge("kvtui:kv_fragmentation",

@@ -90,7 +90,7 @@ def test_incremental_text_never_splits_a_character(hf_checkpoints, arch):
     path = hf_checkpoints[arch]
     tok = ours(path)
     ids = tok.encode("Grüße 🚀 東京 naïve 😀ñ")[1:]  # 😀, ñ: not in the training text
-    asm = TextAssembler(tok.decode, eos_token_ids=tok.eos_token_ids)
+    asm = TextAssembler(tok.incremental_decoder(), eos_token_ids=tok.eos_token_ids)
     pieces = [asm.add([i]) for i in ids] + [asm.add([], final=True)]
     assert "".join(pieces) == hf_tokenizer(path).decode(ids, skip_special_tokens=True)
     assert not any("\ufffd" in p for p in pieces)
