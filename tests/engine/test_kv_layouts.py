@@ -112,43 +112,62 @@ def test_both_layouts_get_the_same_slots_from_a_budget():
     assert PagedKV(slots // 16, 16).num_slots == ContiguousKV(slots, "max", 2048).num_slots
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_paged_totals_fast_path_counts_what_the_block_by_block_count_does(seed):
-    """The per-step totals count each holder's tokens in one pass unless a block is shared; whatever
-    the admissions, growth, prefix hits and frees, that equals counting block by block."""
-    import random
-
+def _random_holdings(kv, rng, *, values: int, grow, admitted):
+    """200 random steps on ``kv``: frees, growth (``grow(kv, req)``) and admissions of prompts over
+    ``values`` token values (few: shared prefixes; ``admitted(kv, req, hit)`` after each); yields the
+    holders after every step."""
     from tui.engine.params import SamplingParams
     from tui.engine.sequence import Request
-    from tui.engine.snapshot import paged_totals
 
-    rng = random.Random(seed)
-    kv = PagedKV(num_blocks=64, block_size=4, enable_prefix_caching=seed % 2 == 0)
     held: dict[str, Request] = {}
-    shared_steps = 0
     for i in range(200):
         if held and rng.random() < 0.3:
             rid = rng.choice(sorted(held))
             kv.free(rid)
             del held[rid]
         elif held and rng.random() < 0.6:
-            req = held[rng.choice(sorted(held))]
-            if kv.grow(req, req.num_computed + rng.randint(1, 6)):
-                req.num_computed = min(req.num_computed + rng.randint(0, 6), len(kv.table(req.request_id)) * 4)
-                kv.cache_computed([req])
+            grow(kv, held[rng.choice(sorted(held))])
         else:
-            prompt = [rng.randint(0, 3) for _ in range(rng.randint(1, 20))]  # few values: shared prefixes
-            req = Request(f"r{i}", prompt, SamplingParams.exact(4), arrival_time=0.0)
+            prompt = [rng.randrange(values) for _ in range(rng.randint(1, 20))]
+            req = Request(f"r{i}", prompt, SamplingParams.exact(8), arrival_time=0.0)
             hit = kv.match_prefix(req)
             if kv.admit(req, len(prompt), hit):
-                req.num_computed = hit.num_tokens
+                admitted(kv, req, hit)
                 held[req.request_id] = req
-        fast = kv.totals(held)
+        yield held
+
+
+def _shared(kv) -> bool:
+    """Whether some block of a paged pool is held by two requests."""
+    return isinstance(kv, PagedKV) and sum(len(t) for t in kv.tables.values()) != kv.pool.num_used
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_paged_totals_fast_path_counts_what_the_block_by_block_count_does(seed):
+    """The per-step totals count each holder's tokens in one pass unless a block is shared; whatever
+    the admissions, growth, prefix hits and frees, that equals counting block by block."""
+    import random
+
+    from tui.engine.snapshot import paged_totals
+
+    rng = random.Random(seed)
+    kv = PagedKV(num_blocks=64, block_size=4, enable_prefix_caching=seed % 2 == 0)
+
+    def grow(kv, req):
+        if kv.grow(req, req.num_computed + rng.randint(1, 6)):
+            req.num_computed = min(req.num_computed + rng.randint(0, 6), len(kv.table(req.request_id)) * 4)
+            kv.cache_computed([req])
+
+    def admitted(kv, req, hit):
+        req.num_computed = hit.num_tokens
+
+    shared_steps = 0
+    for held in _random_holdings(kv, rng, values=4, grow=grow, admitted=admitted):
         slow = paged_totals(block_size=4, total_blocks=64, used_blocks=kv.pool.num_used,
                             cached_blocks=kv.pool.num_cached_free,
                             tables=[(t, held[rid].num_computed) for rid, t in kv.tables.items()])
-        assert fast == slow
-        shared_steps += sum(len(t) for t in kv.tables.values()) != kv.pool.num_used
+        assert kv.totals(held) == slow
+        shared_steps += _shared(kv)
     if kv.pool.enable_prefix_caching:
         assert 0 < shared_steps < 200  # both paths taken
 
@@ -160,36 +179,22 @@ def test_totals_from_the_callers_sum_equal_the_recount(seed):
     a paged pool with a shared block recounts whatever the caller says."""
     import random
 
-    from tui.engine.params import SamplingParams
-    from tui.engine.sequence import Request
+    def grow(kv, req):
+        if kv.grow(req, req.num_computed + 1):
+            req.num_computed += 1
+            kv.cache_computed([req])
+
+    def admitted(kv, req, hit):
+        req.num_computed = len(req.prompt)
+        kv.cache_computed([req])
 
     rng = random.Random(seed)
-    layouts = [PagedKV(num_blocks=64, block_size=4, enable_prefix_caching=True), ContiguousKV(256, "exact", 64, 4)]
-    for kv in layouts:
-        held: dict[str, Request] = {}
+    for kv in (PagedKV(num_blocks=64, block_size=4, enable_prefix_caching=True), ContiguousKV(256, "exact", 64, 4)):
         shared_steps = 0
-        for i in range(200):
-            if held and rng.random() < 0.3:
-                rid = rng.choice(sorted(held))
-                kv.free(rid)
-                del held[rid]
-            elif held and rng.random() < 0.6:
-                req = held[rng.choice(sorted(held))]
-                if kv.grow(req, req.num_computed + 1):
-                    req.num_computed += 1
-                    kv.cache_computed([req])
-            else:
-                prompt = [rng.randint(0, 1) for _ in range(rng.randint(1, 20))]  # two values: shared prefixes
-                req = Request(f"r{i}", prompt, SamplingParams.exact(8), arrival_time=0.0)
-                hit = kv.match_prefix(req)
-                if kv.admit(req, len(prompt), hit):
-                    req.num_computed = len(prompt)
-                    kv.cache_computed([req])
-                    held[req.request_id] = req
-            recount = kv.totals(held)
-            shared = isinstance(kv, PagedKV) and sum(len(t) for t in kv.tables.values()) != kv.pool.num_used
+        for held in _random_holdings(kv, rng, values=2, grow=grow, admitted=admitted):
+            shared = _shared(kv)
             given = kv.totals(held, computed=-1 if shared else sum(r.num_computed for r in held.values()))
-            assert given == recount
+            assert given == kv.totals(held)
             shared_steps += shared
         if isinstance(kv, PagedKV):
             assert 0 < shared_steps < 200  # both paths taken

@@ -3,9 +3,8 @@ a moment read off the calibration steps of that moment."""
 
 from __future__ import annotations
 
-import importlib.util
 import time
-from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 
@@ -15,16 +14,6 @@ from tui.engine.sim.hardware import PRESETS
 from tui.engine.sim.models import resolve_model
 from tui.profile import EngineConfig
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-
-
-def _bench_sim():
-    spec = importlib.util.spec_from_file_location("bench_sim", BENCH / "sim.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
 
 def _burn(seconds: float) -> None:
     t = time.process_time()
@@ -32,10 +21,9 @@ def _burn(seconds: float) -> None:
         pass
 
 
-def test_interleaver_waits_for_a_burst_then_catches_up_to_its_share() -> None:
-    sim = _bench_sim()
+def test_interleaver_waits_for_a_burst_then_catches_up_to_its_share(bench_sim: ModuleType) -> None:
     w = GridWalker(EngineConfig(model="tiny", kv_budget_mb=4.0), passes=1, runs=[GridRun(((24, 8),) * 2)])
-    cal = sim.Interleaver(w, share=0.5, burst_s=30.0)
+    cal = bench_sim.Interleaver(w, share=0.5, burst_s=30.0)
     _burn(0.05)
     cal()  # behind by less than a burst: nothing runs
     assert not w.samples and cal.cal_s == 0
@@ -43,23 +31,21 @@ def test_interleaver_waits_for_a_burst_then_catches_up_to_its_share() -> None:
     assert w.samples and cal._behind() <= 0
 
 
-def test_same_moment_speed_reads_the_machine_off_the_calibration_steps() -> None:
-    sim = _bench_sim()
-    cm = CostModel(resolve_model("tiny"), PRESETS["H100-SXM"], sim.load_hardware("H100-SXM").params)
+def test_same_moment_speed_reads_the_machine_off_the_calibration_steps(bench_sim: ModuleType) -> None:
+    cm = CostModel(resolve_model("tiny"), PRESETS["H100-SXM"], bench_sim.load_hardware("H100-SXM").params)
     shapes = [((1, 100),), ((1, 300), (1, 50)), ((64, 0),)]
     grid = []
     for i in range(90):  # calibration steps over 9 s of CPU time; from 3 s to 6 s the machine is 30 % slower
         shape = shapes[i % 3]
         t = cm.step(shape, len(shape)).time_s
         grid.append(StepSample(shape, len(shape), t * (1.3 if 3.0 <= i / 10 < 6.0 else 1.0), i / 10))
-    speed = sim.same_moment_speed(grid, cm, np.array([1.5, 4.5, 7.5, 30.0]))
+    speed = bench_sim.same_moment_speed(grid, cm, np.array([1.5, 4.5, 7.5, 30.0]))
     assert np.allclose(speed, [1.0, 1.3, 1.0, 1.0])  # the last: no calibration step near it
 
 
-def test_torch_cells_take_turns_with_the_calibration_and_keep_their_own_timelines() -> None:
+def test_torch_cells_take_turns_with_the_calibration_and_keep_their_own_timelines(bench_sim: ModuleType) -> None:
     from tui.profile import profile_from_dict
 
-    sim = _bench_sim()
     prof = profile_from_dict({
         "name": "turns", "description": "two small cells",
         "engine": {"model": "tiny", "kv_budget_mb": 2, "max_num_seqs": 8, "static_batch_size": 4,
@@ -70,10 +56,10 @@ def test_torch_cells_take_turns_with_the_calibration_and_keep_their_own_timeline
         "record": {"modes": ["static+contiguous", "continuous+paged"]},
     })
     w = GridWalker(prof.engine, passes=1, runs=[GridRun(((16, 6),) * 2)])
-    cal = sim.Interleaver(w, share=0.5, burst_s=0.01)
+    cal = bench_sim.Interleaver(w, share=0.5, burst_s=0.01)
     shapes: list = []
     steps: list = []
-    got = sim.run_cells(prof, simulated=False, shapes_out=shapes, steps_out=steps, between=cal, slice_s=0.001)
+    got = bench_sim.run_cells(prof, simulated=False, shapes_out=shapes, steps_out=steps, between=cal, slice_s=0.001)
     assert set(got) == {("s", "static+contiguous"), ("s", "continuous+paged")}
     assert all(tokens == 8 * 12 for *_, tokens in got.values())  # every request ran to its end
     assert w.samples and len(shapes) == len(steps)

@@ -3,9 +3,9 @@ benchmark's held-out per-stack overhead recovers a known one."""
 
 from __future__ import annotations
 
-import importlib.util
 import tomllib
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -15,12 +15,6 @@ from tui.engine.sim.models import PRESETS as MODELS
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
-def _bench_sim():
-    spec = importlib.util.spec_from_file_location("bench_sim", BENCH / "sim.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def test_every_point_names_its_model_gpu_source_and_stack() -> None:
@@ -35,12 +29,11 @@ def test_every_point_names_its_model_gpu_source_and_stack() -> None:
     assert all(stacks.count(s) >= 2 for s in stacks)  # each point can be held out and still fitted
 
 
-def test_stack_overhead_recovers_a_known_per_step_overhead() -> None:
-    sim = _bench_sim()
+def test_stack_overhead_recovers_a_known_per_step_overhead(bench_sim: ModuleType) -> None:
     base = {"model": "llama-3.1-8b", "gpu": "H100-SXM", "tp": 1, "prompt": 128, "metric": "tpot_ms"}
     points = [dict(base, batch=b, output=o) for b, o in ((1, 64), (8, 128), (32, 32))]
     for p in points:
-        p["value"] = sim._published_ms(p, 2.5e-3)  # as if measured on a stack with 2.5 ms per step
-    assert sim.stack_overhead(points) == pytest.approx(2.5e-3, rel=1e-6)
+        p["value"] = bench_sim._published_ms(p, 2.5e-3)  # as if measured on a stack with 2.5 ms per step
+    assert bench_sim.stack_overhead(points) == pytest.approx(2.5e-3, rel=1e-6)
     faster = [dict(p, value=p["value"] * 0.5) for p in points]
-    assert sim.stack_overhead(faster) == 0.0  # faster than the roofline alone: no negative overhead
+    assert bench_sim.stack_overhead(faster) == 0.0  # faster than the roofline alone: no negative overhead
