@@ -360,9 +360,8 @@ class ClockDriver:
         while True:
             self._send_due()
             if self.engine.has_unfinished():
-                if self.fast_forward and self._fast_forward():
-                    pass
-                elif not self._step():
+                ran = self.fast_forward and self._fast_forward()
+                if not ran and not self._step():
                     self.clock.wait_until(min(self._next_t, self.clock.now() + IDLE_TICK_S))
             elif self._next_t < math.inf:
                 self.clock.wait_until(self._next_t)

@@ -433,7 +433,8 @@ class PagedKV:
             return False
         self.pool.touch(hits)
         new = self.pool.allocate(max(need, 0)) or []
-        self.tables[rid] = [*table, *hits, *new]
+        # in place: a decode crossing into its next block is not a copy of the whole table
+        self.tables.setdefault(rid, table).extend((*hits, *new))
         self._entries += len(hits) + len(new)
         return True
 
@@ -462,16 +463,9 @@ class PagedKV:
 
     def grow(self, req: Request, num_tokens: int) -> bool:
         table = self.tables.get(req.request_id)
-        if table is None:
-            return self.allocate(req.request_id, num_tokens)
-        if num_tokens <= len(table) * self.block_size:
+        if table is not None and num_tokens <= len(table) * self.block_size:
             return True  # room in the blocks it holds (every step but one in block_size, for a decode)
-        new = self.pool.allocate(cdiv(num_tokens, self.block_size) - len(table))  # (allocate's, without hits)
-        if new is None:
-            return False
-        table += new  # in place: a decode crossing into its next block is not a copy of the table
-        self._entries += len(new)
-        return True
+        return self.allocate(req.request_id, num_tokens)
 
     def free(self, rid: str) -> None:
         self._free_device(rid)
