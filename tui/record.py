@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import json
 import signal
 import time
@@ -46,7 +45,7 @@ from tui.metrics.types import ServerGauges
 from tui.metrics.window import RollingWindow
 from tui.profile import EngineMode, Profile, ProfileError, Stage, dump_profile
 from tui.records.clock import now
-from tui.records.parquet import PartWriter, read_records
+from tui.records.parquet import PartWriter, dataclass_rows, read_records
 from tui.records.request import RequestRecord
 from tui.report import load_run, wide_console
 from tui.serve.control_client import ControlClient, ControlError
@@ -414,7 +413,7 @@ class Recorder:
     async def _collect_steps(self, control: ControlClient, stage: str, mode: str, since: int) -> None:
         steps = await control.steps(since, timeout_s=30.0)
         if steps:
-            self._writers["steps"].add_many([{**dataclasses.asdict(s), "stage": stage, "mode": mode} for s in steps])
+            self._writers["steps"].add_many(dataclass_rows(steps, stage=stage, mode=mode))
             self._steps_seen = max(s.step for s in steps)
 
     async def _poll_engine(self, control: ControlClient, stage: str, mode: str, since: int) -> None:
@@ -425,7 +424,7 @@ class Recorder:
             with contextlib.suppress(ControlError):
                 await self._collect_steps(control, stage, mode, self._steps_seen)
                 gpu = (await control.state()).gpu
-                self._writers["gpu"].add_many([{**dataclasses.asdict(g), "stage": stage, "mode": mode} for g in gpu])
+                self._writers["gpu"].add_many(dataclass_rows(gpu, stage=stage, mode=mode))
 
     async def _poll_frames(self, control: ControlClient, stage: str, mode: str) -> None:
         """The engine's state at ``record.snapshots_per_s`` while the stage runs: the replay's frames."""

@@ -17,7 +17,6 @@ import itertools
 import math
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +35,7 @@ from tui.metrics.window import RollingWindow
 from tui.profile import EngineMode, Profile, Stage
 from tui.record import Recorder, frame_row
 from tui.records.clock import mono_to_wall
+from tui.records.parquet import dataclass_rows
 from tui.records.request import RequestRecord
 
 # engine finish reasons -> record statuses (as the HTTP client maps the server's finish_reason)
@@ -121,13 +121,13 @@ class VirtualClockRecorder(Recorder):
 
     def _write_steps(self, stage: str, mode: str) -> Callable[[list[StepTiming]], None]:
         def write(steps: list[StepTiming]) -> None:
-            self._writers["steps"].add_many([{**asdict(s), "stage": stage, "mode": mode} for s in steps])
+            self._writers["steps"].add_many(dataclass_rows(steps, stage=stage, mode=mode))
 
         return write
 
     def _write_gpu(self, stage: str, mode: str) -> Callable[[list[GpuSample]], None]:
         def write(samples: list[GpuSample]) -> None:
-            self._writers["gpu"].add_many([{**asdict(g), "stage": stage, "mode": mode} for g in samples])
+            self._writers["gpu"].add_many(dataclass_rows(samples, stage=stage, mode=mode))
 
         return write
 

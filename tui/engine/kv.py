@@ -83,19 +83,21 @@ class BlockPool:
 
     def allocate(self, n: int) -> list[int] | None:
         """``n`` blocks with reference count 1, or None (nothing taken) when fewer are free."""
-        if n > len(self._free):
+        free = self._free
+        if n > len(free):
             return None
+        hashes, ref_count = self.block_hashes, self.ref_count
         out = []
         for _ in range(n):
-            b, _ = self._free.popitem(last=False)
-            h = self.block_hashes[b]
+            b, _ = free.popitem(last=False)
+            h = hashes[b]
             if h is not None:  # evict the cached prefix this block held
                 self._num_cached_free -= 1
                 if self._cached.get(h) == b:
                     del self._cached[h]
-                self.block_hashes[b] = None
+                hashes[b] = None
                 self.num_evictions += 1
-            self.ref_count[b] = 1
+            ref_count[b] = 1
             out.append(b)
         return out
 
@@ -114,14 +116,16 @@ class BlockPool:
 
     def free(self, blocks: Sequence[int]) -> None:
         """Drop one reference from each block; tail blocks first, so they are evicted before the prefix."""
+        free, hashes, ref_count = self._free, self.block_hashes, self.ref_count
         for b in reversed(blocks):
-            if self.ref_count[b] <= 0:
-                raise RuntimeError(f"block {b} freed with reference count {self.ref_count[b]}")
-            self.ref_count[b] -= 1
-            if self.ref_count[b] == 0:
-                self._free[b] = None
-                if self.block_hashes[b] is None:
-                    self._free.move_to_end(b, last=False)
+            n = ref_count[b]
+            if n <= 0:
+                raise RuntimeError(f"block {b} freed with reference count {n}")
+            ref_count[b] = n - 1
+            if n == 1:
+                free[b] = None
+                if hashes[b] is None:
+                    free.move_to_end(b, last=False)
                 else:
                     self._num_cached_free += 1
 
@@ -424,18 +428,26 @@ class PagedKV:
 
     def allocate(self, rid: str, num_tokens: int, hits: Sequence[int] = ()) -> bool:
         """Grow ``rid``'s table to hold ``num_tokens`` tokens (taking ``hits`` first); False if short."""
-        table = self.tables.get(rid, [])
-        need = cdiv(num_tokens, self.block_size) - len(table) - len(hits)
-        if need <= 0 and not hits:
-            return True
-        evictable_hits = sum(1 for b in hits if self.pool.ref_count[b] == 0)
-        if max(need, 0) > self.pool.num_free - evictable_hits:
-            return False
-        self.pool.touch(hits)
-        new = self.pool.allocate(max(need, 0)) or []
-        # in place: a decode crossing into its next block is not a copy of the whole table
-        self.tables.setdefault(rid, table).extend((*hits, *new))
-        self._entries += len(hits) + len(new)
+        table = self.tables.get(rid)
+        pool = self.pool
+        need = -(-num_tokens // self.block_size) - (len(table) if table is not None else 0) - len(hits)
+        if not hits:  # the hot case (a decode crossing into its next block): no generator, no copies
+            if need <= 0:
+                return True
+            new = pool.allocate(need)
+            if new is None:
+                return False
+        else:
+            evictable_hits = sum(1 for b in hits if pool.ref_count[b] == 0)
+            if max(need, 0) > pool.num_free - evictable_hits:
+                return False
+            pool.touch(hits)
+            new = [*hits, *(pool.allocate(max(need, 0)) or [])]
+        if table is None:
+            self.tables[rid] = new
+        else:
+            table += new  # in place: a decode crossing into its next block is not a copy of the whole table
+        self._entries += len(new)
         return True
 
     def register_full_blocks(self, rid: str, hashes: Sequence[int], num_computed: int) -> None:

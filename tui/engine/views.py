@@ -10,7 +10,11 @@ from collections.abc import Iterable, Mapping
 
 from tui.engine.kv import KVManager
 from tui.engine.sequence import Request, Status
-from tui.engine.snapshot import RequestState, RequestView
+from tui.engine.snapshot import BlockTable, RequestState, RequestView
+
+# The block table of every request that holds no blocks (most of a long queue, in every replay frame):
+# one shared, immutable instance instead of one built per row.
+NO_BLOCKS = BlockTable()
 
 
 def request_state(req: Request) -> RequestState:
@@ -36,7 +40,7 @@ def request_view(req: Request, kv: KVManager, now: float, holds: bool) -> Reques
         max_tokens=req.max_tokens,
         preemptions=req.preemptions,
         computed_tokens=req.num_computed,
-        blocks=where.blocks if where else (),
+        blocks=where.blocks if where and where.blocks else NO_BLOCKS,
         arena_start=where.arena_start if where else None,
         arena_reserved=where.arena_reserved if where else 0,
         host_blocks=where.host_blocks if where else (),

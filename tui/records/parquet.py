@@ -9,8 +9,11 @@ therefore loses at most the last second, and what is on disk is always readable
 from __future__ import annotations
 
 import bisect
+import dataclasses
+import operator
 import os
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +34,24 @@ def rows_to_table(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
     """Rows (dicts; unknown keys ignored, missing ones null) as a table of exactly ``schema``."""
     cols = {name: [r.get(name) for r in rows] for name in schema.names}
     return pa.table(cols, schema=schema)
+
+
+def dataclass_rows(items: Sequence[Any], **extra: Any) -> list[dict[str, Any]]:
+    """Rows of flat dataclass instances of one type (every field a scalar), ``extra`` added to each:
+    ``{**dataclasses.asdict(x), **extra}`` without ``asdict``'s recursive copy, which cost seconds a
+    virtual-clock run (tens of thousands of step records) and ten times this."""
+    if not items:
+        return []
+    names = tuple(f.name for f in dataclasses.fields(items[0]))
+    values = operator.attrgetter(*names)  # one C call a row; a tuple for two or more names
+    if len(names) == 1:
+        return [{names[0]: values(x), **extra} for x in items]
+    rows = []
+    for x in items:
+        row = dict(zip(names, values(x), strict=True))
+        row.update(extra)
+        rows.append(row)
+    return rows
 
 
 class PartWriter:

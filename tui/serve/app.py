@@ -61,6 +61,7 @@ from tui.serve.engine_loop import (
     NotPausedError,
 )
 from tui.serve.generate import ClientGone, Counters, Generation, error_response
+from tui.serve.heap import settle_heap
 from tui.serve.openai_api import ApiError, models_body, parse_completion, parse_json
 from tui.serve.prom import CONTENT_TYPE, ServerMetrics
 from tui.serve.state_wire import ENCODING, StateCache, View
@@ -592,6 +593,7 @@ def serve_main(profile: Profile, host: str = "127.0.0.1", port: int = 8000, api_
                             timeout_graceful_shutdown=10)
     parent = os.environ.get(PARENT_PID_ENV, "")
     server = DrainingServer(config, app.state.serve, parent_pid=int(parent) if parent.isdigit() else None)
+    settle_heap()  # the app and the engine's handle are built: out of every later collection
     bound = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
     info = engine.info

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from tui.engine.params import SamplingParams
 from tui.engine.snapshot import EngineSnapshot, StepTiming
 from tui.profile import DefensesConfig, EngineConfig, EngineMode, PreemptionMode
+from tui.serve.heap import settle_heap
 
 if TYPE_CHECKING:  # imported where it is built: the engine module loads torch
     from tui.engine.engine import Engine
@@ -131,6 +132,7 @@ class EngineCore:
 
         fresh = Engine(config, defenses)  # may raise: the old engine stays
         self.engine = fresh  # a fresh engine starts unpaused
+        settle_heap()  # the old engine's objects unfrozen and collected, the new one's frozen
         return self._snapshot(), engine_info(fresh)
 
     def cmd_snapshot(self) -> EngineSnapshot:
@@ -224,6 +226,7 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as e:
             conn.send(("failed", ("error", f"{type(e).__name__}: {e}")))
             return 1
+        settle_heap()  # the engine is built: out of every later collection (see tui.serve.heap)
         conn.send(("ready", engine_info(engine)))
         EngineCore(conn, engine).run()
     except (EOFError, OSError, BrokenPipeError):
