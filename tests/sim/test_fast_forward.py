@@ -43,7 +43,8 @@ def _run(prof, mode: str, rate: float, n: int, fast_forward: bool, pad_s: float 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 10_000), rate=st.sampled_from([2.0, 20.0, 80.0, 400.0]),
-       kv_mb=st.sampled_from([24.0, 64.0, 4096.0]), mode=st.sampled_from(["continuous+paged", "continuous+contiguous"]),
+       kv_mb=st.sampled_from([24.0, 64.0, 4096.0]),
+       mode=st.sampled_from(["continuous+paged", "continuous+contiguous", "static+contiguous", "static+paged"]),
        pad_s=st.sampled_from([0.0, 2e-9]), budget=st.sampled_from([512, 160]),
        preemption=st.sampled_from(["recompute", "swap"]),
        defenses=st.sampled_from([{}, {"backlog_limit": 3}, {"wait_timeout_s": 0.02},
@@ -52,7 +53,8 @@ def test_fast_forward_gives_what_stepping_one_at_a_time_gives(seed, rate, kv_mb,
                                                               defenses):
     """Stretches with arrivals admitted on the way (whole prompts), requests of one token (finished in
     their admission step), budgets that a prompt overruns (chunked prefill: the stretch stops), swap
-    preemption, rejected and timed-out arrivals."""
+    preemption, rejected and timed-out arrivals; static batches decoding with their finished members
+    as padding rows until the batch is released."""
     prof = profile_from_dict({
         "engine": {"backend": "simulated", "model": "llama-3.1-8b", "hardware": "H100-SXM", "kv_budget_mb": kv_mb,
                    "max_model_len": 1024, "max_num_seqs": 24, "max_num_batched_tokens": budget,
@@ -167,8 +169,8 @@ def test_one_token_prompts_admitted_in_a_stretch_pay_for_padding_as_a_step_does(
 
     seen: list[bool] = []
     real = SimulatedRunner.decode_step
-    monkeypatch.setattr(SimulatedRunner, "decode_step", lambda self, rows, ctx, longest, prompts=():
-                        (seen.append(rows > 0 and 1 in prompts), real(self, rows, ctx, longest, prompts))[1])
+    monkeypatch.setattr(SimulatedRunner, "decode_step", lambda self, rows, ctx, longest, prompts=(), **kw:
+                        (seen.append(rows > 0 and 1 in prompts), real(self, rows, ctx, longest, prompts, **kw))[1])
     prof = profile_from_dict({
         "engine": {"backend": "simulated", "model": "llama-3.1-8b", "kv_budget_mb": 4096.0, "max_model_len": 1024},
         "workload": {"prompt_len": {"dist": "mixture", "components": [{"weight": 0.5, "value": 1},
@@ -179,3 +181,18 @@ def test_one_token_prompts_admitted_in_a_stretch_pay_for_padding_as_a_step_does(
     a = _run(prof, "continuous+paged", 80.0, 30, fast_forward=False, pad_s=2e-9)
     assert _run(prof, "continuous+paged", 80.0, 30, fast_forward=True, pad_s=2e-9) == a
     assert any(seen)
+
+
+def test_static_batches_decode_at_once_with_their_padding_rows(monkeypatch):
+    """sim-h100-llama8b's mid stage under static+contiguous (batches of up to ~50, each running until
+    its 800-token member finishes, finished members as padding rows; arrivals queue meanwhile): a
+    batch's decodes run in one stretch up to its release, the records identical."""
+    from tui.profile import find_profile, load_profile
+
+    prof = load_profile(find_profile("sim-h100-llama8b"))
+    ran = _counting_stretches(monkeypatch)
+    a = _run(prof, "static+contiguous", 20.0, 120, fast_forward=False)
+    assert not ran
+    b = _run(prof, "static+contiguous", 20.0, 120, fast_forward=True)
+    assert a == b
+    assert sum(ran) > 0.9 * len(a[1])  # nearly every step in a stretch: only the batches' prefills step

@@ -434,27 +434,42 @@ class Engine:
         Only a simulated engine on a virtual clock (the recorder's): its step time is a function of the
         step's sums, so a stretch costs O(running) once, then a step one increment per running request
         plus the work of the requests admitted, the blocks crossed into and the requests that finish,
-        not a scheduler pass, a runner pass, an output and a record chunk per request. A stretch is: continuous batching, nobody swapped or pending, no
-        prefix cache, every running request one token behind (decoding), the step budget covering
-        them, a free block for every block boundary crossed. Waiting requests are admitted as
-        :meth:`ContinuousScheduler.admit_waiting` admits them (it is called), when each one admitted
-        gets its whole prompt in the step (so it decodes from the next one), nobody would time out
-        waiting, and preemption is by recompute (in swap mode an admission may move running requests).
+        not a scheduler pass, a runner pass, an output and a record chunk per request. A stretch is:
+        nobody swapped or pending, no prefix cache, every running request one token behind (decoding),
+        a free block for every block boundary crossed, and
+
+        - continuous batching: the step budget covering the running requests. Waiting requests are
+          admitted as :meth:`ContinuousScheduler.admit_waiting` admits them (it is called), when each
+          one admitted gets its whole prompt in the step (so it decodes from the next one), nobody would
+          time out waiting, and preemption is by recompute (in swap mode an admission may move running
+          requests);
+        - static batching: a batch's decodes, its finished members computed as padding rows at the
+          context they finished with, up to and including the step its last member finishes in (the
+          batch is released; the next step forms the next one). Arrivals only queue meanwhile; with a
+          wait timeout the stretch stops while anything waits (a step would time it out).
+
         ``between(now)`` is called after each step with the engine clock's time: the caller's work
         between steps (it may add requests); True ends the stretch there.
         No :class:`RequestOutput` is made: :class:`DecodeRun` says who got how many tokens and who finished.
         """
         sim, sched, cfg = self.sim, self.scheduler, self.config
+        static = isinstance(sched, StaticScheduler)
+        timeout = self.defenses.wait_timeout_s
         if (sim is None or self.runner is not sim.runner or not sim.runner.clock.virtual or self._pending
                 or sched.swapped or self.draining_to is not None
-                or not isinstance(sched, ContinuousScheduler) or self.defenses.prefix_caching
+                or not (static or isinstance(sched, ContinuousScheduler)) or self.defenses.prefix_caching
                 or not self.tokenizer.eos_token_ids.isdisjoint(SIM_TOKEN_IDS)):
             return None
         running = sched.running  # the scheduler's own list: admissions join it, finished requests leave it
+        if static and (not running or (timeout is not None and self.waiting)):
+            return None  # between batches (the next step forms one), or a waiting request may time out
         for r in running:
             out = len(r.output)
             if not out or r.num_computed != len(r.prompt) + out - 1:
                 return None  # not (only) decoding
+        # static: the batch's finished members, computed every step at the context they finished with
+        padding = [r for r in sched.batch if r.status is Status.FINISHED] if isinstance(sched, StaticScheduler) else []
+        padded = len(padding)
         kv, bs, runner = self.kv, self.kv.block_size, sim.runner
         # step -> (place in the batch, request, its last step) of the requests that need a new block
         # then; each is put under its next crossing when it crosses (so a stretch cut short early costs
@@ -480,13 +495,18 @@ class Engine:
         ends: list[float] = []
         finished: list[tuple[int, Request]] = []
         free_blocks = self.totals().free_blocks
-        ctx = sum(r.num_computed for r in running) + len(running)  # the context the next step's decodes read
-        longest = max((r.num_computed for r in running), default=-1) + 1
-        holders = sched.holders()  # the KV holders (= running), kept as they are admitted and finish
+        # the context the next step's rows read (each request's computed tokens + 1, padding rows included)
+        ctx = sum(r.num_computed for r in running) + len(running) + sum(r.num_computed + 1 for r in padding)
+        longest = max((r.num_computed for r in running), default=-1) + 1  # of the decoding rows
+        padding_longest = max((r.num_computed + 1 for r in padding), default=0)
+        holders = sched.holders()  # the KV holders, kept as they are admitted and finish
         try:
             for j in range(max_steps):
                 rows = len(running)  # every running request decodes in this step
-                if rows > cfg.max_num_batched_tokens or (self.waiting and not self._admits_whole(rows)):
+                if static:
+                    if timeout is not None and self.waiting:
+                        break  # step() would time a waiting request out
+                elif rows > cfg.max_num_batched_tokens or (self.waiting and not self._admits_whole(rows)):
                     break  # step() would leave a request out, or admit one part of a prompt, or move one
                 grow = crossings.pop(j, None)
                 if grow is not None and len(grow) > free_blocks:
@@ -502,14 +522,15 @@ class Engine:
                 for r in running:
                     r.num_computed += 1
                 admitted: Sequence[ScheduledChunk] = ()
-                if self.waiting and sched.admitting:  # after the decodes, as schedule() admits
+                if self.waiting and sched.admitting and isinstance(sched, ContinuousScheduler):  # as schedule() admits
                     admission = SchedulerOutput()
                     sched.admit_waiting(admission, cfg.max_num_batched_tokens - rows)
                     admitted = admission.chunks
                 if not rows and not admitted:
                     break  # nothing runs: step() would do nothing (the caller waits for time to pass)
                 prompts = [c.num_new for c in admitted] if admitted else ()
-                runner.decode_step(rows, ctx, longest, prompts)
+                runner.decode_step(rows, ctx, max(longest, padding_longest), prompts, padding=padded)
+                batch_size = rows + padded + len(admitted)
                 now = self.clock()
                 ends.append(now)
                 ctx += rows
@@ -532,16 +553,24 @@ class Engine:
                         r.output.extend(runner.tokens(r.request_id, len(r.output), j + 1 - first))
                         self._finish(r, "length")
                         finished.append((j, r))
-                        del holders[r.request_id]
-                        ctx -= r.num_computed + 1
+                        if static:  # it stays in the batch as a padding row, its KV held, its context fixed
+                            padded += 1
+                            padding_longest = max(padding_longest, r.num_computed + 1)
+                        else:
+                            del holders[r.request_id]
+                            ctx -= r.num_computed + 1
                         if r.num_computed + 1 == longest:  # the longest context left: the next one
                             longest = max((r.num_computed for r in running), default=-1) + 1
+                released = static and not running  # the batch's last member finished: all of its KV is freed
+                if released:
+                    holders.clear()
+                    ctx = padded = 0
                 self.step_index += 1
-                # every running request holds KV (nobody is swapped) and ctx counts each one's tokens + 1
-                totals = kv.totals(holders, ctx - len(running))
-                self._step_timing(t0, 0.0, sum(prompts), rows, rows + len(admitted), 0, 0, 0, 0.0, True, totals)
+                # every holder's KV is on the device (nobody is swapped), ctx counts each one's tokens + 1
+                totals = kv.totals(holders, ctx - len(running) - padded)
+                self._step_timing(t0, 0.0, sum(prompts), rows, batch_size, 0, 0, 0, 0.0, True, totals)
                 free_blocks = totals.free_blocks
-                if between(now):
+                if between(now) or released:
                     break
         finally:  # the tokens of the steps run, for every request still running
             k = len(ends)

@@ -134,13 +134,16 @@ class SimulatedRunner:
         x = (x * np.uint64(2_654_435_761)) & np.uint64(_MASK)
         return ((x >> np.uint64(11)) % np.uint64(_LETTERS) + np.uint64(_FIRST)).tolist()
 
-    def decode_step(self, rows: int, ctx: int, longest: int, prompts: Sequence[int] = ()) -> None:
+    def decode_step(self, rows: int, ctx: int, longest: int, prompts: Sequence[int] = (), padding: int = 0) -> None:
         """One step of ``rows`` decodes and of whole prompts of ``prompts`` tokens (requests admitted this
         step, nothing of theirs computed before), costed and waited out exactly as :meth:`execute` would
         cost their chunks: ``ctx`` = the context the decodes read (sum of their ``num_computed + 1``),
-        ``longest`` its largest term. Every row samples (a whole prompt reaches its end)."""
+        ``longest`` its largest term. Every row samples (a whole prompt reaches its end), but ``padding``
+        more rows of one token each (a static batch's finished members: computed, thrown away, never
+        sampled; ``ctx`` and ``longest`` count them), which come with no prompts."""
         if not prompts:  # decodes alone (most steps)
-            self.run_step(rows, 0, rows, 0.0 + ctx, ctx, rows, rows * longest - ctx if self.cost.pads else 0)
+            n = rows + padding
+            self.run_step(n, 0, n, 0.0 + ctx, ctx, rows, n * longest - ctx if self.cost.pads else 0)
             return
         tokens = prefills = 0
         pairs = 0.0
