@@ -74,3 +74,17 @@ def test_mixture_weights_and_clipping():
     assert abs(np.median(d) - 200) < 15
     uni = LengthDist(dist="uniform", low=3, high=5)
     assert {sample_length(uni, rng) for _ in range(300)} == {3, 4, 5}
+
+
+@pytest.mark.parametrize("weights", [(0.8, 0.2), (0.6, 0.1, 0.3), (0.25, 0.25, 0.25, 0.25), (1e-9, 1.0), (3.0, 1.0, 7.0)])
+def test_a_mixture_picks_the_component_numpy_choice_picks_from_the_same_stream(weights):
+    """The component is drawn as ``rng.choice(n, p=weights / sum)`` draws it (the workloads recorded
+    before keep their requests): the same pick from the same seed, and the stream left where it left it."""
+    mix = LengthDist(dist="mixture", components=tuple(LengthDist(value=10 * (i + 1), weight=w)
+                                                     for i, w in enumerate(weights)))
+    w = np.array(weights, dtype=float)
+    for seed in range(3000):
+        ours, numpy = np.random.default_rng([7, seed]), np.random.default_rng([7, seed])
+        k = int(numpy.choice(len(w), p=w / w.sum()))
+        assert sample_length(mix, ours) == 10 * (k + 1)
+        assert ours.random() == numpy.random()

@@ -14,6 +14,8 @@ in one of three units (:data:`TextUnit`):
 
 from __future__ import annotations
 
+import bisect
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
@@ -61,6 +63,18 @@ class RequestSpec:
     temperature: float = 0.0
 
 
+@functools.lru_cache(maxsize=64)
+def _component_cdf(dist: LengthDist) -> list[float]:
+    """A mixture's cumulative component weights, as ``rng.choice(n, p=weights / weights.sum())`` draws
+    with them: numpy normalizes the cumulative sum by its last term and takes one ``random()`` into it
+    (searchsorted, right), so a bisect of one ``rng.random()`` picks the same component from the same
+    stream (a test checks it) at a fifth of the cost, once per request."""
+    weights = np.array([c.weight for c in dist.components], dtype=float)
+    cdf = (weights / weights.sum()).cumsum()
+    cdf /= cdf[-1]
+    return [float(x) for x in cdf]
+
+
 def sample_length(dist: LengthDist, rng: np.random.Generator) -> int:
     """One draw from a length distribution, clipped to ``[min, max]`` and at least 1."""
     if dist.dist == "fixed":
@@ -70,8 +84,7 @@ def sample_length(dist: LengthDist, rng: np.random.Generator) -> int:
     elif dist.dist == "lognormal":
         n = float(rng.lognormal(np.log(dist.median or 1.0), dist.sigma or 0.0))
     else:  # mixture: pick a component by weight, then draw from it
-        weights = np.array([c.weight for c in dist.components], dtype=float)
-        k = int(rng.choice(len(weights), p=weights / weights.sum()))
+        k = bisect.bisect_right(_component_cdf(dist), rng.random())
         n = float(sample_length(dist.components[k], rng))
     n = max(float(dist.min), n)
     if dist.max is not None:
