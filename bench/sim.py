@@ -235,7 +235,7 @@ def _run_cell(prof: Profile, stage, mode, simulated: bool, after_step=None):
     """One stage x mode through the in-process driver: its request records, worked StepTimings and
     the shape recorder (warm-up steps first)."""
     cfg = prof.engine.with_mode(mode)
-    clock = VirtualClock(time.monotonic())
+    clock = VirtualClock(0.0, origin=time.monotonic())
     engine = Engine(cfg, sim_clock=clock) if simulated else cpu_timed_engine(cfg, clock, after_step)
     rec = ShapeRecorder(engine.runner)
     engine.runner = rec
@@ -357,7 +357,7 @@ def virtual_speedup(n: int) -> tuple[float, float, float, float]:
     prof = load_profile(find_profile("sim-h100-llama8b"))
     stage = next(s for s in prof.stages if s.name == "capacity-edge")
     stage = dataclasses.replace(stage, num_requests=n)
-    clock = VirtualClock(time.monotonic())
+    clock = VirtualClock(0.0, origin=time.monotonic())
     e = Engine(prof.engine.with_mode(EngineMode.parse("continuous+paged")), sim_clock=clock)
     d = ClockDriver(e, clock, prof, stage, "continuous+paged")
     t0, c0, v0 = time.perf_counter(), time.process_time(), clock.now()

@@ -96,7 +96,7 @@ class VirtualClockRecorder(Recorder):
 
     def _run_virtual_cell(self, stage: Stage, mode: EngineMode) -> float:
         """One stage under one mode; returns the simulated seconds it spanned."""
-        # on the monotonic scale (so mono_to_wall maps it), each cell starting where the last one ended
+        # its clock's origin on the monotonic scale (so mono_to_wall maps it): where the last cell ended
         start = self._t_next if self._t_next is not None else time.monotonic()
         note: dict[str, Any] = {"stage": stage.name, "mode": mode.label, "rate": stage.rate, "partial": True,
                                 "started_t": mono_to_wall(start)}
@@ -109,15 +109,15 @@ class VirtualClockRecorder(Recorder):
                                 lambda snap, t: frames.add(frame_row(snap, stage.name, mode.label, t)))
         clock = cell.clock
         note["partial"] = False
-        note["ended_t"] = mono_to_wall(clock.now())
+        note["ended_t"] = mono_to_wall(clock.origin + clock.now())
         w = cell.window.stats()
         p99 = (f"{w.ttft.p99 * 1e3:.0f} ms" if w.ttft.p99 is not None else "-") + f" (last {w.window_s:g} s)"
         offered = self.offered_rate(stage)
         rates = f"target {stage.rate:g}/s" + (f", offered {offered:.2f}/s" if offered is not None else "")
         self.err.print(f"{stage.name} / {mode.label}: {rates}: {w.sent} sent, {w.completed} ok, {w.failed_total} failed, "
                        f"TTFT P99 {p99} (simulated)", highlight=False)
-        self._t_next = clock.now()
-        return clock.now() - start
+        self._t_next = clock.origin + clock.now()
+        return clock.now()
 
     def _write_steps(self, stage: str, mode: str) -> Callable[[list[StepTiming]], None]:
         def write(steps: list[StepTiming]) -> None:
@@ -159,7 +159,7 @@ class ClockDriver:
         self.frame_every = 1.0 / rate if rate > 0 else math.inf
         self.next_frame = math.inf  # no frames during warm-up: run() starts them
         self.workload = Workload(profile.workload, "char")  # the byte tokenizer: one character, one token
-        self.window = RollingWindow(profile.record.window_s, clock=lambda: mono_to_wall(clock.now()))
+        self.window = RollingWindow(profile.record.window_s, clock=lambda: self._wall(clock.now()))
         self.open: dict[str, RequestRecord] = {}
         self.steps_seen = engine.step_index
         # the stage's arrivals (run() sets them up): what is sent so far, the next arrival, the drain bound
@@ -173,13 +173,17 @@ class ClockDriver:
         self._held: list[tuple[int, RequestRecord]] | None = None
         self._stretch_steps = 0
 
+    def _wall(self, t: float) -> float:
+        """A time on the engine's clock on the records' wall-clock scale."""
+        return mono_to_wall(self.clock.origin + t)
+
     # -- requests --------------------------------------------------------------------------------
 
     def _send(self, index: int, spec_index: int, t: float, warmup: bool) -> None:
         spec = self.workload.spec(spec_index)
         stage = "warmup" if warmup else self.stage.name
         rid = f"{self.run_id}-{stage}-{self.mode}-{index}"
-        wall = mono_to_wall(t)
+        wall = self._wall(t)
         r = RequestRecord(request_id=rid, index=index, stage=self.stage.name, mode=self.mode, scheduled_t=wall,
                           run_id=self.run_id, warmup=warmup, send_t=wall, wire_t=wall, prompt_len=spec.prompt_len,
                           max_tokens=spec.max_tokens, shared_prefix=spec.shared_prefix)
@@ -206,7 +210,7 @@ class ClockDriver:
     def _step(self) -> bool:
         """One engine step; its outputs become chunks at the step's end. Whether it did anything."""
         out = self.engine.step()
-        t = mono_to_wall(self.clock.now())
+        t = self._wall(self.clock.now())
         get = self.open.get
         for o in out.outputs:  # every running request, every step: kept lean
             r = get(o.request_id)
@@ -245,7 +249,7 @@ class ClockDriver:
         if self.on_frame is not None and self.clock.now() >= self.next_frame:
             # the next one a whole period after this one: never more than rate x duration + 1 frames
             self.next_frame = self.clock.now() + self.frame_every
-            self.on_frame(self.engine.snapshot(), mono_to_wall(self.clock.now()))
+            self.on_frame(self.engine.snapshot(), self._wall(self.clock.now()))
 
     def _fast_forward(self) -> bool:
         """A stretch of steps in one go, if the engine is in one (see :meth:`Engine.fast_forward`): between
@@ -270,7 +274,8 @@ class ClockDriver:
             held, self._held = self._held, None
         if run is None:
             return False
-        walls = [mono_to_wall(t) for t in run.ends]
+        origin = self.clock.origin
+        walls = [mono_to_wall(origin + t) for t in run.ends]
         gaps = [b - a for a, b in itertools.pairwise(walls)]
         ended = {req.request_id: j for j, req in run.finished}
         get = self.open.get
@@ -332,7 +337,7 @@ class ClockDriver:
         if self.on_gpu is None or sim is None:
             return
         now = self.clock.now()
-        self.on_gpu(sim.gpu_samples(mono_to_wall(now)))
+        self.on_gpu(sim.gpu_samples(self._wall(now)))
         self._next_gpu = now + GPU_EVERY_S
 
     # -- the loop --------------------------------------------------------------------------------
@@ -370,7 +375,7 @@ class ClockDriver:
             if self.clock.now() > self._drain_deadline:
                 break
         self.collect_steps()
-        t = mono_to_wall(self.clock.now())
+        t = self._wall(self.clock.now())
         for rid, r in list(self.open.items()):  # past the drain bound: cancelled, as the live recorder does
             self.engine.abort(rid)
             r.status, r.reason, r.end_t = "cancelled", "drain timeout", t
@@ -386,7 +391,7 @@ def run_virtual_cell(profile: Profile, stage: Stage, mode: EngineMode, *, start:
     """One stage under one mode on a fresh simulated engine whose virtual clock starts at ``start``
     (monotonic scale): the profile's warm-up, then the stage to its end. Returns the driver (its
     clock says when the cell ended)."""
-    clock = VirtualClock(start)
+    clock = VirtualClock(0.0, origin=start)
     engine = Engine(profile.engine.with_mode(mode), profile.defenses, sim_clock=clock)
     cell = ClockDriver(engine, clock, profile, stage, mode.label, run_id=run_id, on_record=on_record,
                        on_steps=on_steps, on_gpu=on_gpu, on_frame=on_frame)

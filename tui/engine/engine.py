@@ -181,10 +181,10 @@ class Engine:
         """The simulated backend: no model, a roofline step time, all times on ``clock``."""
         self.sim = sim = build_simulated(config, clock)
         self.clock = self.timer = clock.now
-        # The simulated clock counts on the monotonic scale (a RealClock is time.monotonic(); the virtual
-        # recorder starts each cell's VirtualClock where the last ended on that scale), so steps map to
-        # wall time as the records' clock maps request times and the two line up in every cell.
-        offset = time.time() - time.monotonic()
+        # The simulated clock's origin + now() is on the monotonic scale (a RealClock is time.monotonic();
+        # the virtual recorder puts each cell's VirtualClock origin where the last cell ended), so steps
+        # map to wall time as the records' clock maps request times and the two line up in every cell.
+        offset = time.time() - time.monotonic() + clock.origin
         self.wall = lambda: offset + clock.now()
         self.tokenizer = sim.tokenizer
         self.model_name = config.served_model_name or sim.model.name
