@@ -274,8 +274,7 @@ class ClockDriver:
             held, self._held = self._held, None
         if run is None:
             return False
-        origin = self.clock.origin
-        walls = [mono_to_wall(origin + t) for t in run.ends]
+        walls = [self._wall(t) for t in run.ends]
         gaps = [b - a for a, b in itertools.pairwise(walls)]
         ended = {req.request_id: j for j, req in run.finished}
         get = self.open.get

@@ -461,8 +461,8 @@ class Engine:
                 or not self.tokenizer.eos_token_ids.isdisjoint(SIM_TOKEN_IDS)):
             return None
         running = sched.running  # the scheduler's own list: admissions join it, finished requests leave it
-        if static and (not running or (timeout is not None and self.waiting)):
-            return None  # between batches (the next step forms one), or a waiting request may time out
+        if static and not running:
+            return None  # between batches: the next step forms one (the driver asks every idle tick)
         for r in running:
             out = len(r.output)
             if not out or r.num_computed != len(r.prompt) + out - 1:
