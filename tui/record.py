@@ -29,6 +29,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
+from tui.engine.sim.readings import modelled_gpu_samples
 from tui.errors import api_key_hint, one_line, root_url
 from tui.feasibility import infeasible_cells
 from tui.load.arrivals import ArrivalProcess, planned_deadlines
@@ -423,7 +424,9 @@ class Recorder:
             await asyncio.sleep(POLL_EVERY_S)
             with contextlib.suppress(ControlError):
                 await self._collect_steps(control, stage, mode, self._steps_seen)
-                gpu = (await control.state()).gpu
+                st = await control.state()
+                # a simulated engine's device is the modelled one (this machine's GPUs are not it)
+                gpu = modelled_gpu_samples(st.engine.sim, now()) if st.engine.sim else st.gpu
                 self._writers["gpu"].add_many(dataclass_rows(gpu, stage=stage, mode=mode))
 
     async def _poll_frames(self, control: ControlClient, stage: str, mode: str) -> None:

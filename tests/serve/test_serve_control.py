@@ -303,3 +303,24 @@ def test_swap_preemption_over_the_wire(fresh_server, client):
     assert bad.status_code == 400 and "preemption_mode" in bad.text
     bad = client.post(f"{srv.root}/kvtui/v1/reset", json={"engine": {"swap_space_gb": -1}})
     assert bad.status_code == 400 and "swap_space_gb" in bad.text
+
+
+def test_a_request_arrives_when_the_api_sends_it_not_when_the_engine_reads_it(make_server, client):
+    """The engine process reads commands between steps. A request sent while a step runs (a simulated
+    Llama-3.1-70B step on one H100: ~50 ms) arrived then, as vLLM's front end stamps a request: its
+    queue time counts from the send, and covers the rest of the step it waited behind."""
+    srv = make_server(engine=EngineConfig(backend="simulated", model="llama-3.1-70b", hardware="H100-SXM",
+                                          kv_budget_mb=2048.0, max_model_len=4096, max_num_seqs=8))
+    model = client.get(srv.base_url + "/models").json()["data"][0]["id"]
+    body = {"model": model, "prompt": "a" * 64, "ignore_eos": True}
+    with httpx.Client(timeout=30.0, trust_env=False) as other, \
+            client.stream("POST", srv.base_url + "/completions", json={**body, "max_tokens": 20, "stream": True}) as long:
+        lines = long.iter_lines()
+        next(line for line in lines if line.startswith("data:"))  # its first step was just released
+        rid = other.post(srv.base_url + "/completions", json={**body, "max_tokens": 1}).json()["id"]
+        view = next(r for r in srv.state(client)["requests"] if r["request_id"] == rid)
+        for _ in lines:
+            pass
+    # Sent right after a release, it waited out the ~50 ms step behind it (stamped when the engine
+    # read it, at that step's end, it would have waited well under a millisecond).
+    assert view["waited_s"] > 0.02

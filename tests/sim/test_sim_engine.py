@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import time
 from pathlib import Path
 
 import polars as pl
@@ -106,28 +107,92 @@ def test_a_run_of_tokens_is_what_the_step_samples_one_at_a_time() -> None:
             assert runner.tokens(rid, first, n) == [sim_token(base, p) for p in range(first, first + n)]
 
 
-def test_real_time_release_honours_the_modelled_times() -> None:
-    """Steps on the real clock are released when their modelled time has elapsed: never earlier, and
-    (loosely, the machine is shared) not much later. Llama-3.1-70B on one H100 (KV from a byte
-    budget: its weights alone would not fit the memory split) makes each step ~50 ms, so the bound
-    on lateness is well below one step: releasing after a second wait would fail it."""
-    cfg = EngineConfig(backend="simulated", model="llama-3.1-70b", hardware="H100-SXM", kv_budget_mb=2048.0,
-                       max_model_len=4096)
-    e = Engine(cfg, sim_clock=RealClock())
-    for i in range(4):
-        e.add_request(f"r{i}", [97] * 64, SamplingParams.exact(6))
+_H100_70B = EngineConfig(backend="simulated", model="llama-3.1-70b", hardware="H100-SXM", kv_budget_mb=2048.0,
+                         max_model_len=4096)  # KV from a byte budget: its weights alone would not fit the split
+
+
+def _modelled_70b(shapes: list) -> list[float]:
     hw = load_hardware("H100-SXM")
     cm = CostModel(resolve_model("llama-3.1-70b"), hw.gpu, hw.params)
+    return [cm.step(s, 0).time_s for s in shapes]
+
+
+def test_real_time_release_honours_the_modelled_times() -> None:
+    """Steps on the real clock are released on the modelled timeline: the k-th release comes the sum of
+    the first k modelled step times after the step began, never earlier, and (loosely, the machine is
+    shared) not much later. Llama-3.1-70B on one H100 makes each step ~50 ms, so the bound on lateness
+    is well below one step: releasing after a second wait would fail it."""
+    e = Engine(_H100_70B, sim_clock=RealClock())
+    began = time.monotonic()  # the requests arrive just after: no step can start before this
+    for i in range(4):
+        e.add_request(f"r{i}", [97] * 64, SamplingParams.exact(6))
     rec = _Shapes(e.runner)
     e.runner = rec
-    durations = []
+    released = []
     while e.has_unfinished():
-        durations.append(e.step().timing.duration_s)
-    modelled = [cm.step(s, 0).time_s for s in rec.shapes]
-    overhead = cm.params.overhead_s
-    assert all(d >= m - overhead - 1e-6 for d, m in zip(durations, modelled, strict=True))
+        e.step()
+        released.append(time.monotonic())
+    modelled = _modelled_70b(rec.shapes)
+    due = [began + sum(modelled[: k + 1]) for k in range(len(modelled))]
     assert min(modelled) > 0.04
-    assert statistics.median(d - m for d, m in zip(durations, modelled, strict=True)) < 0.02
+    assert all(r >= d for r, d in zip(released, due, strict=True))
+    assert statistics.median(r - d for r, d in zip(released, due, strict=True)) < 0.02
+
+
+class _HostClock(RealClock):
+    """The real clock's rules on a time the test moves: ``spend(s)`` is the host's own work."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.t = 0.0
+
+    def now(self) -> float:
+        return self.t
+
+    def wait_until(self, t: float) -> None:
+        self.t = max(self.t, t)
+
+    def spend(self, seconds: float) -> None:
+        self.t += seconds
+
+
+def test_the_hosts_own_time_between_steps_is_not_the_modelled_devices() -> None:
+    """The engine's Python between two steps (3 ms here, eight times the modelled per-step overhead)
+    is hidden behind the next modelled step: back-to-back steps are released exactly on the modelled
+    timeline. A request arriving after a release, or a wait of the host's (``woke``), moves the next
+    step's start to that moment; work that outlasts a step releases it as soon as it is done."""
+    clock = _HostClock()
+    e = Engine(_H100_70B, sim_clock=clock)
+    rec = _Shapes(e.runner)
+    e.runner = rec
+    for i in range(3):
+        e.add_request(f"r{i}", [97] * 64, SamplingParams.exact(8))
+    released = []
+    for _ in range(4):
+        clock.spend(0.003)
+        e.step()
+        released.append(clock.now())
+    m = _modelled_70b(rec.shapes)
+    # the first step began when the requests arrived (t = 0), not after the 3 ms before it was called
+    assert released == pytest.approx([sum(m[: k + 1]) for k in range(4)], abs=1e-12)
+
+    clock.spend(0.002)
+    e.add_request("late", [97] * 64, SamplingParams.exact(2))  # arrives 2 ms after the last release
+    clock.spend(0.001)
+    e.step()
+    m = _modelled_70b(rec.shapes)
+    assert clock.now() == pytest.approx(released[-1] + 0.002 + m[4], abs=1e-12)
+
+    clock.spend(0.010)
+    clock.woke()  # the host waited (paused, say) until now
+    e.step()
+    m = _modelled_70b(rec.shapes)
+    assert clock.now() == pytest.approx(released[-1] + 0.002 + m[4] + 0.010 + m[5], abs=1e-12)
+
+    clock.spend(1.0)  # longer than a step: released at once, late
+    before = clock.now()
+    e.step()
+    assert clock.now() == before
 
 
 def test_virtual_and_real_time_runs_give_the_same_schedule() -> None:
@@ -209,6 +274,30 @@ def test_virtual_clock_recorder_writes_a_run_marked_simulated(tmp_path: Path) ->
     for cell in info["cells"]:
         t = run.steps.filter((pl.col("stage") == cell["stage"]) & (pl.col("mode") == cell["mode"]))["t"]
         assert cell["started_t"] - 1e-3 <= t.min() and t.max() <= cell["ended_t"] + 1e-3  # two clock reads apart
+
+
+@pytest.mark.slow
+def test_a_real_time_recording_keeps_the_modelled_gpu(tmp_path: Path) -> None:
+    """Recorded through ``kvtui serve`` (``--real-time``), a simulated engine's GPU rows are the modelled
+    device's, as on the virtual clock, not the readings of whatever GPU this machine has (none here)."""
+    from tui.record import record_main
+    from tui.report import load_run
+
+    prof = profile_from_dict({
+        "name": "tiny-sim-rt",
+        "engine": {"backend": "simulated", "model": "llama-3.1-8b", "gpu_memory_utilization": 0.9,
+                   "max_num_seqs": 64, "max_model_len": 2048},
+        "workload": {"prompt_len": {"dist": "uniform", "low": 32, "high": 256}, "output_len": 64, "seed": 3},
+        "load": {"warmup_requests": 1},
+        "stages": [{"name": "s1", "rate": 25.0, "num_requests": 40}],  # 1.6 s: a sample a second
+        "record": {"modes": ["continuous+paged"]},
+    })
+    out = tmp_path / "run"
+    assert record_main(prof, out) == 0
+    run = load_run(out)
+    assert run.gpu.height >= 1 and set(run.gpu["name"]) == {"simulated H100-SXM"}
+    assert 0 < run.gpu["sm_util_pct"].max() <= 100 and run.gpu["mem_used_bytes"].min() > 60e9  # 0.9 x 80 GB
+    assert run.summary["gpu_sm_mean_pct"].is_not_null().all()
 
 
 def test_swap_preemption_costs_the_host_link_time() -> None:

@@ -335,6 +335,12 @@ class Engine:
 
     # -- stepping ------------------------------------------------------------------------------------
 
+    def woke(self) -> None:
+        """The process hosting the engine waited (nothing to run, paused, a batch window) until now.
+        A simulated step on the real clock cannot have begun earlier; a torch step is timed as it runs."""
+        if self.sim is not None:
+            self.sim.runner.clock.woke()
+
     def step(self) -> StepOutput:
         """Run one engine step; what it produced and how long it took."""
         t0 = self.timer()

@@ -391,7 +391,10 @@ class EngineLoop:
         # registered before sending, so no output can arrive before its sink exists
         self._sinks[request_id] = sink
         try:
-            self._send(("cmd", None, "add", (request_id, prompt_token_ids, params)))
+            # Sent with when it left (both processes read the same monotonic clock), as vLLM's front
+            # end stamps a request's arrival: the engine reads commands between steps, and a request
+            # that came in during a step arrived then, not when the engine got to it.
+            self._send(("cmd", None, "add", (request_id, prompt_token_ids, params, time.monotonic())))
         except (OSError, ValueError, RuntimeError) as e:
             self._sinks.pop(request_id, None)
             raise EngineUnavailable(f"the engine process is not reachable: {e}") from None

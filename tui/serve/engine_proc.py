@@ -93,8 +93,8 @@ class EngineCore:
         self.engine.paused = paused
         return self._snapshot()
 
-    def cmd_add(self, rid: str, ids: list[int], params: SamplingParams) -> None:
-        self.engine.add_request(rid, ids, params)
+    def cmd_add(self, rid: str, ids: list[int], params: SamplingParams, sent_at: float) -> None:
+        self.engine.add_request(rid, ids, params, arrival_time=sent_at)
 
     def cmd_abort(self, rid: str) -> None:
         self.engine.abort(rid)
@@ -193,7 +193,10 @@ class EngineCore:
         while not self.stopping:
             busy = not self.paused and self.engine.has_unfinished()
             timeout = None if not busy else (0 if did_work else IDLE_STEP_WAIT_S)
-            if self.conn.poll(timeout):
+            ready = self.conn.poll(timeout)
+            if timeout != 0:
+                self.engine.woke()  # it waited: a simulated step on the real clock starts from here
+            if ready:
                 while True:
                     self.handle(self.conn.recv())
                     if self.stopping or not self.conn.poll(0):

@@ -15,6 +15,7 @@ from tui.engine.sim.cost import CostModel
 from tui.engine.sim.hardware import Hardware, load_hardware
 from tui.engine.sim.memory import MemorySplit, memory_split
 from tui.engine.sim.models import ModelSpec, resolve_model
+from tui.engine.sim.readings import modelled_gpu_samples
 from tui.engine.sim.runner import SimulatedRunner
 from tui.engine.tokenizer import ByteTokenizer
 from tui.gpu import GpuSample
@@ -55,14 +56,8 @@ class SimulatedBackend:
         return self.model.weight_bytes // self.tp + self.kv_bytes
 
     def gpu_samples(self, t: float) -> list[GpuSample]:
-        """The modelled device readings at wall time ``t``, one per device, named "simulated ..." so a
-        record never passes for a measurement: SM utilization is the modelled busy time (NVML's
-        "a kernel was running"), SM activity the modelled share of peak FLOP/s, memory as vLLM holds it."""
-        g = self.runner.gauges()
-        gpu = self.hardware.gpu
-        return [GpuSample(t=t, index=i, name=f"simulated {self.hardware.label}", sm_util_pct=100.0 * g.busy_frac,
-                          mem_used_bytes=self.memory_used_bytes, mem_total_bytes=gpu.memory_bytes,
-                          sm_active_pct=100.0 * g.sm_frac) for i in range(self.tp)]
+        """The modelled device readings at wall time ``t`` (:func:`modelled_gpu_samples`)."""
+        return modelled_gpu_samples(self.info(), t)
 
     def info(self) -> dict[str, Any]:
         """What the state says about the simulation (plain data; the GPU pane draws it)."""
@@ -72,6 +67,8 @@ class SimulatedBackend:
             "backend": "simulated",
             "model": self.model.name,
             "gpu": gpu.name,
+            "label": self.hardware.label,
+            "memory_used_bytes": self.memory_used_bytes,
             "calibrated": self.hardware.calibrated,
             "tensor_parallel_size": self.tp,
             "memory_bytes": gpu.memory_bytes,

@@ -15,18 +15,31 @@ _SPIN_S = 0.0005
 
 
 class RealClock:
-    """Wall time (``time.monotonic``); ``wait_until`` sleeps until the deadline."""
+    """Wall time (``time.monotonic``); ``wait_until`` sleeps until the deadline.
+
+    The process hosting the engine calls :meth:`woke` whenever it has waited (nothing to run, paused,
+    a batch window), so a step's modelled start never falls inside a wait.
+    """
 
     virtual = False
     origin = 0.0  # now() is a time.monotonic() reading itself
 
+    def __init__(self) -> None:
+        self.woke_at = float("-inf")
+
     def now(self) -> float:
         return time.monotonic()
 
-    def step_start(self, last_release: float, overhead_s: float) -> float:
-        """When the step being released began: the engine's scheduling since the previous release is
-        the modelled per-step overhead made real, so up to ``overhead_s`` of it counts."""
-        return max(last_release, time.monotonic() - overhead_s)
+    def woke(self) -> None:
+        """The engine's host waited until now: no step began earlier."""
+        self.woke_at = self.now()
+
+    def step_start(self, last_release: float, arrived: float) -> float:
+        """When the step being released began on the modelled device: as the previous one was released
+        (back to back: the engine's own CPU time in between is the simulator's, hidden behind the
+        modelled step, whose per-step overhead stands for a real engine's), but not before the engine
+        last woke from a wait, nor before the newest request in the step ``arrived``."""
+        return max(last_release, self.woke_at, arrived)
 
     def wait_until(self, t: float) -> None:
         while True:
@@ -55,7 +68,10 @@ class VirtualClock:
     def now(self) -> float:
         return self.t
 
-    def step_start(self, last_release: float, overhead_s: float) -> float:
+    def woke(self) -> None:
+        """Waits are the clock's own jumps here: nothing to note."""
+
+    def step_start(self, last_release: float, arrived: float) -> float:
         """Scheduling takes no virtual time: the step begins now."""
         return self.t
 

@@ -11,10 +11,13 @@ Token ids come from a seeded generator: lowercase ASCII letters of the byte toke
 of (seed, request id, position), so a request's text does not depend on its batch-mates or on timing,
 and it never emits end-of-sequence (every request runs to ``max_tokens``). Temperature is ignored.
 
-A step's modelled time includes the per-step overhead (scheduling, input preparation). The engine's own
-scheduling work is that overhead made real, so a step is released ``modelled`` seconds after it began —
-counted from the previous release when the engine stepped back to back, by at most ``overhead_s``
-before this call — rather than ``modelled`` seconds after the runner was called.
+A step's modelled time includes the per-step overhead (scheduling, input preparation) a real engine
+spends between steps. The simulator's own CPU time between steps is not the modelled device's: a step
+that follows the previous one back to back is released ``modelled`` seconds after the previous release,
+not after this call, unless the engine waited in between or a request in the step arrived later
+(:meth:`RealClock.step_start`). Counted from the call instead, every step ran late by the
+Python scheduler's time, and at the capacity edge of a simulated H100 the live engine's latencies came
+out 20-45 % above the modelled ones (ARCHITECTURE.md, "Real time").
 """
 
 from __future__ import annotations
@@ -80,11 +83,14 @@ class SimulatedRunner:
         # split: a decode's attention pairs are its context (past + 1), a chunk's its triangle.
         prefills = tokens = ctx = 0
         pairs = 0.0
+        arrived = float("-inf")  # the newest arrival among the step's requests
         requests = []
         ids: list[int] = []
         bases = self._base
         for c in chunks:
             r = c.request
+            if r.arrival_time > arrived:
+                arrived = r.arrival_time
             new, past = c.num_new, r.num_computed
             tokens += new
             ctx += past + new
@@ -109,14 +115,16 @@ class SimulatedRunner:
         if self.cost.pads:  # a calibrated CPU runner pays for padded decode slots (a GPU preset never)
             dec = [c.request.num_computed + 1 for c in chunks if c.num_new == 1]
             pad = len(dec) * max(dec, default=0) - sum(dec)
-        self.run_step(len(chunks), prefills, tokens, pairs, ctx, len(requests), pad)
+        self.run_step(len(chunks), prefills, tokens, pairs, ctx, len(requests), pad, arrived)
         return StepResult(requests, ids)
 
-    def run_step(self, rows: int, prefills: int, tokens: int, pairs: float, ctx: int, sampled: int, pad: int) -> None:
-        """Cost one step from its sums (:meth:`CostModel.work_of`'s) and wait it out on the clock."""
+    def run_step(self, rows: int, prefills: int, tokens: int, pairs: float, ctx: int, sampled: int, pad: int,
+                 arrived: float = float("-inf")) -> None:
+        """Cost one step from its sums (:meth:`CostModel.work_of`'s) and wait it out on the clock;
+        ``arrived``: the newest arrival among its requests (the step cannot have begun before it)."""
         step = self.cost.cost(self.cost.work_of(rows, prefills, tokens, pairs, ctx, sampled, pad))
         now = self.clock.now()
-        start = self.clock.step_start(self._last_release, self.cost.params.overhead_s)
+        start = self.clock.step_start(self._last_release, arrived)
         end = max(start + step.time_s, now)
         self.clock.wait_until(end)
         self._last_release = end
@@ -168,7 +176,7 @@ class SimulatedRunner:
         reports the modelled seconds whatever the wall clock did meanwhile."""
         tokens = sum(p.num_tokens for p in plans)
         seconds = tokens * self.kv_bytes_per_token / self.cost.gpu.host_bandwidth
-        start = self.clock.now()
+        start = self.clock.step_start(self._last_release, float("-inf"))  # the step's first part
         self.clock.wait_until(start + seconds)
         self._last_release = start + seconds
         return seconds
