@@ -159,8 +159,9 @@ class _HostClock(RealClock):
 def test_the_hosts_own_time_between_steps_is_not_the_modelled_devices() -> None:
     """The engine's Python between two steps (3 ms here, eight times the modelled per-step overhead)
     is hidden behind the next modelled step: back-to-back steps are released exactly on the modelled
-    timeline. A request arriving after a release, or a wait of the host's (``woke``), moves the next
-    step's start to that moment; work that outlasts a step releases it as soon as it is done."""
+    timeline, and a request that arrives in that time joins the step after (as behind a real engine).
+    A wait of the host's (``woke``) moves the next step's start to its end; work that outlasts a step
+    releases it as soon as it is done, and the gauges count how far behind the model that ran."""
     clock = _HostClock()
     e = Engine(_H100_70B, sim_clock=clock)
     rec = _Shapes(e.runner)
@@ -179,20 +180,25 @@ def test_the_hosts_own_time_between_steps_is_not_the_modelled_devices() -> None:
     clock.spend(0.002)
     e.add_request("late", [97] * 64, SamplingParams.exact(2))  # arrives 2 ms after the last release
     clock.spend(0.001)
-    e.step()
+    e.step()  # began at that release, before "late" arrived: it waits for the next step
     m = _modelled_70b(rec.shapes)
-    assert clock.now() == pytest.approx(released[-1] + 0.002 + m[4], abs=1e-12)
+    assert clock.now() == pytest.approx(released[-1] + m[4], abs=1e-12)
+    assert e.requests["late"].num_computed == 0
 
     clock.spend(0.010)
-    clock.woke()  # the host waited (paused, say) until now
+    clock.woke()  # the host waited (paused, say) until now: the next step begins here, "late" in it
     e.step()
     m = _modelled_70b(rec.shapes)
-    assert clock.now() == pytest.approx(released[-1] + 0.002 + m[4] + 0.010 + m[5], abs=1e-12)
+    assert clock.now() == pytest.approx(released[-1] + m[4] + 0.010 + m[5], abs=1e-12)
+    assert e.requests["late"].num_computed == 64
 
-    clock.spend(1.0)  # longer than a step: released at once, late
+    assert e.sim.runner.gauges().behind_frac == 0.0  # every step so far on the modelled timeline
+    clock.spend(1.0)  # longer than a step: released at once, late, and the gauges say by how much
     before = clock.now()
     e.step()
+    m = _modelled_70b(rec.shapes)
     assert clock.now() == before
+    assert e.sim.runner.gauges().behind_frac == pytest.approx(before - released[-1] - m[4] - 0.010 - m[5] - m[6])
 
 
 def test_virtual_and_real_time_runs_give_the_same_schedule() -> None:

@@ -44,6 +44,16 @@ def test_simulated_pane_says_so_and_shows_the_split() -> None:
     assert "(KV from kv_budget_mb)" in budget
 
 
+def test_an_engine_behind_its_model_is_flagged() -> None:
+    """On the real clock, when this machine's CPU cannot keep up with the modelled steps, the pane says
+    how far behind the model the live engine ran (the model's figures are then not what is shown)."""
+    eng = simulated(syn.paged_engine(2, n_requests=30, total_blocks=25_893))
+    on_time = text_of(gpu_text(syn.dashboard(eng), 70))
+    assert "behind the model" not in on_time
+    late = dataclasses.replace(eng, sim={**eng.sim, "behind_frac": 0.12})
+    assert " behind the model 12% (this CPU)" in text_of(gpu_text(syn.dashboard(late), 70))
+
+
 def test_simulated_gpu_pane(snap_compare) -> None:
     """The dashboard on a simulated H100: hundreds of requests' block tables beside the modelled device."""
     eng = simulated(syn.paged_engine(29, n_requests=60, n_waiting=12, total_blocks=25_893))

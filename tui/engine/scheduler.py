@@ -32,6 +32,7 @@ waits, as before. Static batching never meets this: its arena is empty whenever 
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -92,6 +93,9 @@ class Scheduler:
         self.num_preemptions = 0
         self.swapped: deque[Request] = deque()  # swapped out, oldest first
         self.num_swaps = 0  # swap-outs, cumulative
+        # Requests that arrived later wait for the next step (set by the engine each step: a simulated
+        # step on the real clock began before the engine got to schedule it; anything else: no limit).
+        self.admit_before = math.inf
 
     # -- queries -------------------------------------------------------------------------------------
 
@@ -263,6 +267,8 @@ class ContinuousScheduler(Scheduler):
         own for the virtual clock's fast-forward (:meth:`tui.engine.engine.Engine.fast_forward`)."""
         while self.waiting and len(self.running) < self.cfg.max_num_seqs and budget > 0:
             req = self.waiting[0]
+            if req.arrival_time > self.admit_before:
+                break  # it came after this step began: the next one (arrival order, so everyone behind too)
             granted = self._admit_kv(req, budget)
             if granted is None and self.cfg.preemption_mode == "swap" and self.kv.fits_after_compaction(req):
                 granted, budget = self._compact_for(req, budget, out)
@@ -378,6 +384,8 @@ class StaticScheduler(Scheduler):
             return
         while self.waiting and len(self.batch) < self._cap():
             req = self.waiting[0]
+            if req.arrival_time > self.admit_before:
+                break  # it came after this step began
             num_new = self._admit_kv(req, None)  # the whole prompt in one step
             if num_new is None:
                 break

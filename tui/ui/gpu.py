@@ -4,7 +4,8 @@ Four states, each said plainly: NVML readings (SM utilization, GPM SM activity w
 VRAM); no NVIDIA GPU (the reason, then the engine's busy fraction of wall time and its KV pool use);
 a remote server (its own gauges from ``/metrics``: KV cache usage, running, waiting, preemptions);
 a simulated GPU (the engine's simulated backend: its modelled memory split and SM/HBM use, labelled
-SIMULATED — nothing there is measured).
+SIMULATED — nothing there is measured; and, on the real clock, how far the engine ran behind its
+model when this machine's CPU could not keep up).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from tui.ui.model import DashboardSnapshot
 from tui.ui.paint import fmt_bytes, gauge, gauge_colour
 
 LABEL_W = 11
+BEHIND_SHOWN = 0.01  # a simulated engine this far behind its model over the last second is flagged
 
 
 def _gauge_line(label: str, frac: float | None, width: int, value: str, colour: str | None = None) -> Text:
@@ -84,6 +86,9 @@ def simulated_lines(engine: EngineSnapshot, width: int) -> list[Text]:
     out = [head, Text(f" {s.get('model', '')}, modelled:", style="#c678dd"),
            _gauge_line(" SM", sm, width, f"{100 * sm:.0f}% peak"),
            _gauge_line(" HBM bw", hbm, width, f"{100 * hbm:.0f}% peak")]
+    behind = float(s.get("behind_frac", 0.0))
+    if behind >= BEHIND_SHOWN:  # the live view is slower than the model: say so, and whose fault it is
+        out.append(Text(f" behind the model {100 * behind:.0f}% (this CPU)", style="bold #e5c07b"))
     mem = s.get("memory")
     if mem:
         parts = mem["weight_bytes"] + mem["activation_bytes"] + mem["non_torch_bytes"] + mem["kv_bytes"]

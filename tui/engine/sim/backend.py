@@ -78,6 +78,7 @@ class SimulatedBackend:
             "sm_frac": g.sm_frac,
             "hbm_frac": g.hbm_frac,
             "busy_frac": g.busy_frac,
+            "behind_frac": g.behind_frac,
         }
 
 

@@ -7,6 +7,7 @@ so the static batch window, wait timeouts and step durations all run on it.
 
 from __future__ import annotations
 
+import math
 import time
 
 # time.sleep overshoots by ~50-100 us on Linux; sleep to this much before the deadline, then yield
@@ -41,6 +42,14 @@ class RealClock:
         last woke from a wait, nor before the newest request in the step ``arrived``."""
         return max(last_release, self.woke_at, arrived)
 
+    def admit_before(self, last_release: float, busy: bool) -> float:
+        """The latest arrival that may join the step about to be scheduled. A step that follows the
+        previous one back to back (``busy``: requests run, and the engine has not waited since) began at
+        that release, so a request that arrived during the simulator's own time after it waits for the
+        next step, as it would behind a real engine; otherwise whoever has arrived joins (the step then
+        begins at the newest arrival, or when the engine woke)."""
+        return last_release if busy and self.woke_at < last_release else math.inf
+
     def wait_until(self, t: float) -> None:
         while True:
             left = t - time.monotonic()
@@ -74,6 +83,10 @@ class VirtualClock:
     def step_start(self, last_release: float, arrived: float) -> float:
         """Scheduling takes no virtual time: the step begins now."""
         return self.t
+
+    def admit_before(self, last_release: float, busy: bool) -> float:
+        """Whoever the driver has sent: it sends each request when it is due on this clock."""
+        return math.inf
 
     def wait_until(self, t: float) -> None:
         if t > self.t:

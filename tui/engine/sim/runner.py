@@ -14,8 +14,9 @@ and it never emits end-of-sequence (every request runs to ``max_tokens``). Tempe
 A step's modelled time includes the per-step overhead (scheduling, input preparation) a real engine
 spends between steps. The simulator's own CPU time between steps is not the modelled device's: a step
 that follows the previous one back to back is released ``modelled`` seconds after the previous release,
-not after this call, unless the engine waited in between or a request in the step arrived later
-(:meth:`RealClock.step_start`). Counted from the call instead, every step ran late by the
+not after this call, and a request that arrived after that release waits for the next step
+(:meth:`RealClock.admit_before`); the step begins later only if the engine waited in between, or at
+the newest arrival when nothing was running (:meth:`RealClock.step_start`). Counted from the call instead, every step ran late by the
 Python scheduler's time, and at the capacity edge of a simulated H100 the live engine's latencies came
 out 20-45 % above the modelled ones (ARCHITECTURE.md, "Real time").
 """
@@ -62,6 +63,9 @@ class DeviceGauges:
     sm_frac: float  # FLOPs done / (peak FLOP/s x window): tensor-core use
     hbm_frac: float  # bytes moved / (peak bandwidth x window)
     busy_frac: float  # modelled step time / window
+    # real time only: how much of the window steps were released after their modelled end because the
+    # simulator's own Python between them outlasted the step (the live view runs that much slower)
+    behind_frac: float = 0.0
 
 
 class SimulatedRunner:
@@ -74,7 +78,7 @@ class SimulatedRunner:
         self.seed = seed
         self.gauge_window_s = gauge_window_s
         self._last_release = float("-inf")
-        self._recent: deque[tuple[float, float, float, float]] = deque()  # (end, time, flops, bytes)
+        self._recent: deque[tuple[float, float, float, float, float]] = deque()  # (end, time, flops, bytes, late)
         self._base: dict[str, int] = {}  # request id -> token_base
 
     def execute(self, chunks: Sequence[ScheduledChunk], kv: KVManager) -> StepResult:
@@ -128,7 +132,12 @@ class SimulatedRunner:
         end = max(start + step.time_s, now)
         self.clock.wait_until(end)
         self._last_release = end
-        self._recent.append((end, step.time_s, step.flops, step.bytes))
+        self._recent.append((end, step.time_s, step.flops, step.bytes, max(0.0, now - (start + step.time_s))))
+
+    def admit_before(self, busy: bool) -> float:
+        """The latest arrival that may join the next step (:meth:`RealClock.admit_before`); ``busy``:
+        the scheduler has requests running or swapped out."""
+        return self.clock.admit_before(self._last_release, busy)
 
     def tokens(self, request_id: str, first: int, n: int) -> list[int]:
         """Output tokens ``first .. first + n - 1`` of a request, as :meth:`execute` samples them one a step."""
@@ -193,5 +202,6 @@ class SimulatedRunner:
         busy = sum(r[1] for r in self._recent)
         flops = sum(r[2] for r in self._recent)
         moved = sum(r[3] for r in self._recent)
+        late = sum(r[4] for r in self._recent)
         return DeviceGauges(min(1.0, flops / (gpu.peak_flops * w)), min(1.0, moved / (gpu.mem_bandwidth * w)),
-                            min(1.0, busy / w))
+                            min(1.0, busy / w), min(1.0, late / w))
