@@ -348,7 +348,7 @@ class Engine:
         outputs, self._pending = self._pending, []
         self._maybe_complete_switch()
         scheduler = self.scheduler
-        if self.sim is not None:  # who may join a simulated step (on the real clock it began at the last release)
+        if self.sim is not None:  # who may join a simulated step (on the real clock: see RealClock.admit_before)
             scheduler.admit_before = self.sim.runner.admit_before(bool(scheduler.running or scheduler.swapped))
         sched = scheduler.schedule()
         prefill_tokens = decode_tokens = 0  # counted below, before each request's progress moves

@@ -16,9 +16,9 @@ spends between steps. The simulator's own CPU time between steps is not the mode
 that follows the previous one back to back is released ``modelled`` seconds after the previous release,
 not after this call, and a request that arrived after that release waits for the next step
 (:meth:`RealClock.admit_before`); the step begins later only if the engine waited in between, or at
-the newest arrival when nothing was running (:meth:`RealClock.step_start`). Counted from the call instead, every step ran late by the
-Python scheduler's time, and at the capacity edge of a simulated H100 the live engine's latencies came
-out 20-45 % above the modelled ones (ARCHITECTURE.md, "Real time").
+the newest arrival when nothing was running (:meth:`RealClock.step_start`). Counted from the call
+instead, every step ran late by the Python scheduler's time: at the capacity edge of a simulated H100
+the live engine's TPOT came out ~30 % above the modelled one (now ~7 %; ARCHITECTURE.md, "Real time").
 """
 
 from __future__ import annotations
