@@ -348,8 +348,8 @@ class Engine:
         outputs, self._pending = self._pending, []
         self._maybe_complete_switch()
         scheduler = self.scheduler
-        if self.sim is not None:  # who may join a simulated step (on the real clock: see RealClock.admit_before)
-            scheduler.admit_before = self.sim.runner.admit_before(bool(scheduler.running or scheduler.swapped))
+        if self.sim is not None:  # who may join a simulated step (on the real clock: see RealClock.begin_step)
+            scheduler.admit_before = self.sim.runner.begin_step(bool(scheduler.running or scheduler.swapped))
         sched = scheduler.schedule()
         prefill_tokens = decode_tokens = 0  # counted below, before each request's progress moves
         modelled = 0.0  # a runner that models a device: its time minus the wall time it actually took

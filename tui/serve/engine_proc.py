@@ -10,7 +10,8 @@ API server and its engine core, for the same reason.
 Messages (pickled over a ``multiprocessing.connection.Connection``):
 
 - parent → here: ``(config, defenses)`` once, then ``("cmd", seq | None, name, args)``; ``seq`` None
-  wants no reply. ``add`` carries ``(request_id, prompt_token_ids, SamplingParams)``.
+  wants no reply. ``add`` carries ``(request_id, prompt_token_ids, SamplingParams, sent_at)``: when the
+  API process sent it, on the machine's monotonic clock (the request's arrival).
 - here → parent: ``("ready", info)`` or ``("failed", (kind, message))`` once (kind ``config``
   when the engine refused its config); then ``("out", outputs,
   preempted)`` after each step that produced something, with outputs as ``(request_id,

@@ -35,20 +35,21 @@ class RealClock:
         """The engine's host waited until now: no step began earlier."""
         self.woke_at = self.now()
 
-    def step_start(self, last_release: float, arrived: float) -> float:
-        """When the step being released began on the modelled device: as the previous one was released
-        (back to back: the engine's own CPU time in between is the simulator's, hidden behind the
-        modelled step, whose per-step overhead stands for a real engine's), but not before the engine
-        last woke from a wait, nor before the newest request in the step ``arrived``."""
-        return max(last_release, self.woke_at, arrived)
+    def begin_step(self, last_release: float, busy: bool) -> float:
+        """A step is about to be scheduled: the latest arrival that may join it. One that follows the
+        previous step back to back (``busy``: requests run, and the engine has not waited since) began
+        at that release — the engine's own CPU time in between is the simulator's, hidden behind the
+        modelled step, whose per-step overhead stands for a real engine's — so a request that arrived
+        after it waits for the next step, as it would behind a real engine. Any other step begins now,
+        with whoever has arrived."""
+        if busy and self.woke_at < last_release:
+            return last_release
+        self.woke_at = self.now()
+        return math.inf
 
-    def admit_before(self, last_release: float, busy: bool) -> float:
-        """The latest arrival that may join the step about to be scheduled. A step that follows the
-        previous one back to back (``busy``: requests run, and the engine has not waited since) began at
-        that release, so a request that arrived during the simulator's own time after it waits for the
-        next step, as it would behind a real engine; otherwise whoever has arrived joins (the step then
-        begins at the newest arrival, or when the engine woke)."""
-        return last_release if busy and self.woke_at < last_release else math.inf
+    def step_start(self, last_release: float) -> float:
+        """When the step being released began on the modelled device (see :meth:`begin_step`)."""
+        return max(last_release, self.woke_at)
 
     def wait_until(self, t: float) -> None:
         while True:
@@ -80,13 +81,13 @@ class VirtualClock:
     def woke(self) -> None:
         """Waits are the clock's own jumps here: nothing to note."""
 
-    def step_start(self, last_release: float, arrived: float) -> float:
+    def begin_step(self, last_release: float, busy: bool) -> float:
+        """Whoever the driver has sent joins: it sends each request when it is due on this clock."""
+        return math.inf
+
+    def step_start(self, last_release: float) -> float:
         """Scheduling takes no virtual time: the step begins now."""
         return self.t
-
-    def admit_before(self, last_release: float, busy: bool) -> float:
-        """Whoever the driver has sent: it sends each request when it is due on this clock."""
-        return math.inf
 
     def wait_until(self, t: float) -> None:
         if t > self.t:

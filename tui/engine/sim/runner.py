@@ -14,10 +14,9 @@ and it never emits end-of-sequence (every request runs to ``max_tokens``). Tempe
 A step's modelled time includes the per-step overhead (scheduling, input preparation) a real engine
 spends between steps. The simulator's own CPU time between steps is not the modelled device's: a step
 that follows the previous one back to back is released ``modelled`` seconds after the previous release,
-not after this call, and a request that arrived after that release waits for the next step
-(:meth:`RealClock.admit_before`); the step begins later only if the engine waited in between, or at
-the newest arrival when nothing was running (:meth:`RealClock.step_start`). Counted from the call
-instead, every step ran late by the Python scheduler's time: at the capacity edge of a simulated H100
+not after this call, and a request that arrived after that release waits for the next step; a step
+that does not follow another (the engine waited, or nothing ran) begins as it is scheduled
+(:meth:`RealClock.begin_step`). Counted from the call instead, every step ran late by the Python scheduler's time: at the capacity edge of a simulated H100
 the live engine's TPOT came out ~30 % above the modelled one (now ~7 %; ARCHITECTURE.md, "Real time").
 """
 
@@ -87,14 +86,11 @@ class SimulatedRunner:
         # split: a decode's attention pairs are its context (past + 1), a chunk's its triangle.
         prefills = tokens = ctx = 0
         pairs = 0.0
-        arrived = float("-inf")  # the newest arrival among the step's requests
         requests = []
         ids: list[int] = []
         bases = self._base
         for c in chunks:
             r = c.request
-            if r.arrival_time > arrived:
-                arrived = r.arrival_time
             new, past = c.num_new, r.num_computed
             tokens += new
             ctx += past + new
@@ -119,25 +115,23 @@ class SimulatedRunner:
         if self.cost.pads:  # a calibrated CPU runner pays for padded decode slots (a GPU preset never)
             dec = [c.request.num_computed + 1 for c in chunks if c.num_new == 1]
             pad = len(dec) * max(dec, default=0) - sum(dec)
-        self.run_step(len(chunks), prefills, tokens, pairs, ctx, len(requests), pad, arrived)
+        self.run_step(len(chunks), prefills, tokens, pairs, ctx, len(requests), pad)
         return StepResult(requests, ids)
 
-    def run_step(self, rows: int, prefills: int, tokens: int, pairs: float, ctx: int, sampled: int, pad: int,
-                 arrived: float = float("-inf")) -> None:
-        """Cost one step from its sums (:meth:`CostModel.work_of`'s) and wait it out on the clock;
-        ``arrived``: the newest arrival among its requests (the step cannot have begun before it)."""
+    def run_step(self, rows: int, prefills: int, tokens: int, pairs: float, ctx: int, sampled: int, pad: int) -> None:
+        """Cost one step from its sums (:meth:`CostModel.work_of`'s) and wait it out on the clock."""
         step = self.cost.cost(self.cost.work_of(rows, prefills, tokens, pairs, ctx, sampled, pad))
         now = self.clock.now()
-        start = self.clock.step_start(self._last_release, arrived)
+        start = self.clock.step_start(self._last_release)
         end = max(start + step.time_s, now)
         self.clock.wait_until(end)
         self._last_release = end
         self._recent.append((end, step.time_s, step.flops, step.bytes, max(0.0, now - (start + step.time_s))))
 
-    def admit_before(self, busy: bool) -> float:
-        """The latest arrival that may join the next step (:meth:`RealClock.admit_before`); ``busy``:
-        the scheduler has requests running or swapped out."""
-        return self.clock.admit_before(self._last_release, busy)
+    def begin_step(self, busy: bool) -> float:
+        """A step is about to be scheduled: the latest arrival that may join it (:meth:`RealClock.begin_step`);
+        ``busy``: the scheduler has requests running or swapped out."""
+        return self.clock.begin_step(self._last_release, busy)
 
     def tokens(self, request_id: str, first: int, n: int) -> list[int]:
         """Output tokens ``first .. first + n - 1`` of a request, as :meth:`execute` samples them one a step."""
@@ -185,7 +179,7 @@ class SimulatedRunner:
         reports the modelled seconds whatever the wall clock did meanwhile."""
         tokens = sum(p.num_tokens for p in plans)
         seconds = tokens * self.kv_bytes_per_token / self.cost.gpu.host_bandwidth
-        start = self.clock.step_start(self._last_release, float("-inf"))  # the step's first part
+        start = self.clock.step_start(self._last_release)  # the step's first part
         self.clock.wait_until(start + seconds)
         self._last_release = start + seconds
         return seconds
