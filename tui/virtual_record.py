@@ -27,6 +27,7 @@ from tui.clock import now as records_now
 from tui.engine.engine import Engine, RequestRejected
 from tui.engine.params import SamplingParams
 from tui.engine.sim.clock import SimClock, VirtualClock
+from tui.engine.sim.readings import modelled_gpu_samples
 from tui.engine.snapshot import EngineSnapshot, StepTiming
 from tui.gpu import GpuSample
 from tui.load.arrivals import ArrivalProcess, Schedule
@@ -153,7 +154,7 @@ class ClockDriver:
         self.fast_forward = fast_forward  # decode-only stretches at once (Engine.fast_forward): same records
         self.run_id = run_id
         self.on_record, self.on_steps, self.on_frame = on_record, on_steps, on_frame
-        self.on_gpu = on_gpu if engine.sim is not None else None
+        self.on_gpu = on_gpu if engine.backend.info() is not None else None  # a modelled device's
         self._next_gpu = clock.now() + GPU_EVERY_S
         rate = profile.record.snapshots_per_s
         self.frame_every = 1.0 / rate if rate > 0 else math.inf
@@ -332,11 +333,11 @@ class ClockDriver:
 
     def sample_gpu(self) -> None:
         """Hand the simulated backend's modelled GPU readings now to ``on_gpu``."""
-        sim = self.engine.sim
-        if self.on_gpu is None or sim is None:
+        info = self.engine.backend.info()
+        if self.on_gpu is None or info is None:
             return
         now = self.clock.now()
-        self.on_gpu(sim.gpu_samples(self._stamp(now)))
+        self.on_gpu(modelled_gpu_samples(info, self._stamp(now)))
         self._next_gpu = now + GPU_EVERY_S
 
     # -- the loop --------------------------------------------------------------------------------
