@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import torch
 
 from tui.engine.checkpoint import load_checkpoint
+from tui.engine.control import Control
 from tui.engine.kv import KVManager, KVSpec, new_kv_manager, slots_for_budget
 from tui.engine.model import PRESETS, build_dummy_model, pick_device, pick_dtype
 from tui.engine.model_runner import TorchModelRunner
@@ -294,6 +295,23 @@ class Engine:
     def mode(self) -> EngineMode:
         """The current mode; ``config`` is its one home (a switch replaces the config)."""
         return self.config.mode
+
+    @property
+    def target_mode(self) -> EngineMode:
+        """The mode a switch drains toward, else the current mode: what a mode intent acts on."""
+        return self.draining_to or self.mode
+
+    def apply(self, control: Control) -> None:
+        """Apply one control intent (at a step boundary: the engine process runs it between steps).
+
+        A mode change acts on :attr:`target_mode`, so it composes with a switch already draining;
+        asking for the current mode cancels that switch."""
+        if control.switches_mode:
+            self.switch_mode(control.mode_from(self.target_mode))
+        if control.preemption_mode is not None:
+            self.set_preemption_mode(control.preemption_from(self.config.preemption_mode))
+        if control.defenses is not None:
+            self.set_defenses(control.defenses)
 
     def switch_mode(self, mode: EngineMode) -> None:
         """Stop admitting, let running requests finish, then rebuild the KV layout; waiting ones stay."""
