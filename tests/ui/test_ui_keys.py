@@ -279,6 +279,29 @@ def timeline_app() -> KVTuiApp:
                     live=False)
 
 
+async def test_tab_then_enter_from_start_opens_a_timeline_and_changes_no_mode():
+    asked: list[tuple] = []
+
+    class Recording(FixedBackend):
+        async def set_mode(self, batching: str | None, kv: str | None) -> None:
+            asked.append((batching, kv))
+
+    app = timeline_app()
+    app.backend.__class__ = Recording  # the same backend, its mode requests recorded
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("tab")
+        table = app.query_one(RequestTable)
+        assert app.focused is table
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, TimelineScreen) and app.screen.request_id == table.selected
+        assert asked == []
+        await pilot.press("escape")
+        await pilot.click("#mode-static")  # the buttons still act on a click
+        await pilot.pause()
+        assert asked == [("static", None)]
+
+
 async def test_keys_select_a_request_and_enter_opens_its_timeline():
     app = timeline_app()
     async with app.run_test(size=(100, 30)) as pilot:

@@ -183,5 +183,5 @@ def test_mode_switch_draining(snap_compare):
     engine = dataclasses.replace(syn.contiguous_engine(23, n_requests=8, paused=False),
                                  draining_to="continuous+paged")
     snap = syn.dashboard(engine, seed=23, gpu_note="no NVIDIA driver",
-                         status="switching to continuous+paged: draining the running requests first")
+                         status="switching static+contiguous → continuous+paged: draining the running requests first")
     assert snap_compare(fixed_app(snap), terminal_size=WIDE)

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tui.engine.backend import Backend, build_backend
+from tui.engine.control import Control
 from tui.engine.kv import KVManager, KVSpec, new_kv_manager
 from tui.engine.params import SamplingParams
 from tui.engine.runner import ModelRunner
@@ -200,6 +201,23 @@ class Engine:
     def mode(self) -> EngineMode:
         """The current mode; ``config`` is its one home (a switch replaces the config)."""
         return self.config.mode
+
+    @property
+    def target_mode(self) -> EngineMode:
+        """The mode a switch drains toward, else the current mode: what a mode intent acts on."""
+        return self.draining_to or self.mode
+
+    def apply(self, control: Control) -> None:
+        """Apply one control intent (at a step boundary: the engine process runs it between steps).
+
+        A mode change acts on :attr:`target_mode`, so it composes with a switch already draining;
+        asking for the current mode cancels that switch."""
+        if control.switches_mode:
+            self.switch_mode(control.mode_from(self.target_mode))
+        if control.preemption_mode is not None:
+            self.set_preemption_mode(control.preemption_from(self.config.preemption_mode))
+        if control.defenses is not None:
+            self.set_defenses(control.defenses)
 
     def switch_mode(self, mode: EngineMode) -> None:
         """Stop admitting, let running requests finish, then rebuild the KV layout; waiting ones stay."""

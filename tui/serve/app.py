@@ -42,10 +42,10 @@ from starlette.responses import JSONResponse as StarletteJSONResponse
 from starlette.responses import Response
 from starlette.routing import Route
 
+from tui.engine.control import Control, ControlError, Reset
 from tui.engine.snapshot import EngineSnapshot
 from tui.gpu import GpuSampler
 from tui.profile import (
-    EngineMode,
     Profile,
     ProfileError,
     check_env_name,
@@ -297,31 +297,12 @@ async def post_step(request: Request) -> Response:
 
 
 async def post_mode(request: Request) -> Response:
+    """A control intent: ``batching`` / ``kv`` (a value or ``"toggle"``, acting on the target a switch
+    already drains toward), ``preemption_mode``, ``defenses`` — whichever are sent."""
     _check_auth(request)
     st = _state(request)
-    body = await _json_object(request)
-    preemption = body.pop("preemption_mode", None)
-    if preemption is not None and preemption not in ("recompute", "swap"):
-        raise ApiError(400, f"preemption_mode = {preemption!r}: expected 'recompute' or 'swap'",
-                       param="preemption_mode")
-    if preemption is not None and not body:  # only the preemption mode: nothing drains
-        return JSONResponse(_state_body(await st.engine.set_preemption_mode(preemption), await st.gpu_samples()))
-    if "mode" in body:
-        text = body["mode"]
-    else:
-        unknown = set(body) - {"batching", "kv"}
-        if unknown:
-            raise ApiError(400, f"unknown key '{sorted(unknown)[0]}'; send {{\"batching\": ..., \"kv\": ..., "
-                                f"\"preemption_mode\": ...}}")
-        current = await st.engine.snapshot()
-        text = f"{body.get('batching', current.batching)}+{body.get('kv', current.kv)}"
-    try:
-        mode = EngineMode.parse(text) if isinstance(text, str) else EngineMode.parse(repr(text))
-    except ValueError as e:
-        raise ApiError(400, str(e), param="mode") from None
-    if preemption is not None:
-        await st.engine.set_preemption_mode(preemption)
-    return JSONResponse(_state_body(await st.engine.switch_mode(mode), await st.gpu_samples()))
+    control = _control(await _json_object(request))
+    return JSONResponse(_state_body(await st.engine.apply(control), await st.gpu_samples()))
 
 
 async def post_defenses(request: Request) -> Response:
@@ -330,29 +311,33 @@ async def post_defenses(request: Request) -> Response:
     body = await _json_object(request)
     if set(body) == {"defenses"} and isinstance(body["defenses"], dict):
         body = body["defenses"]
+    control = _control({"defenses": body})
+    return JSONResponse(_state_body(await st.engine.apply(control), await st.gpu_samples()))
+
+
+def _control(body: dict[str, Any]) -> Control:
     try:
-        defenses = defenses_from_dict(body)
-    except ProfileError as e:
-        raise ApiError(400, str(e), param="defenses") from None
-    return JSONResponse(_state_body(await st.engine.set_defenses(defenses), await st.gpu_samples()))
+        return Control.from_json(body)
+    except ControlError as e:
+        raise ApiError(400, str(e), param=e.param) from None
 
 
 async def post_reset(request: Request) -> Response:
-    """A fresh engine; a missing ``engine`` or ``defenses`` key keeps the current one's config."""
+    """A fresh engine; a missing ``engine`` or ``defenses`` key keeps the engine's own (its mode the one
+    it is in or drains toward)."""
     _check_auth(request)
     st = _state(request)
     body = await _json_object(request)
     unknown = set(body) - {"engine", "defenses"}
     if unknown:
         raise ApiError(400, f"unknown key '{sorted(unknown)[0]}'; send {{\"engine\": {{...}}, \"defenses\": {{...}}}}")
-    info = st.info
     try:
-        config = engine_config_from_dict(body["engine"]) if "engine" in body else info.config
-        defenses = defenses_from_dict(body["defenses"]) if "defenses" in body else info.defenses
+        reset = Reset(engine_config_from_dict(body["engine"]) if "engine" in body else None,
+                      defenses_from_dict(body["defenses"]) if "defenses" in body else None)
     except ProfileError as e:
         raise ApiError(400, str(e)) from None
     try:
-        snap = await st.engine.reset(config, defenses)
+        snap = await st.engine.reset(reset)
     except EngineUnavailable:
         raise  # no engine to reset (it died): 503, not a refused config
     except Exception as e:  # the engine refused the config; the old engine keeps running
@@ -599,7 +584,7 @@ def serve_main(profile: Profile, host: str = "127.0.0.1", port: int = 8000, api_
     info = engine.info
     assert info is not None
     print(f"{LISTENING_PREFIX}http://{shown}:{bound} (model {info.model_name}, "
-          f"{info.config.mode.label}, max_model_len {info.max_model_len})", flush=True)
+          f"{profile.engine.mode.label}, max_model_len {info.max_model_len})", flush=True)
     try:
         server.run(sockets=[sock])
     finally:

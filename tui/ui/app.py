@@ -31,7 +31,7 @@ from tui.ui.load_control import LoadControl
 from tui.ui.messages import OpenRequest, RunAction, SetRate, SnapshotReady, ViewChanged
 from tui.ui.mode_bar import ModeBar
 from tui.ui.model import DashboardSnapshot
-from tui.ui.scheduler_view import SchedulerView
+from tui.ui.scheduler_view import RequestTable, SchedulerView
 from tui.ui.server_view import ServerView
 from tui.ui.status_line import StatusLine
 from tui.ui.timeline import TimelineScreen
@@ -189,6 +189,17 @@ class KVTuiApp(App[int]):
             self._controls.put_nowait(partial(method, *entry.args))
         else:
             method(*entry.args)
+
+    def action_focus_next(self) -> None:
+        """Tab from nowhere lands on the request table (arrows and enter there select a request and
+        open its timeline); the mode and defense buttons take no focus, so an enter meant for the
+        table can never press one."""
+        if self.focused is None and self.screen is self.screen_stack[0]:
+            tables = [t for t in self.screen.query(RequestTable) if t.region.area]  # on screen now
+            if tables:
+                tables[0].focus()
+                return
+        super().action_focus_next()
 
     def action_unfocus(self) -> None:
         self.screen.set_focus(None)

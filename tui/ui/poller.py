@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx
 
+from tui.engine.control import Control
 from tui.engine.snapshot import EngineSnapshot
 from tui.errors import describe_http_error, one_line, root_url
 from tui.metrics.types import ServerGauges
@@ -284,7 +285,7 @@ class LiveBackend(Backend):
     def _make_runner(self) -> Any:
         from tui.load.runner import LoadRunner
 
-        load = dataclasses.replace(self.profile.load, arrival=self.load.arrival)  # type: ignore[arg-type]
+        load = dataclasses.replace(self.profile.load, arrival=self.load.arrival)
         profile = dataclasses.replace(self.profile, load=load, workload=self.presets[self.load.workload])
         return LoadRunner(
             profile,
@@ -429,15 +430,16 @@ class LiveBackend(Backend):
         return state.engine
 
     async def set_mode(self, batching: str | None, kv: str | None) -> None:
-        engine = await self._control("mode", lambda c: c.set_mode(batching=batching, kv=kv))
+        """Ask the engine for a mode (a value or ``"toggle"`` per half); the engine applies it to the
+        target a switch already drains toward, so switches compose and a second toggle cancels."""
+        before = self.latest.engine
+        engine = await self._control("mode", lambda c: c.apply(Control(batching=batching, kv=kv)))
         if engine is not None:
-            if engine.draining_to:
-                self.set_status(f"switching to {engine.draining_to}: draining the running requests first")
-            else:
-                self.set_status(f"engine mode {engine.mode}")
+            self.set_status(mode_change_line(before, engine))
 
     async def set_preemption_mode(self, mode: str) -> None:
-        engine = await self._control("preemption mode", lambda c: c.set_mode(preemption_mode=mode))
+        engine = await self._control("preemption mode",
+                                     lambda c: c.apply(Control(preemption_mode=mode)))
         if engine is not None:
             self.set_status(f"preemption by {engine.preemption_mode}"
                             + (" (KV copied to host memory and back)" if engine.preemption_mode == "swap" else ""))
@@ -462,10 +464,19 @@ class LiveBackend(Backend):
         if not self.local:
             self.set_status("defenses are the local engine's: a remote target has its own", "warn")
             return
-        engine = await self._control("defenses", lambda c: c.set_defenses(wanted))
+        engine = await self._control("defenses", lambda c: c.apply(Control(defenses=wanted)))
         if engine is not None:
             self.publish(defenses=wanted)
             self.set_status(f"defenses: {_defenses_label(wanted)}")
+
+
+def mode_change_line(before: EngineSnapshot | None, after: EngineSnapshot) -> str:
+    """The status line after a mode intent: the switch now pending, one cancelled, or the mode now."""
+    if after.draining_to:
+        return f"switching {after.mode} → {after.draining_to}: draining the running requests first"
+    if before is not None and before.draining_to and before.mode == after.mode:
+        return f"switch to {before.draining_to} cancelled: staying {after.mode}"
+    return f"engine mode {after.mode}"
 
 
 def _defenses_label(d: DefensesConfig) -> str:
