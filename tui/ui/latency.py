@@ -32,6 +32,17 @@ def _row(name: str, p: Percentiles, colour: str) -> Text:
     return Text(f" {name:<5}{fmt_s(p.p50):>8}{fmt_s(p.p90):>8}{fmt_s(p.p99):>8}{p.count:>6}", style=colour)
 
 
+# Below this median gap the chunks were read in bursts (one timestamp per socket read): the load client
+# fell behind the stream, so the gaps measure the client, not the server.
+CLIENT_BEHIND_ITL_S = 1e-6
+
+
+def _itl_row(p: Percentiles) -> Text:
+    if p.p50 is not None and p.p50 < CLIENT_BEHIND_ITL_S:
+        return Text(f" {'ITL':<5}client behind: chunks read in bursts", style="bold #e5c07b")
+    return _row("ITL", p, "#56b6c2")
+
+
 def numbers(stats: WindowStats) -> list[Text]:
     """The percentile table, throughput, and the definitions the numbers follow.
 
@@ -47,7 +58,7 @@ def numbers(stats: WindowStats) -> list[Text]:
         head,
         _row("TTFT", stats.ttft, "#61afef"),
         _row("TPOT", stats.tpot, "#98c379"),
-        _row("ITL", stats.itl, "#56b6c2"),
+        _itl_row(stats.itl),
         _row("E2EL", stats.e2el, "#abb2bf"),
         tput,
         note,
