@@ -41,7 +41,8 @@ from tui.load.workload import UNIT_MEANING
 from tui.metrics import stats
 from tui.metrics.capacity import edge_summary_lines, edges_markdown, edges_rich
 from tui.metrics.prom import parse_server_gauges
-from tui.metrics.summary import client_delay_lines, reconciliation_lines, to_markdown, to_rich
+from tui.metrics.summary import to_markdown
+from tui.metrics.table_view import print_summary
 from tui.metrics.types import ServerGauges
 from tui.metrics.window import RollingWindow
 from tui.profile import EngineMode, Profile, ProfileError, Stage, dump_profile
@@ -557,9 +558,7 @@ class Recorder:
             + edges_markdown(edges),
             encoding="utf-8")
         if table.height:
-            self.console.print(to_rich(table, title))
-            for line in reconciliation_lines(table) + client_delay_lines(table):
-                self.console.print(line, markup=False, highlight=False)
+            print_summary(self.console, table, title)
         if edges:
             self.console.print(edges_rich(edges))
             for line in edge_summary_lines(edges):

@@ -82,7 +82,7 @@ class _Columns:
 class _Stream:
     """A request in flight as the window last saw it: how many of its chunks counted, the last one's time."""
 
-    __slots__ = ("rec", "seen", "last_t")
+    __slots__ = ("last_t", "rec", "seen")
 
     def __init__(self, rec: RequestRecord):
         self.rec = rec

@@ -15,7 +15,8 @@ from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Static
 
 from tui.metrics.capacity import EDGE_HEADERS, edge_rows, edge_summary_lines
-from tui.metrics.summary import client_delay_lines, display_rows, reconciliation_lines
+from tui.metrics.summary import display_rows
+from tui.metrics.table_view import client_verdict, reconciliation_verdict
 from tui.report import RunData, compare_rows
 from tui.ui.review_plots import run_letter
 
@@ -70,7 +71,7 @@ class TableView(VerticalScroll):
             if run.edges:  # a sweep's capacity edge per mode, as the printed report has it
                 yield Static(Text("capacity edge (sweep)", style="bold"), classes="review-heading")
                 yield _table(EDGE_HEADERS, edge_rows(run.edges), 1, f"edges-{i}")
-            notes = reconciliation_lines(run.summary) + client_delay_lines(run.summary) + edge_summary_lines(run.edges)
+            notes = reconciliation_verdict(run.summary) + client_verdict(run.summary) + edge_summary_lines(run.edges)
             if run.info.get("error"):
                 notes.append(f"the run ended with an error: {run.info['error']}")
             if notes:
