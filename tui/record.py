@@ -311,7 +311,7 @@ class Recorder:
         w = window.stats()  # counts and percentiles from the one place that keeps them
         p99 = (f"{w.ttft.p99 * 1e3:.0f} ms" if w.ttft.p99 is not None else "-") + f" (last {w.window_s:g} s)"
         self.err.print(
-            f"{stage.name} / {mode}: target {stage.rate:g}/s"
+            f"{stage.name} / {mode}: target {stage.rate:.4g}/s"
             + (f", offered {offered:.2f}/s" if offered is not None else "")
             + f": {w.sent} sent, {w.completed} ok, "
             f"{w.failed_total} failed{_failures(w.failed)}, TTFT P99 {p99}"
@@ -475,7 +475,7 @@ class Recorder:
     @contextlib.contextmanager
     def _progress(self, stage: Stage, mode: str, offered: float | None):
         planned = f"/{stage.num_requests}" if stage.num_requests else ""
-        target = f"target {stage.rate:g}/s" + (f" (schedule offers {offered:.2f}/s)" if offered is not None else "")
+        target = f"target {stage.rate:.4g}/s" + (f" (schedule offers {offered:.2f}/s)" if offered is not None else "")
 
         def render() -> Text:
             r, w = self._runner, self._window

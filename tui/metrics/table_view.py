@@ -107,15 +107,30 @@ def _table(df: pl.DataFrame, title: str, columns: tuple[Column, ...]) -> Table:
     return t
 
 
-def compact_tables(df: pl.DataFrame) -> list[Table]:
-    """The headline table and one table per section; a section with nothing measured in it is left out."""
-    tables = []
+def shown_sections(df: pl.DataFrame) -> list[tuple[str, tuple[Column, ...]]]:
+    """The headline section and every other one with something measured in it."""
+    shown = []
     for i, (name, columns) in enumerate(SECTIONS):
         values = [_cell(row, col, kind) for row in df.iter_rows(named=True) for col, _, _, kind in columns]
-        if i and all(v == "-" for v in values):
-            continue
-        tables.append(_table(df, name, columns))
-    return tables
+        if i == 0 or not all(v == "-" for v in values):
+            shown.append((name, columns))
+    return shown
+
+
+def compact_rows(df: pl.DataFrame) -> list[tuple[str, list[tuple[str, str]], list[list[str]]]]:
+    """Each shown section as (name, headers as (top, bottom) lines, formatted rows), key columns first:
+    what a view that draws its own tables (the review) needs."""
+    out = []
+    for name, columns in shown_sections(df):
+        cols = (*_KEY, *columns)
+        rows = [[_cell(row, col, kind) for col, _, _, kind in cols] for row in df.iter_rows(named=True)]
+        out.append((name, [(top, bottom) for _, top, bottom, _ in cols], rows))
+    return out
+
+
+def compact_tables(df: pl.DataFrame) -> list[Table]:
+    """The headline table and one table per section; a section with nothing measured in it is left out."""
+    return [_table(df, name, columns) for name, columns in shown_sections(df)]
 
 
 def mode_legend(df: pl.DataFrame) -> str:

@@ -345,9 +345,9 @@ class LiveBackend(Backend):
         await self.runner.start()
         self.publish(load=dataclasses.replace(self.load, running=True))
         if warning:
-            self.set_status(f"load running at {self.load.rate:g} req/s; {warning}", "warn")
+            self.set_status(f"load started; {warning}", "warn")
         else:
-            self.set_status(f"load running at {self.load.rate:g} req/s")
+            self.set_status("load started")
 
     async def _feasible(self) -> tuple[bool, str]:
         """Before load on the local engine: can it serve the chosen workload in its current mode?
@@ -432,7 +432,7 @@ class LiveBackend(Backend):
         engine = await self._control("mode", lambda c: c.set_mode(batching=batching, kv=kv))
         if engine is not None:
             if engine.draining_to:
-                self.set_status(f"switching to {engine.draining_to}: draining the running requests first")
+                self.set_status(f"switch to {engine.draining_to} asked: the running requests drain first")
             else:
                 self.set_status(f"engine mode {engine.mode}")
 
