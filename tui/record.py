@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.live import Live
 from rich.text import Text
 
@@ -50,6 +50,7 @@ from tui.records.clock import now
 from tui.records.parquet import PartWriter, dataclass_rows, read_records
 from tui.records.request import RequestRecord
 from tui.report import load_run, wide_console
+from tui.run_progress import RunProgress, cell_total, run_total
 from tui.serve.control_client import ControlClient, ControlError
 from tui.serve.state_wire import frame_json
 from tui.sweep import CellPlan, FixedCells, cell_plan
@@ -98,6 +99,7 @@ class Recorder:
         self.extra_info: dict[str, Any] = {}  # more for run.json (a subclass's own figures)
         self.seed_drawn = seed_drawn
         self._plan: CellPlan = FixedCells((), ())  # which cells run (set when the run starts)
+        self._bars: RunProgress | None = None  # the progress bars (made with the plan)
 
     # -- entry -------------------------------------------------------------------------------------
 
@@ -198,7 +200,9 @@ class Recorder:
         return 130 if self.interrupted else 0
 
     def _make_plan(self, modes: list[str]) -> CellPlan:
-        """Every stage x mode, or (``[sweep]``) each mode's capacity edge probe by probe."""
+        """Every stage x mode, or (``[sweep]``) each mode's capacity edge probe by probe (and the
+        progress bars over them)."""
+        self._bars = RunProgress(run_total(self.profile, len(modes)))
         return cell_plan(self.profile, modes, self.out, lambda line: self.err.print(line, markup=False, highlight=False))
 
     @staticmethod
@@ -324,6 +328,8 @@ class Recorder:
     def _on_record(self, rec: RequestRecord) -> None:
         self._writers["requests"].add(rec.to_row())
         self._plan.on_record(rec)
+        if self._bars is not None:
+            self._bars.finished(rec)
         if rec.warmup or self._stop is None:
             return
         if rec.ok:
@@ -477,10 +483,14 @@ class Recorder:
         planned = f"/{stage.num_requests}" if stage.num_requests else ""
         target = f"target {stage.rate:.4g}/s" + (f" (schedule offers {offered:.2f}/s)" if offered is not None else "")
 
-        def render() -> Text:
+        bars = self._bars
+        if bars is not None:
+            bars.start_cell(f"{stage.name} / {mode}", cell_total(stage))
+
+        def render() -> RenderableType:
             r, w = self._runner, self._window
             if r is None or w is None:
-                return Text("")
+                return bars.renderable() if bars is not None else Text("")
             s = w.stats()
             p99 = f"{s.ttft.p99 * 1e3:.0f} ms" if s.ttft.p99 is not None else "-"
             line = Text.from_markup(
@@ -489,7 +499,8 @@ class Recorder:
                 f"achieved {s.achieved_rate:.1f}/s · TTFT P99 {p99} · {client_line(r.client_stats())}"
             )
             extra = self._plan.status()  # a sweep's probe and the SLO attainment so far
-            return Text("\n").join([line, Text(extra)]) if extra else line
+            line = Text("\n").join([line, Text(extra)]) if extra else line
+            return bars.renderable(line) if bars is not None else line
 
         if not self.err.is_terminal:
             yield

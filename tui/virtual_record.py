@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from rich.console import RenderableType
 from rich.live import Live
 from rich.text import Text
 
@@ -37,6 +38,7 @@ from tui.record import Recorder, frame_row
 from tui.records.clock import mono_to_wall
 from tui.records.parquet import dataclass_rows
 from tui.records.request import RequestRecord
+from tui.run_progress import cell_total
 
 # engine finish reasons -> record statuses (as the HTTP client maps the server's finish_reason)
 _STATUS = {"length": "ok", "stop": "ok", "timeout": "timeout", "aborted": "cancelled"}
@@ -83,15 +85,19 @@ class VirtualClockRecorder(Recorder):
 
     @contextlib.contextmanager
     def _plan_progress(self) -> Iterator[None]:
-        """On a terminal, a live line with the plan's progress (a sweep's probe and its SLO count so far).
+        """On a terminal, the progress bars with their ETAs and a live line with the plan's progress (a
+        sweep's probe and its SLO count so far).
 
         Rich refreshes it from its own thread; it reads only the plan's counters, never the engine.
         """
         if not self.err.is_terminal:
             yield
             return
-        with Live(get_renderable=lambda: Text(self._plan.status()), console=self.err, refresh_per_second=4,
-                  transient=True):
+        def render() -> RenderableType:
+            status = Text(self._plan.status())
+            return self._bars.renderable(status) if self._bars is not None else status
+
+        with Live(get_renderable=render, console=self.err, refresh_per_second=4, transient=True):
             yield
 
     def _run_virtual_cell(self, stage: Stage, mode: EngineMode) -> float:
@@ -101,6 +107,8 @@ class VirtualClockRecorder(Recorder):
         note: dict[str, Any] = {"stage": stage.name, "mode": mode.label, "rate": stage.rate, "partial": True,
                                 "started_t": mono_to_wall(start)}
         self.cells.append(note)
+        if self._bars is not None:
+            self._bars.start_cell(f"{stage.name} / {mode.label}", cell_total(stage))
         frames = self._writers.get("frames")
         cell = run_virtual_cell(self.profile, stage, mode, start=start, run_id=self.run_id, on_record=self._on_record,
                                 on_steps=self._write_steps(stage.name, mode.label),
