@@ -76,3 +76,15 @@ def test_a_pipe_keeps_the_full_table_and_a_mismatch_names_its_cell():
     assert "compl tok" in text and "TTFT P50" in text and "continuous+paged" in text  # the full table's headers
     assert "tokens: 1 of 6 cells do not match" in text
     assert "mid / continuous+paged: client prompt" in text and "(diff +1)" in text
+
+
+def test_client_lag_is_one_warning_per_run_and_only_where_it_matters():
+    df = _summary()  # send lag P99 12.5-17.5 ms against TTFT P50 of 12 s: it changes nothing
+    assert "warning" not in _printed(80, df)
+    slow = df.with_columns(pl.when(pl.col("stage") == "baseline").then(pl.lit(2500.0))
+                           .otherwise(pl.col("dispatch_lag_p99_ms")).alias("dispatch_lag_p99_ms"))
+    text = " ".join(_printed(80, slow).split())
+    assert text.count("warning:") == 1  # one for the run, naming both cells and what to do
+    warning = text[text.index("warning:"):]
+    assert "baseline / S+C, baseline / C+P" in warning and "2 of 6 cells" in warning
+    assert "Lower the rate, raise --workers" in warning
