@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.live import Live
 from rich.text import Text
 
@@ -42,13 +42,15 @@ from tui.load.workload import UNIT_MEANING
 from tui.metrics import stats
 from tui.metrics.capacity import edge_summary_lines, edges_markdown, edges_rich
 from tui.metrics.prom import parse_server_gauges
-from tui.metrics.summary import client_delay_lines, reconciliation_lines, to_markdown, to_rich
+from tui.metrics.summary import to_markdown
+from tui.metrics.table_view import print_summary
 from tui.metrics.types import ServerGauges
 from tui.metrics.window import RollingWindow
 from tui.profile import EngineMode, Profile, ProfileError, Stage, dump_profile
 from tui.records.parquet import PartWriter, dataclass_rows, read_records
 from tui.records.request import RequestRecord
 from tui.report import load_run, wide_console
+from tui.run_progress import RunProgress, cell_total, run_total
 from tui.serve.control_client import ControlClient, ControlError
 from tui.serve.state_wire import frame_json
 from tui.sweep import CellPlan, FixedCells, cell_plan
@@ -98,6 +100,7 @@ class Recorder:
         self.extra_info: dict[str, Any] = {}  # more for run.json (a subclass's own figures)
         self.seed_drawn = seed_drawn
         self._plan: CellPlan = FixedCells((), ())  # which cells run (set when the run starts)
+        self._bars: RunProgress | None = None  # the progress bars (made with the plan)
 
     # -- entry -------------------------------------------------------------------------------------
 
@@ -198,7 +201,9 @@ class Recorder:
         return 130 if self.interrupted else 0
 
     def _make_plan(self, modes: list[str]) -> CellPlan:
-        """Every stage x mode, or (``[sweep]``) each mode's capacity edge probe by probe."""
+        """Every stage x mode, or (``[sweep]``) each mode's capacity edge probe by probe (and the
+        progress bars over them)."""
+        self._bars = RunProgress(run_total(self.profile, len(modes)))
         return cell_plan(self.profile, modes, self.out, lambda line: self.err.print(line, markup=False, highlight=False))
 
     @staticmethod
@@ -311,7 +316,7 @@ class Recorder:
         w = window.stats()  # counts and percentiles from the one place that keeps them
         p99 = (f"{w.ttft.p99 * 1e3:.0f} ms" if w.ttft.p99 is not None else "-") + f" (last {w.window_s:g} s)"
         self.err.print(
-            f"{stage.name} / {mode}: target {stage.rate:g}/s"
+            f"{stage.name} / {mode}: target {stage.rate:.4g}/s"
             + (f", offered {offered:.2f}/s" if offered is not None else "")
             + f": {w.sent} sent, {w.completed} ok, "
             f"{w.failed_total} failed{_failures(w.failed)}, TTFT P99 {p99}"
@@ -324,6 +329,8 @@ class Recorder:
     def _on_record(self, rec: RequestRecord) -> None:
         self._writers["requests"].add(rec.to_row())
         self._plan.on_record(rec)
+        if self._bars is not None:
+            self._bars.finished(rec)
         if rec.warmup or self._stop is None:
             return
         if rec.ok:
@@ -475,12 +482,16 @@ class Recorder:
     @contextlib.contextmanager
     def _progress(self, stage: Stage, mode: str, offered: float | None):
         planned = f"/{stage.num_requests}" if stage.num_requests else ""
-        target = f"target {stage.rate:g}/s" + (f" (schedule offers {offered:.2f}/s)" if offered is not None else "")
+        target = f"target {stage.rate:.4g}/s" + (f" (schedule offers {offered:.2f}/s)" if offered is not None else "")
 
-        def render() -> Text:
+        bars = self._bars
+        if bars is not None:
+            bars.start_cell(f"{stage.name} / {mode}", cell_total(stage))
+
+        def render() -> RenderableType:
             r, w = self._runner, self._window
             if r is None or w is None:
-                return Text("")
+                return bars.renderable() if bars is not None else Text("")
             s = w.stats()
             p99 = f"{s.ttft.p99 * 1e3:.0f} ms" if s.ttft.p99 is not None else "-"
             line = Text.from_markup(
@@ -489,7 +500,8 @@ class Recorder:
                 f"achieved {s.achieved_rate:.1f}/s · TTFT P99 {p99} · {client_line(r.client_stats())}"
             )
             extra = self._plan.status()  # a sweep's probe and the SLO attainment so far
-            return Text("\n").join([line, Text(extra)]) if extra else line
+            line = Text("\n").join([line, Text(extra)]) if extra else line
+            return bars.renderable(line) if bars is not None else line
 
         if not self.err.is_terminal:
             yield
@@ -562,9 +574,7 @@ class Recorder:
             + edges_markdown(edges),
             encoding="utf-8")
         if table.height:
-            self.console.print(to_rich(table, title))
-            for line in reconciliation_lines(table) + client_delay_lines(table):
-                self.console.print(line, markup=False, highlight=False)
+            print_summary(self.console, table, title)
         if edges:
             self.console.print(edges_rich(edges))
             for line in edge_summary_lines(edges):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from textual import events
 from textual.binding import Binding
 from textual.widgets import Button, Input, Tabs
 
@@ -321,6 +322,25 @@ async def test_keys_select_a_request_and_enter_opens_its_timeline():
         await pilot.press("escape")
         await pilot.pause()
         assert not isinstance(app.screen, TimelineScreen)
+
+
+async def test_a_click_opens_the_request_drawn_there_when_a_new_snapshot_reorders_the_rows():
+    """Between a paint and a click the next snapshot can re-sort the rows: the click opens the request
+    the user saw on that line, not the one that moved under the pointer and is not drawn yet."""
+    app = timeline_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+        table = app.query_one(RequestTable)
+        line = 4 + table.scroll_offset.y
+        seen = table.snapshot.requests[table._rows[line].request].request_id
+        reordered = dataclasses.replace(table.snapshot, requests=table.snapshot.requests[::-1])
+        table.set_snapshot(reordered)  # no paint yet: the handler runs before the next frame
+        assert reordered.requests[table._rows[line].request].request_id != seen
+        region = table.content_region
+        table.on_click(events.Click(table, 3, 4, 0, 0, 1, False, False, False,
+                                    screen_x=region.x + 3, screen_y=region.y + 4))
+        await pilot.pause()
+        assert isinstance(app.screen, TimelineScreen) and app.screen.request_id == seen
 
 
 async def test_a_click_on_a_request_row_opens_its_timeline():

@@ -371,3 +371,15 @@ async def test_a_workload_the_engine_can_never_serve_is_refused_before_any_load(
         assert "engine.max_model_len" in status and "exceeds max_model_len 256" in status
         assert app.backend.latest.status_level == "error" and not app.backend.load.running
         assert app.backend.window.stats().sent == 0
+
+
+async def test_space_while_the_engine_starts_is_answered_and_remembered():
+    """Before the local engine answers, space is not dropped: the status line says the engine is
+    starting and the load will start when it is ready; a second press takes that back."""
+    backend = LiveBackend(PROFILE)  # not run: the engine is still "starting"
+    await backend.toggle_load()
+    assert backend.start_when_ready and backend.latest.status.startswith("engine starting: the load starts")
+    await backend.toggle_load()
+    assert not backend.start_when_ready and "will not start" in backend.latest.status
+    await backend.toggle_pause()
+    assert backend.latest.status == "engine starting: pause waits until it is ready; press again then"

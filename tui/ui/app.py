@@ -26,7 +26,7 @@ from tui.ui.backend import Backend, FixedBackend
 from tui.ui.commands import DashboardCommands
 from tui.ui.gpu import GpuPane
 from tui.ui.help_screen import HelpScreen
-from tui.ui.latency import LatencyPane
+from tui.ui.latency import LatencyPane, headline
 from tui.ui.load_control import LoadControl
 from tui.ui.messages import OpenRequest, RunAction, SetRate, SnapshotReady, ViewChanged
 from tui.ui.mode_bar import ModeBar
@@ -152,6 +152,12 @@ class KVTuiApp(App[int]):
             scheduler.apply(snap.engine, "waiting for the engine…")
         else:
             server.apply(snap)
+        # The headline latencies on the main pane's bottom border: on a small terminal the latency pane
+        # is a tab away, and TTFT and TPOT belong on the first screen.
+        main_pane = scheduler if snap.target.controllable else server
+        line = f" {headline(snap.stats)} "
+        if main_pane.border_subtitle != line:  # setting it repaints the pane, even to the same text
+            main_pane.border_subtitle = line
         status.apply(snap)
         if isinstance(self.screen, TimelineScreen):
             self.screen.apply(snap)

@@ -83,6 +83,7 @@ class LiveBackend(Backend):
         self.runner: Any | None = None
         self.client: httpx.AsyncClient | None = None
         self.control: ControlClient | None = None  # the local engine's control API
+        self.start_when_ready = False  # space pressed while the engine starts: the load starts once it answers
         self.served_model: str | None = None  # the local server's model name, asked once
         self._history: deque[HistoryPoint] = deque(maxlen=HISTORY_LEN)
         self._server_history: deque[ServerPoint] = deque(maxlen=HISTORY_LEN)
@@ -114,6 +115,9 @@ class LiveBackend(Backend):
         self._t0 = loop.time()
         if not await self._connect():
             return
+        if self.start_when_ready:
+            self.start_when_ready = False
+            await self.toggle_load()
         period = 1.0 / POLL_HZ
         while True:
             started = loop.time()
@@ -311,8 +315,10 @@ class LiveBackend(Backend):
             self.set_status(f"request failed: {rec.status}: {rec.reason}", "warn")
 
     async def toggle_load(self) -> None:
-        if self.base_url is None:
-            self.set_status("not connected yet: the load starts once the target answers", "warn")
+        if self.base_url is None:  # still starting: remembered, and a second press takes it back
+            self.start_when_ready = not self.start_when_ready
+            self.set_status("engine starting: the load starts when it is ready (space again: don't)"
+                            if self.start_when_ready else "engine starting: the load will not start when it is ready")
             return
         if self.runner is not None and self.runner.running:
             self.publish(load=dataclasses.replace(self.load, running=False))
@@ -346,9 +352,9 @@ class LiveBackend(Backend):
         await self.runner.start()
         self.publish(load=dataclasses.replace(self.load, running=True))
         if warning:
-            self.set_status(f"load running at {self.load.rate:g} req/s; {warning}", "warn")
+            self.set_status(f"load started; {warning}", "warn")
         else:
-            self.set_status(f"load running at {self.load.rate:g} req/s")
+            self.set_status("load started")
 
     async def _feasible(self) -> tuple[bool, str]:
         """Before load on the local engine: can it serve the chosen workload in its current mode?
@@ -416,7 +422,7 @@ class LiveBackend(Backend):
             self.set_status(f"{self.root_url} is not a kvtui engine: {what} needs the local engine", "warn")
             return None
         if self.control is None:
-            self.set_status("not connected to the engine yet", "warn")
+            self.set_status(f"engine starting: {what} waits until it is ready; press again then", "warn")
             return None
         try:
             state = await call(self.control)
