@@ -30,7 +30,7 @@ from tui.engine.checkpoint import load_checkpoint
 from tui.engine.kv import KVManager, KVSpec, new_kv_manager, slots_for_budget
 from tui.engine.model import PRESETS, build_dummy_model, pick_device, pick_dtype
 from tui.engine.model_runner import TorchModelRunner
-from tui.engine.params import SamplingParams
+from tui.engine.params import SamplingParams, TokenLogprobs
 from tui.engine.runner import ModelRunner
 from tui.engine.scheduler import (
     ContinuousScheduler,
@@ -72,6 +72,7 @@ class RequestOutput:
     finish_reason: str | None
     prompt_tokens: int
     output_tokens: int
+    logprobs: list[TokenLogprobs] | None = None  # one per new token, where the request asked
 
 
 def _place(entry: tuple[int, Request, int]) -> int:
@@ -383,15 +384,17 @@ class Engine:
                 # the prompt, or after a preemption prompt and output, in chunks.
                 if not (req.output and computed == prompt_len + len(req.output) - 1):
                     req.record(now, "prefill", tokens=num_new, blocks=scheduler.blocks_held(req))
-            for req, token in zip(result.requests, result.token_ids, strict=True):
+            logprobs = result.logprobs
+            for i, (req, token) in enumerate(zip(result.requests, result.token_ids, strict=True)):
                 reason = req.append_token(token)
                 num_output = len(req.output)
                 if num_output == 1:
                     req.record(now, "first_token", tokens=1, blocks=scheduler.blocks_held(req))
                 if reason:
                     self._finish(req, reason)
+                lp = logprobs[i] if logprobs is not None else None
                 outputs.append(RequestOutput(req.request_id, [token], reason is not None, reason,
-                                             len(req.prompt), num_output))
+                                             len(req.prompt), num_output, None if lp is None else [lp]))
             self.kv.cache_computed(c.request for c in sched.chunks)
         self._maybe_complete_switch()
         did_work = bool(sched.chunks or outputs or sched.preempted or sched.swaps)
@@ -473,8 +476,8 @@ class Engine:
             return None  # between batches: the next step forms one (the driver asks every idle tick)
         for r in running:
             out = len(r.output)
-            if not out or r.num_computed != len(r.prompt) + out - 1:
-                return None  # not (only) decoding
+            if not out or r.num_computed != len(r.prompt) + out - 1 or r.params.stop_token_ids:
+                return None  # not (only) decoding; or a stop token could end it early
         # static: the batch's finished members, computed every step at the context they finished with
         padding = [r for r in sched.batch if r.status is Status.FINISHED] if isinstance(sched, StaticScheduler) else []
         padded = len(padding)

@@ -29,7 +29,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from tui.engine.params import SamplingParams
+from tui.engine.params import SamplingParams, TokenLogprobs
 from tui.engine.snapshot import EngineSnapshot, StepTiming
 from tui.profile import DefensesConfig, EngineConfig, EngineMode, PreemptionMode
 
@@ -84,6 +84,7 @@ class Output(NamedTuple):
     output_tokens: int = 0
     t: float = 0.0  # time.perf_counter() when it reached the API server
     message: str = ""  # why, for a refused request
+    logprobs: list[TokenLogprobs] | None = None  # per new token, where the request asked
 
 
 class OutputSink:
@@ -298,13 +299,13 @@ class EngineLoop:
             _, outputs, preempted = msg
             sinks = self._sinks
             now = time.perf_counter()
-            for rid, ids, finished, reason, prompt_tokens, output_tokens in outputs:
+            for rid, ids, finished, reason, prompt_tokens, output_tokens, logprobs in outputs:
                 sink = sinks.get(rid)
                 if sink is None:
                     continue  # aborted here, or never ours
                 if finished:
                     del sinks[rid]
-                sink.put(Output(rid, ids, finished, reason, prompt_tokens, output_tokens, now))
+                sink.put(Output(rid, ids, finished, reason, prompt_tokens, output_tokens, now, "", logprobs))
             if self.on_step is not None and preempted and self.info is not None:
                 self.on_step(preempted, self.info)
         elif kind == "reply":

@@ -15,7 +15,7 @@ Messages (pickled over a ``multiprocessing.connection.Connection``):
 - here → parent: ``("ready", info)`` or ``("failed", (kind, message))`` once (kind ``config``
   when the engine refused its config); then ``("out", outputs,
   preempted)`` after each step that produced something, with outputs as ``(request_id,
-  new_token_ids, finished, finish_reason, prompt_tokens, output_tokens)`` tuples;
+  new_token_ids, finished, finish_reason, prompt_tokens, output_tokens, logprobs)`` tuples;
   ``("reply", seq, ok, payload)``; ``("refused", request_id, reason, message)`` when an ``add`` (sent
   without a reply, so a request costs no extra round trip) was refused — ``reason`` is the engine's
   ``rejected_*`` reason, or ``invalid``; ``("error_all", message)`` when a step failed and every open
@@ -183,8 +183,8 @@ class EngineCore:
         if out.outputs or preempted:
             self.conn.send((
                 "out",
-                [(o.request_id, o.new_token_ids, o.finished, o.finish_reason, o.prompt_tokens, o.output_tokens)
-                 for o in out.outputs],
+                [(o.request_id, o.new_token_ids, o.finished, o.finish_reason, o.prompt_tokens, o.output_tokens,
+                  o.logprobs) for o in out.outputs],
                 preempted,
             ))
         return bool(out.outputs) or (timing is not None and timing.batch_size > 0)
