@@ -127,8 +127,12 @@ def test_defaults_and_types():
 def test_chat_rendering_and_max_completion_tokens():
     msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": [{"type": "text", "text": "a"},
                                                                             {"type": "text", "text": "b"}]}]
-    assert render_chat(msgs) == "system: s\nuser: ab\nassistant:"
+    assert render_chat(msgs) == "system: s\nuser: a\nb\nassistant:"  # parts joined with "\n", as vLLM joins them
     assert _parse({"messages": msgs, "max_completion_tokens": 5}, chat=True).sampling.max_tokens == 5
+    # vLLM's precedence: max_completion_tokens wins; without either, chat fills the context
+    assert _parse({"messages": msgs, "max_tokens": 9, "max_completion_tokens": 5}, chat=True).sampling.max_tokens == 5
+    prompt = len(encode(render_chat(msgs)))
+    assert _parse({"messages": msgs}, chat=True).sampling.max_tokens == 64 - prompt
 
 
 def test_context_length_error_names_the_numbers():
@@ -173,7 +177,10 @@ def test_the_api_server_side_never_imports_torch_or_textual():
     [
         ({"top_p": 5}, "'top_p' must lie in (0, 1], got 5.0"),
         ({"top_p": 0}, "'top_p' must lie in (0, 1]"),
-        ({"top_p": 0.9}, "'top_p' = 0.9 is not supported: this engine implements no nucleus sampling; omit it or send 1"),
+        ({"skip_special_tokens": False}, "'skip_special_tokens' = false is not supported (only true)"),
+        ({"logprobs": 21}, "'logprobs' must lie in [0, 20], got 21"),
+        ({"stop_token_ids": [1, 999]}, "'stop_token_ids' must be a list of at most 16 token ids in [0, 260)"),
+        ({"min_tokens": 99}, "'min_tokens' (99) must not exceed max_tokens (16)"),
         ({"top_p": float("nan")}, "'top_p' must be a finite number, got nan"),
         ({"presence_penalty": "x"}, "'presence_penalty' must be a number, got str"),
         ({"frequency_penalty": 3}, "'frequency_penalty' must lie in [-2, 2], got 3.0"),

@@ -60,7 +60,7 @@ from tui.serve.engine_loop import (
     EngineUnavailable,
     NotPausedError,
 )
-from tui.serve.generate import ClientGone, Counters, Generation, error_response
+from tui.serve.generate import ClientGone, Counters, error_response, generate
 from tui.serve.heap import settle_heap
 from tui.serve.openai_api import ApiError, models_body, parse_completion, parse_json
 from tui.serve.prom import CONTENT_TYPE, ServerMetrics
@@ -198,12 +198,13 @@ async def _generate(request: Request, *, chat: bool) -> Response:
     info = st.info
     params = parse_completion(body, chat=chat, served_model=info.model_name, encode=info.tokenizer.encode,
                               encode_chat=info.tokenizer.encode_chat,
-                              vocab_size=info.vocab_size, max_model_len=info.max_model_len)
+                              vocab_size=info.vocab_size, max_model_len=info.max_model_len,
+                              sampling_defaults=info.tokenizer.sampling_defaults,
+                              logprobs_available=info.config.backend == "torch")
     request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
-    sink = st.engine.add_request(request_id, params.prompt_token_ids, params.sampling)
-    gen = Generation(st.engine, st.metrics, st.counters, info, request_id, params, sink, received)
     try:
-        return await gen.respond(request.receive)
+        return await generate(st.engine, st.metrics, st.counters, info, request_id, params, received,
+                              request.receive)
     except ClientGone:
         return Response(status_code=499)  # nobody reads it; the request is already aborted
 
