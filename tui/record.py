@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import signal
 import time
 import uuid
@@ -37,7 +38,7 @@ from tui.load.headroom import new_timed_loop
 from tui.load.runner import ClientStats, LoadRunner, make_target, prompt_sizing
 from tui.load.target import OpenAITarget, PreflightError
 from tui.load.workers import WorkerFailed, WorkerRunner
-from tui.load.workload import UNIT_MEANING
+from tui.load.workload import UNIT_MEANING, Workload
 from tui.metrics import stats
 from tui.metrics.capacity import edge_summary_lines, edges_markdown, edges_rich
 from tui.metrics.prom import parse_server_gauges
@@ -52,6 +53,7 @@ from tui.report import load_run, wide_console
 from tui.serve.control_client import ControlClient, ControlError
 from tui.serve.state_wire import frame_json
 from tui.sweep import CellPlan, FixedCells, cell_plan
+from tui.tokenizer_json import read_tokenizer_json
 
 if TYPE_CHECKING:
     from tui.engine.snapshot import EngineSnapshot
@@ -63,6 +65,7 @@ POLL_EVERY_S = 1.0  # engine steps and GPU samples are fetched this often (local
 WATCH_EVERY_S = 0.25  # the local server and its engine are checked this often while load runs
 DEAD_AFTER_CONNECT_ERRORS = 5  # this many connection failures in a row, none ok between: the server is gone
 REMOTE_MODE = "remote"
+REMOTE_LENGTH_SAMPLE = 32  # requests of a remote run counted against the server's max_model_len
 
 
 class FatalTargetError(Exception):
@@ -179,6 +182,8 @@ class Recorder:
                 raise FatalTargetError(str(e)) from None
             if control is not None:
                 await self._check_feasible(target, control)
+            else:
+                await self._check_remote_lengths(target)
             modes = [m.label for m in self.profile.record.modes] if local else [REMOTE_MODE]
             self._plan = self._make_plan(modes)
             while not self._stop.is_set() and (cell := self._plan.next_cell()) is not None:
@@ -404,6 +409,37 @@ class Recorder:
             if problem.servable == 0:
                 raise ProfileError(problem.message(self.profile.source))
             self.err.print(f"kvtui: warning: {problem.message(self.profile.source)}", markup=False, highlight=False)
+
+    async def _check_remote_lengths(self, target: OpenAITarget) -> None:
+        """Before any load on a remote target: the first requests of the workload, counted by the
+        server's own tokenizer where it answers vLLM's ``/tokenize`` (``kvtui serve`` does), else as
+        sized here, against the ``max_model_len`` its ``/v1/models`` lists. One that cannot fit is a
+        profile error (exit 2, naming max_model_len): the server would refuse it as too long."""
+        limit = target.max_model_len
+        if limit is None:
+            return
+        unit, ref = prompt_sizing(self.profile)
+        tokenizer = read_tokenizer_json(ref) if unit == "token" and ref else None
+        workload = Workload(self.profile.workload, unit, tokenizer=tokenizer)
+        n = max((s.num_requests or math.ceil(s.rate * (s.duration_s or 0)) or 1) for s in self.profile.run_stages())
+        too_long, counted_by = [], "as sized here"
+        for i in range(min(n, REMOTE_LENGTH_SAMPLE)):
+            spec = workload.spec(i)
+            count = await target.count_tokens(spec.prompt)
+            if count is not None:
+                counted_by = "by the server's /tokenize"
+            tokens = count if count is not None else spec.prompt_len
+            if tokens + spec.max_tokens > limit:
+                too_long.append((tokens + spec.max_tokens, tokens, spec.max_tokens))
+        if too_long:
+            total, tokens, out = max(too_long)
+            sample = min(n, REMOTE_LENGTH_SAMPLE)
+            raise ProfileError(
+                f"{self.profile.source}: {len(too_long)} of the first {sample} requests exceed the server's "
+                f"max_model_len {limit} (the longest: {tokens} prompt tokens {counted_by} + {out} output "
+                f"tokens = {total}); the server would refuse them: lower workload.prompt_len / "
+                "workload.output_len, or set target.tokenizer to the served model's so prompts are sized "
+                "in its tokens")
 
     async def _engine_step(self, control: ControlClient, default: int) -> int:
         with contextlib.suppress(ControlError):

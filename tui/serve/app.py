@@ -62,7 +62,7 @@ from tui.serve.engine_loop import (
 )
 from tui.serve.generate import ClientGone, Counters, error_response, generate
 from tui.serve.heap import settle_heap
-from tui.serve.openai_api import ApiError, models_body, parse_completion, parse_json
+from tui.serve.openai_api import ApiError, models_body, parse_completion, parse_json, tokenize_body
 from tui.serve.prom import CONTENT_TYPE, ServerMetrics
 from tui.serve.state_wire import ENCODING, StateCache, View
 
@@ -207,6 +207,13 @@ async def _generate(request: Request, *, chat: bool) -> Response:
                               request.receive)
     except ClientGone:
         return Response(status_code=499)  # nobody reads it; the request is already aborted
+
+
+async def tokenize(request: Request) -> Response:
+    _check_auth(request)
+    info = _state(request).info
+    return JSONResponse(tokenize_body(await _read_json(request), encode=info.tokenizer.encode,
+                                      encode_chat=info.tokenizer.encode_chat, max_model_len=info.max_model_len))
 
 
 async def models(request: Request) -> Response:
@@ -432,6 +439,7 @@ def create_app(
         Route(routes.COMPLETIONS, completions, methods=["POST"]),
         Route(routes.CHAT_COMPLETIONS, chat_completions, methods=["POST"]),
         Route(routes.MODELS, models, methods=["GET"]),
+        Route(routes.TOKENIZE, tokenize, methods=["POST"]),
         Route(routes.HEALTH, health, methods=["GET"]),
         Route(routes.METRICS, get_metrics, methods=["GET"]),
         Route(routes.STATE, get_state, methods=["GET"]),

@@ -418,6 +418,37 @@ def parse_completion(
                             include_usage=include_usage, n=n)
 
 
+def tokenize_body(
+    body: Any,
+    *,
+    encode: Callable[[str], list[int]],
+    encode_chat: Callable[[list[dict[str, Any]], dict[str, Any] | None], list[int]],
+    max_model_len: int,
+) -> dict[str, Any]:
+    """vLLM's ``POST /tokenize``: a prompt's (or a chat's) token ids as this server would feed them,
+    so a load generator can size its requests in the served model's own tokens."""
+    if not isinstance(body, dict):
+        raise _bad("the request body must be a JSON object")
+    try:
+        if body.get("messages") is not None:
+            kwargs = body.get("chat_template_kwargs")
+            if kwargs is not None and not isinstance(kwargs, dict):
+                raise _bad("'chat_template_kwargs' must be an object", "chat_template_kwargs")
+            try:
+                ids = list(encode_chat(chat_messages(body["messages"]), kwargs))
+            except UnicodeError:
+                raise
+            except ValueError as e:
+                raise _bad(str(e), "messages") from None
+        elif isinstance(body.get("prompt"), str):
+            ids = list(encode(body["prompt"]))
+        else:
+            raise _bad("'prompt' (a string) or 'messages' is required", "prompt")
+    except UnicodeError:
+        raise _bad("the prompt is not valid Unicode (a lone surrogate?)", "prompt") from None
+    return {"count": len(ids), "max_model_len": max_model_len, "tokens": ids, "token_strs": None}
+
+
 def parse_json(raw: bytes) -> Any:
     """Decode a request body, turning every failure into a 400."""
     try:
