@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
 
@@ -198,3 +199,23 @@ def test_unsupported_and_malformed_sampling_parameters_are_400(extra, message):
         _parse({"prompt": "hi", **extra})
     assert ei.value.status == 400 and message in ei.value.message
     assert ei.value.param == next(iter(extra))
+
+
+
+def test_byte_fallback_text_streamed_equals_the_one_shot_decode():
+    """SentencePiece byte fallback (Llama's decoder) turns a whole run of byte tokens into text at
+    once, each byte of an invalid run a U+FFFD: an "A" sent early would later have been one."""
+    from tokenizers import Tokenizer, decoders, models
+
+    vocab = {"<unk>": 0, **{f"<0x{b:02X}>": 1 + b for b in range(256)}, "▁s": 257, "s": 258, "▁": 259, "ab": 260}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], byte_fallback=True, unk_token="<unk>"))
+    tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                     decoders.Strip(" ", 1, 0)])
+    rng = random.Random(3)
+    for _ in range(300):
+        ids = [rng.choice([257, 258, 259, 260, 1 + 0x41, 1 + 0xE2, 1 + 0x82, 1 + 0xAC, 1 + 0xFF])
+               for _ in range(rng.randint(1, 6))]
+        for step in (1, 2):
+            d = WindowDecoder(tok.decode, frozenset(range(1, 257)))
+            pieces = [d.decode(ids[i : i + step], final=i + step >= len(ids)) for i in range(0, len(ids), step)]
+            assert "".join(pieces) == tok.decode(ids), [tok.id_to_token(i) for i in ids]

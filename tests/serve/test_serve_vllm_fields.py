@@ -96,3 +96,20 @@ def test_stop_reason_names_the_stop_string(server):
     c = cl.completions.create(model=MODEL, prompt="q", max_tokens=12, temperature=0, stop=[stop],
                               extra_body={"ignore_eos": True})
     assert c.choices[0].finish_reason == "stop" and c.choices[0].model_extra["stop_reason"] == stop
+
+
+def _prefill_tokens_of_one_n2_request(server, client) -> int:
+    client.post(server.root + "/kvtui/v1/defenses", json={"prefix_caching": True}).raise_for_status()
+    since = client.get(server.root + "/kvtui/v1/state").json()["engine"]["step"]
+    prompt = [(7 * i) % 250 for i in range(40)]  # two full 16-token blocks and 8 tokens more
+    r = client.post(server.base_url + "/completions", json={"prompt": prompt, "n": 2, "max_tokens": 3,
+                                                            "temperature": 0, "ignore_eos": True})
+    assert r.status_code == 200 and [c["index"] for c in r.json()["choices"]] == [0, 1]
+    steps = client.get(server.root + "/kvtui/v1/steps", params={"since": since}).json()["steps"]
+    return sum(s["prefill_tokens"] for s in steps)
+
+
+def test_n_choices_share_the_prompts_blocks_through_the_prefix_cache(fresh_server, client):
+    # the second choice starts once the first has its first token: it finds the prompt's two full
+    # blocks cached and computes only the last 8 tokens (40 + 8, not 2 x 40)
+    assert _prefill_tokens_of_one_n2_request(fresh_server, client) == 48

@@ -12,6 +12,7 @@ all of those in ``config.json``, ``generation_config.json`` and the tokenizer's 
 from __future__ import annotations
 
 import codecs
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -57,10 +58,17 @@ class IncrementalDecoder(Protocol):
 class WindowDecoder:
     """Any tokenizer's ``decode`` made incremental with vLLM's prefix/read window: each call decodes
     the window since the last emitted text twice (with and without the new tokens) and emits the
-    difference once it no longer ends in U+FFFD; O(n) over an output."""
+    difference once it no longer ends in U+FFFD; O(n) over an output.
 
-    def __init__(self, decode: Callable[[list[int]], str]) -> None:
+    ``byte_ids``: SentencePiece byte-fallback tokens (``<0xNN>``). Their decoder turns a whole run of
+    them into text at once, each byte of an invalid run a U+FFFD (so an "A" already sent would
+    become one when an invalid byte follows); text is held back while the output ends in such a run,
+    so a request's text equals one ``decode`` of its tokens whatever steps they came in.
+    """
+
+    def __init__(self, decode: Callable[[list[int]], str], byte_ids: frozenset[int] = frozenset()) -> None:
         self._decode = decode
+        self._byte_ids = byte_ids
         self._ids: list[int] = []
         self._prefix = 0  # token offsets of the decode window
         self._read = 0
@@ -73,6 +81,8 @@ class WindowDecoder:
     def _pending(self, flush: bool) -> str:
         if self._read == len(self._ids):
             return ""
+        if not flush and self._ids[-1] in self._byte_ids:
+            return ""  # a byte run still open: its text depends on the bytes to come
         prefix_text = self._decode(self._ids[self._prefix : self._read])
         new_text = self._decode(self._ids[self._prefix :])
         if not flush and (len(new_text) <= len(prefix_text) or new_text.endswith("\ufffd")):
@@ -172,6 +182,12 @@ class HFTokenizer:
         self.eos_token_ids = frozenset(eos_ids)
         self.eos_token_id = eos_ids[0] if eos_ids else -1
 
+    @functools.cached_property
+    def _byte_ids(self) -> frozenset[int]:
+        """The byte-fallback tokens ``<0x00>`` .. ``<0xFF>`` the vocabulary has (none for byte-level BPE)."""
+        ids = (self._tok.token_to_id(f"<0x{b:02X}>") for b in range(256))
+        return frozenset(i for i in ids if i is not None)
+
     def encode(self, text: str) -> list[int]:
         """Ids of a completion prompt, with the special tokens the checkpoint's tokenizer adds (BOS)."""
         return self._tok.encode(text, add_special_tokens=True).ids
@@ -187,7 +203,7 @@ class HFTokenizer:
 
     def incremental_decoder(self) -> IncrementalDecoder:
         # BPE and SentencePiece pieces join with context (spaces, byte fallback): vLLM's window
-        return WindowDecoder(self.decode)
+        return WindowDecoder(self.decode, self._byte_ids)
 
 
 # generation_config.json's sampling keys vLLM reads as request defaults, and SamplingParams' names for them
