@@ -92,6 +92,7 @@ class Recorder:
         self.fatal: str | None = None
         self._stop: asyncio.Event | None = None
         self._connect_errors = 0
+        self._short_outputs = [0, 0]  # this cell's ok requests that ended before max_tokens, and all ok ones
         self._writers: dict[str, PartWriter] = {}
         self._runner: LoadRunner | WorkerRunner | None = None
         self._window: RollingWindow | None = None
@@ -229,6 +230,7 @@ class Recorder:
                                 "started_t": now()}
         self.cells.append(note)
         step_base = 0
+        self._short_outputs = [0, 0]
         if control is not None:
             step_base = await self._reset_engine(control, mode)
         window = RollingWindow(rec_cfg.window_s)
@@ -321,6 +323,13 @@ class Recorder:
             f"{w.failed_total} failed{_failures(w.failed)}, TTFT P99 {p99}"
             + (" (partial)" if note["partial"] else "")
         )
+        short, done = self._short_outputs
+        if short and not self.profile.target.sends_ignore_eos:
+            self.err.print(
+                f"kvtui: warning: {short} of {done} completed requests of {stage.name} / {mode} ended before their "
+                "max_tokens (the model stopped at end-of-sequence): without ignore_eos their output lengths are the "
+                "model's, not the workload's; set target.ignore_eos = true where the server accepts it",
+                markup=False, highlight=False)
 
     def _stop_reason(self) -> str:
         return "run stopped: " + (self.fatal or "interrupted")
@@ -332,6 +341,9 @@ class Recorder:
             return
         if rec.ok:
             self._connect_errors = 0
+            self._short_outputs[1] += 1
+            if rec.completion_tokens is not None and rec.completion_tokens < rec.max_tokens:
+                self._short_outputs[0] += 1
         elif rec.status == "connect_error":
             self._connect_errors += 1
             server = self._server
