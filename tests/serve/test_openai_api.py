@@ -219,3 +219,14 @@ def test_byte_fallback_text_streamed_equals_the_one_shot_decode():
             d = WindowDecoder(tok.decode, frozenset(range(1, 257)))
             pieces = [d.decode(ids[i : i + step], final=i + step >= len(ids)) for i in range(0, len(ids), step)]
             assert "".join(pieces) == tok.decode(ids), [tok.id_to_token(i) for i in ids]
+
+
+def test_logprobs_are_refused_where_the_backend_has_no_logits_and_bad_defaults_are_a_400():
+    with pytest.raises(ApiError) as ei:
+        parse_completion({"prompt": "hi", "logprobs": 1}, chat=False, served_model="m", encode=encode, vocab_size=260,
+                         max_model_len=64, logprobs_available=False)
+    assert ei.value.status == 400 and "simulated backend" in ei.value.message
+    with pytest.raises(ApiError) as ei:
+        parse_completion({"prompt": "hi"}, chat=False, served_model="m", encode=encode, vocab_size=260,
+                         max_model_len=64, sampling_defaults={"top_p": 0.0})
+    assert ei.value.status == 400 and "top_p must lie in (0, 1]" in ei.value.message

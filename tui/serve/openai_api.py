@@ -406,7 +406,19 @@ def parse_completion(
     _get_bool(options or {}, "continuous_usage_stats", False)  # vLLM's; accepted, every chunk has no usage
     stop = _stop_strings(body)
     ignore_eos = _get_bool(body, "ignore_eos", False)  # vLLM's extension, and vLLM's default
-    sampling = SamplingParams(
+    try:
+        sampling = _sampling(body, defaults, max_tokens, temperature, seed, ignore_eos, min_tokens, logprobs,
+                             vocab_size)
+    except ValueError as e:  # a checkpoint default out of range (the request's own values were checked)
+        raise _bad(f"the sampling parameters are invalid: {e}") from None
+    return GenerationParams(chat=chat, prompt_token_ids=prompt_ids, sampling=sampling, stop=stop, stream=stream,
+                            include_usage=include_usage, n=n)
+
+
+def _sampling(body: dict[str, Any], defaults: dict[str, float], max_tokens: int, temperature: float,
+              seed: int | None, ignore_eos: bool, min_tokens: int, logprobs: int | None,
+              vocab_size: int) -> SamplingParams:
+    return SamplingParams(
         max_tokens=max_tokens, temperature=temperature, seed=seed, ignore_eos=ignore_eos,
         top_p=_knob(body, "top_p", defaults), top_k=max(0, int(_knob(body, "top_k", defaults))),
         min_p=_knob(body, "min_p", defaults), presence_penalty=_knob(body, "presence_penalty", defaults),
@@ -414,8 +426,6 @@ def parse_completion(
         repetition_penalty=_knob(body, "repetition_penalty", defaults), min_tokens=min_tokens,
         stop_token_ids=_stop_token_ids(body, vocab_size), logprobs=logprobs,
     )
-    return GenerationParams(chat=chat, prompt_token_ids=prompt_ids, sampling=sampling, stop=stop, stream=stream,
-                            include_usage=include_usage, n=n)
 
 
 def tokenize_body(
