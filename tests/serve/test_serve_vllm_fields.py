@@ -7,6 +7,9 @@ from __future__ import annotations
 import math
 
 import openai
+import pytest
+
+pytestmark = pytest.mark.slow  # a real server and engine process
 
 MODEL = "kvtui-tiny"
 

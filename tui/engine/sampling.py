@@ -37,7 +37,7 @@ def sample(reqs: Sequence[Request], logits: torch.Tensor) -> tuple[list[int], li
     logprobs: list[TokenLogprobs | None] | None = None
     for i, req in enumerate(reqs):
         params = req.params
-        if params.plain:
+        if req.plain:
             if params.temperature > 0:
                 probs = torch.softmax(logits[i].float().cpu() / params.temperature, dim=-1)
                 tokens[i] = int(torch.multinomial(probs, 1, generator=req.generator))

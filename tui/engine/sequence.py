@@ -54,8 +54,10 @@ class Request:
     block_hashes: list[int] = field(default_factory=list)  # full blocks of all_tokens, chained
     generator: torch.Generator | None = None
     events: list[RequestEvent] = field(default_factory=list)  # its transitions, oldest first
+    plain: bool = field(init=False)  # params.plain, read once (the sampler asks it every step)
 
     def __post_init__(self) -> None:
+        self.plain = self.params.plain
         if not self.original_prompt_len:
             self.original_prompt_len = len(self.prompt)
         if self.params.temperature > 0:
