@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import signal
 import time
 import uuid
@@ -38,7 +39,7 @@ from tui.load.headroom import new_timed_loop
 from tui.load.runner import ClientStats, LoadRunner, make_target, prompt_sizing
 from tui.load.target import OpenAITarget, PreflightError
 from tui.load.workers import WorkerFailed, WorkerRunner
-from tui.load.workload import UNIT_MEANING
+from tui.load.workload import UNIT_MEANING, Workload
 from tui.metrics import stats
 from tui.metrics.capacity import edge_summary_lines, edges_markdown, edges_rich
 from tui.metrics.prom import parse_server_gauges
@@ -54,6 +55,7 @@ from tui.run_progress import RunProgress, cell_total, run_total
 from tui.serve.control_client import ControlClient, ControlError
 from tui.serve.state_wire import frame_json
 from tui.sweep import CellPlan, FixedCells, cell_plan
+from tui.tokenizer_json import read_tokenizer_json
 
 if TYPE_CHECKING:
     from tui.engine.snapshot import EngineSnapshot
@@ -65,6 +67,7 @@ POLL_EVERY_S = 1.0  # engine steps and GPU samples are fetched this often (local
 WATCH_EVERY_S = 0.25  # the local server and its engine are checked this often while load runs
 DEAD_AFTER_CONNECT_ERRORS = 5  # this many connection failures in a row, none ok between: the server is gone
 REMOTE_MODE = "remote"
+REMOTE_LENGTH_SAMPLE = 32  # requests of a remote run counted against the server's max_model_len
 
 
 class FatalTargetError(Exception):
@@ -92,6 +95,7 @@ class Recorder:
         self.fatal: str | None = None
         self._stop: asyncio.Event | None = None
         self._connect_errors = 0
+        self._short_outputs = [0, 0]  # this cell's ok requests that ended before max_tokens, and all ok ones
         self._writers: dict[str, PartWriter] = {}
         self._runner: LoadRunner | WorkerRunner | None = None
         self._window: RollingWindow | None = None
@@ -183,6 +187,8 @@ class Recorder:
                 raise FatalTargetError(str(e)) from None
             if control is not None:
                 await self._check_feasible(target, control)
+            else:
+                await self._check_remote_lengths(target)
             modes = [m.label for m in self.profile.record.modes] if local else [REMOTE_MODE]
             self._plan = self._make_plan(modes)
             while not self._stop.is_set() and (cell := self._plan.next_cell()) is not None:
@@ -230,6 +236,7 @@ class Recorder:
                                 "started_t": now()}
         self.cells.append(note)
         step_base = 0
+        self._short_outputs = [0, 0]
         if control is not None:
             step_base = await self._reset_engine(control, mode)
         window = RollingWindow(rec_cfg.window_s)
@@ -322,6 +329,13 @@ class Recorder:
             f"{w.failed_total} failed{_failures(w.failed)}, TTFT P99 {p99}"
             + (" (partial)" if note["partial"] else "")
         )
+        short, done = self._short_outputs
+        if short and not self.profile.target.sends_ignore_eos:
+            self.err.print(
+                f"kvtui: warning: {short} of {done} completed requests of {stage.name} / {mode} ended before their "
+                "max_tokens (the model stopped at end-of-sequence): without ignore_eos their output lengths are the "
+                "model's, not the workload's; set target.ignore_eos = true where the server accepts it",
+                markup=False, highlight=False)
 
     def _stop_reason(self) -> str:
         return "run stopped: " + (self.fatal or "interrupted")
@@ -335,6 +349,9 @@ class Recorder:
             return
         if rec.ok:
             self._connect_errors = 0
+            self._short_outputs[1] += 1
+            if rec.completion_tokens is not None and rec.completion_tokens < rec.max_tokens:
+                self._short_outputs[0] += 1
         elif rec.status == "connect_error":
             self._connect_errors += 1
             server = self._server
@@ -412,6 +429,37 @@ class Recorder:
             if problem.servable == 0:
                 raise ProfileError(problem.message(self.profile.source))
             self.err.print(f"kvtui: warning: {problem.message(self.profile.source)}", markup=False, highlight=False)
+
+    async def _check_remote_lengths(self, target: OpenAITarget) -> None:
+        """Before any load on a remote target: the first requests of the workload, counted by the
+        server's own tokenizer where it answers vLLM's ``/tokenize`` (``kvtui serve`` does), else as
+        sized here, against the ``max_model_len`` its ``/v1/models`` lists. One that cannot fit is a
+        profile error (exit 2, naming max_model_len): the server would refuse it as too long."""
+        limit = target.max_model_len
+        if limit is None:
+            return
+        unit, ref = prompt_sizing(self.profile)
+        tokenizer = read_tokenizer_json(ref) if unit == "token" and ref else None
+        workload = Workload(self.profile.workload, unit, tokenizer=tokenizer)
+        n = max((s.num_requests or math.ceil(s.rate * (s.duration_s or 0)) or 1) for s in self.profile.run_stages())
+        too_long, counted_by = [], "as sized here"
+        for i in range(min(n, REMOTE_LENGTH_SAMPLE)):
+            spec = workload.spec(i)
+            count = await target.count_tokens(spec.prompt)
+            if count is not None:
+                counted_by = "by the server's /tokenize"
+            tokens = count if count is not None else spec.prompt_len
+            if tokens + spec.max_tokens > limit:
+                too_long.append((tokens + spec.max_tokens, tokens, spec.max_tokens))
+        if too_long:
+            total, tokens, out = max(too_long)
+            sample = min(n, REMOTE_LENGTH_SAMPLE)
+            raise ProfileError(
+                f"{self.profile.source}: {len(too_long)} of the first {sample} requests exceed the server's "
+                f"max_model_len {limit} (the longest: {tokens} prompt tokens {counted_by} + {out} output "
+                f"tokens = {total}); the server would refuse them: lower workload.prompt_len / "
+                "workload.output_len, or set target.tokenizer to the served model's so prompts are sized "
+                "in its tokens")
 
     async def _engine_step(self, control: ControlClient, default: int) -> int:
         with contextlib.suppress(ControlError):

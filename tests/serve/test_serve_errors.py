@@ -35,7 +35,7 @@ BAD_BODIES = [
     ({"prompt": "hi", "stream": "yes"}, "stream"),
     ({"prompt": "hi", "seed": "x"}, "seed"),
     ({"prompt": "hi", "ignore_eos": 1}, "ignore_eos"),
-    ({"prompt": "hi", "n": 2}, "n"),
+    ({"prompt": "hi", "n": 0}, "n"),
     ({"prompt": "hi", "stream_options": []}, "stream_options"),
     ({"prompt": 17}, "prompt"),
     ({"prompt": ""}, "prompt"),

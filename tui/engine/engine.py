@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from tui.engine.backend import Backend, build_backend
 from tui.engine.control import Control
 from tui.engine.kv import KVManager, KVSpec, new_kv_manager
-from tui.engine.params import SamplingParams
+from tui.engine.params import SamplingParams, TokenLogprobs
 from tui.engine.runner import ModelRunner
 from tui.engine.scheduler import (
     ContinuousScheduler,
@@ -65,6 +65,7 @@ class RequestOutput:
     finish_reason: str | None
     prompt_tokens: int
     output_tokens: int
+    logprobs: list[TokenLogprobs] | None = None  # one per new token, where the request asked
 
 
 @dataclass
@@ -306,15 +307,17 @@ class Engine:
                 # the prompt, or after a preemption prompt and output, in chunks.
                 if not (req.output and computed == prompt_len + len(req.output) - 1):
                     req.record(now, "prefill", tokens=num_new, blocks=scheduler.blocks_held(req))
-            for req, token in zip(result.requests, result.token_ids, strict=True):
+            logprobs = result.logprobs
+            for i, (req, token) in enumerate(zip(result.requests, result.token_ids, strict=True)):
                 reason = req.append_token(token)
                 num_output = len(req.output)
                 if num_output == 1:
                     req.record(now, "first_token", tokens=1, blocks=scheduler.blocks_held(req))
                 if reason:
                     self.finish(req, reason)
+                lp = logprobs[i] if logprobs is not None else None
                 outputs.append(RequestOutput(req.request_id, [token], reason is not None, reason,
-                                             len(req.prompt), num_output))
+                                             len(req.prompt), num_output, None if lp is None else [lp]))
             self.kv.cache_computed(c.request for c in sched.chunks)
         self._maybe_complete_switch()
         did_work = bool(sched.chunks or outputs or sched.preempted or sched.swaps)

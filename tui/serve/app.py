@@ -60,9 +60,9 @@ from tui.serve.engine_loop import (
     EngineUnavailable,
     NotPausedError,
 )
-from tui.serve.generate import ClientGone, Counters, Generation, error_response
+from tui.serve.generate import ClientGone, Counters, error_response, generate
 from tui.serve.heap import settle_heap
-from tui.serve.openai_api import ApiError, models_body, parse_completion, parse_json
+from tui.serve.openai_api import ApiError, models_body, parse_completion, parse_json, tokenize_body
 from tui.serve.prom import CONTENT_TYPE, ServerMetrics
 from tui.serve.state_wire import ENCODING, StateCache, View
 
@@ -198,14 +198,22 @@ async def _generate(request: Request, *, chat: bool) -> Response:
     info = st.info
     params = parse_completion(body, chat=chat, served_model=info.model_name, encode=info.tokenizer.encode,
                               encode_chat=info.tokenizer.encode_chat,
-                              vocab_size=info.vocab_size, max_model_len=info.max_model_len)
+                              vocab_size=info.vocab_size, max_model_len=info.max_model_len,
+                              sampling_defaults=info.tokenizer.sampling_defaults,
+                              logprobs_available=info.computes_logits)
     request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
-    sink = st.engine.add_request(request_id, params.prompt_token_ids, params.sampling)
-    gen = Generation(st.engine, st.metrics, st.counters, info, request_id, params, sink, received)
     try:
-        return await gen.respond(request.receive)
+        return await generate(st.engine, st.metrics, st.counters, info, request_id, params, received,
+                              request.receive)
     except ClientGone:
         return Response(status_code=499)  # nobody reads it; the request is already aborted
+
+
+async def tokenize(request: Request) -> Response:
+    _check_auth(request)
+    info = _state(request).info
+    return JSONResponse(tokenize_body(await _read_json(request), encode=info.tokenizer.encode,
+                                      encode_chat=info.tokenizer.encode_chat, max_model_len=info.max_model_len))
 
 
 async def models(request: Request) -> Response:
@@ -416,6 +424,7 @@ def create_app(
         Route(routes.COMPLETIONS, completions, methods=["POST"]),
         Route(routes.CHAT_COMPLETIONS, chat_completions, methods=["POST"]),
         Route(routes.MODELS, models, methods=["GET"]),
+        Route(routes.TOKENIZE, tokenize, methods=["POST"]),
         Route(routes.HEALTH, health, methods=["GET"]),
         Route(routes.METRICS, get_metrics, methods=["GET"]),
         Route(routes.STATE, get_state, methods=["GET"]),

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tui.child_process import spawn_child
 from tui.engine.control import Control, Reset
-from tui.engine.params import SamplingParams
+from tui.engine.params import SamplingParams, TokenLogprobs
 from tui.engine.snapshot import EngineSnapshot, StepTiming
 from tui.profile import DefensesConfig, EngineConfig
 from tui.serve import engine_messages as m
@@ -85,6 +85,7 @@ class Output(NamedTuple):
     output_tokens: int = 0
     t: float = 0.0  # time.perf_counter() when it reached the API server
     message: str = ""  # why, for a refused request
+    logprobs: list[TokenLogprobs] | None = None  # per new token, where the request asked
 
 
 class OutputSink:
@@ -138,6 +139,7 @@ class EngineInfo:
     eos_token_id: int | None
     tokenizer: Tokenizer
     dtype: str  # what the weights and KV cache are held in (engine.dtype resolved: "auto" never appears)
+    computes_logits: bool  # the backend has logits to report logprobs from (torch; not a modelled device)
 
 
 def _rebuild_error(payload: m.ErrorPayload) -> Exception:
@@ -283,13 +285,13 @@ class EngineLoop:
             assert isinstance(msg, m.Outputs)
             sinks = self._sinks
             now = time.perf_counter()
-            for rid, ids, finished, reason, prompt_tokens, output_tokens in msg.outputs:
+            for rid, ids, finished, reason, prompt_tokens, output_tokens, logprobs in msg.outputs:
                 sink = sinks.get(rid)
                 if sink is None:
                     continue  # aborted here, or never ours
                 if finished:
                     del sinks[rid]
-                sink.put(Output(rid, ids, finished, reason, prompt_tokens, output_tokens, now))
+                sink.put(Output(rid, ids, finished, reason, prompt_tokens, output_tokens, now, "", logprobs))
             if self.on_step is not None and msg.preempted and self.info is not None:
                 self.on_step(msg.preempted, self.info)
         elif kind is m.Kind.REPLY:

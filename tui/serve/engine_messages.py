@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from tui.engine.control import Control, Reset
-from tui.engine.params import SamplingParams
+from tui.engine.params import SamplingParams, TokenLogprobs
 from tui.profile import DefensesConfig, EngineConfig
 
 
@@ -160,10 +160,10 @@ class Failed:
 @dataclass(frozen=True, slots=True)
 class Outputs:
     """One step's outputs: ``(request_id, new_token_ids, finished, finish_reason, prompt_tokens,
-    output_tokens)`` tuples (tuples: one per request per step, on the per-token path)."""
+    output_tokens, logprobs)`` tuples (tuples: one per request per step, on the per-token path)."""
 
     kind: ClassVar[Kind] = Kind.OUTPUTS
-    outputs: list[tuple[str, list[int], bool, str | None, int, int]]
+    outputs: list[tuple[str, list[int], bool, str | None, int, int, list[TokenLogprobs] | None]]
     preempted: int
 
 

@@ -44,6 +44,7 @@ def engine_info(engine: Engine) -> dict[str, Any]:
         "eos_token_id": getattr(tok, "eos_token_id", None),
         "dtype": str(engine.dtype).removeprefix("torch."),
         "tokenizer": tok,
+        "computes_logits": engine.backend.info() is None,  # a modelled device samples no logits
     }
 
 
@@ -173,8 +174,8 @@ class EngineCore:
         preempted = timing.preempted if timing is not None else 0
         if out.outputs or preempted:
             self.conn.send(m.Outputs(
-                [(o.request_id, o.new_token_ids, o.finished, o.finish_reason, o.prompt_tokens, o.output_tokens)
-                 for o in out.outputs],
+                [(o.request_id, o.new_token_ids, o.finished, o.finish_reason, o.prompt_tokens, o.output_tokens,
+                  o.logprobs) for o in out.outputs],
                 preempted,
             ))
         return bool(out.outputs) or (timing is not None and timing.batch_size > 0)

@@ -70,8 +70,9 @@ def _in_stretch(engine: Engine) -> bool:
         return False
     if isinstance(sched, StaticScheduler) and not sched.running:
         return False  # between batches: the next step forms one (the driver asks every idle tick)
-    # every running request decodes: one token behind
-    return all(r.output and r.num_computed == len(r.prompt) + len(r.output) - 1 for r in sched.running)
+    # every running request decodes (one token behind), and no stop token could end one early
+    return all(r.output and r.num_computed == len(r.prompt) + len(r.output) - 1 and not r.params.stop_token_ids
+               for r in sched.running)
 
 
 def _admits_whole(engine: Engine, rows: int) -> bool:
