@@ -7,15 +7,16 @@ no script, no external reference of any kind). Beside the page each chart is als
 (vector, for editing) and PNG (for slides) into a charts folder: ``--charts-dir DIR``, by default
 ``FILE``'s name without ``.html`` plus ``-charts`` (``report.html`` -> ``report-charts/``).
 
-The page, in order: each run's header (:mod:`tui.report_facts`: run id, date, kvtui version,
-target, model, KV cache, modes, load, SLOs; the headline against its baseline; the capacity edges; a
+The page, in order: each run's header (:mod:`tui.report_facts`: run id, date, kvtui version, target,
+model, KV cache, modes, load, SLOs; the headline against its baseline; the capacity edges; a
 simulated engine's run says SIMULATED), latency against offered load per mode (TTFT and TPOT P50/P99
 with the SLO, goodput and throughput, each mode's capacity edge marked where a sweep found one),
 TTFT and TPOT CDFs per stage, each stage's cells over time (KV use and fragmentation, running and
 waiting requests, preemptions, engine tokens/s), failures by kind, the decomposition, SLO
-sensitivity and tune results where the run directory has them, then each run's table with the notes ``summary.md`` has (definitions, offered load, client
-delay, token reconciliation) and, for several runs, each later run compared with the first. Several
-runs are overlaid on every chart: colour is the mode, the marker and line style the run.
+sensitivity and tune results where the run directory has them, then each run's table with the notes
+``summary.md`` has (definitions, offered load, client delay, token reconciliation) and, for several
+runs, each later run compared with the first. Several runs are overlaid on every chart: colour is
+the mode, the marker and line style the run.
 
 Axes fit the data: a rate axis is logarithmic when its rates span more than 10x, a latency axis when
 they span more than 100x (one scale for every panel of a chart), each scaled to the data with the SLO
