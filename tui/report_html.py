@@ -173,7 +173,7 @@ def scale_for(values: Sequence[float | None], span: float) -> str:
 
 def _set_scale(ax, axis: str, scale: str) -> None:
     """Set an axis's scale; a log axis labels its decades as plain numbers (0.1, 1, 10, 100), not powers,
-    and 2 and 5 times them too while it spans at most three decades."""
+    and 2 and 5 times them too while it spans at most about three and a half decades."""
     (ax.set_xscale if axis == "x" else ax.set_yscale)(scale)
     if scale != "log":
         return
@@ -182,7 +182,7 @@ def _set_scale(ax, axis: str, scale: str) -> None:
     def minor(v: float, _pos: int) -> str:
         lo, hi = sorted(target.get_view_interval())
         lead = round(v / 10 ** np.floor(np.log10(v)), 6) if v > 0 else 0
-        return f"{v:g}" if lead in (2.0, 5.0) and lo > 0 and hi / lo <= 1000 else ""
+        return f"{v:g}" if lead in (2.0, 5.0) and lo > 0 and hi / lo <= 3000 else ""
 
     target.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
     target.set_minor_formatter(FuncFormatter(minor))
