@@ -264,10 +264,13 @@ def _slos(run: RunData) -> str:
 
 
 def _date(run: RunData) -> str:
-    t = run.info.get("written_t")
-    if not isinstance(t, int | float):
-        return "not recorded"
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M UTC") + " (run.json last written)"
+    """When the run started (wall clock, UTC), else when its run.json was last written (older runs)."""
+    for key, what in (("started_wall", "started"), ("written_wall", "run.json last written"),
+                      ("written_t", "run.json last written")):
+        t = run.info.get(key)
+        if isinstance(t, int | float):
+            return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M UTC") + f" ({what})"
+    return "not recorded"
 
 
 def _version(run: RunData) -> str:

@@ -419,11 +419,20 @@ _TIME_PANELS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
 )
 
 
+def _has_data(cells: Sequence[CellSeries], fields: Sequence[tuple[str, str]]) -> bool:
+    """Whether any cell has a non-zero value in any of ``fields`` (an all-zero panel draws nothing)."""
+    v = np.asarray([x for c in cells for name, _ in fields for x in getattr(c, name)], dtype=float)
+    return bool(np.any(np.isfinite(v) & (v != 0)))
+
+
 def _time_chart(key: str, cells: Sequence[CellSeries], style: _Style, title: str) -> Chart:
-    fig = Figure(figsize=(FIG_WIDTH, 8), layout="constrained")
-    axes = fig.subplots(len(_TIME_PANELS), 1, sharex=True)
+    panels = [p for p in _TIME_PANELS if _has_data(cells, p[1])]
+    if not panels:
+        return _no_data(chart_id("timeseries", key), title, "No chart: the engine's steps recorded nothing non-zero.")
+    fig = Figure(figsize=(FIG_WIDTH, 2.0 * len(panels)), layout="constrained")
+    axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False).ravel()
     widths = sorted({c.bucket_s for c in cells})
-    for ax, (ylabel, fields) in zip(axes, _TIME_PANELS, strict=True):
+    for ax, (ylabel, fields) in zip(axes, panels, strict=True):
         handles = []
         for c in cells:
             line, label = style.cell(c.run, c.stage, c.mode)
@@ -439,10 +448,12 @@ def _time_chart(key: str, cells: Sequence[CellSeries], style: _Style, title: str
         ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7)
     axes[-1].set_xlabel("seconds since the cell started (buckets of "
                         + " / ".join(f"{w:g}" for w in widths) + " s)")
+    left_out = [" and ".join(what for _, what in fields) for label, fields in _TIME_PANELS
+                if (label, fields) not in panels]
     return Chart(chart_id("timeseries", key), title,
                  "Each cell of this group over time, from the engine's steps: means per bucket for the gauges "
-                 "(a gap: no step ran), totals per bucket for preemptions, tokens the engine computed per second.",
-                 fig)
+                 "(a gap: no step ran), totals per bucket for preemptions, tokens the engine computed per second."
+                 + (f" Not drawn, zero throughout in every cell: {', '.join(left_out)}." if left_out else ""), fig)
 
 
 def _failures_chart(rv: Review, title: str) -> Chart:

@@ -145,7 +145,7 @@ def test_a_sweeps_report_opens_with_what_was_measured_and_draws_rates_on_a_log_a
     header = page[page.index('<dl class="facts">'):page.index('<h2 id="charts">')]
     facts = dict(re.findall(r"<dt>([^<]+)</dt><dd>([^<]*)</dd>", header))
     assert facts["Run id"] == run.info["run_id"]
-    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC \(run.json last written\)", facts["Recorded"])
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d UTC \(started\)", facts["Recorded"])
     assert facts["Measured by"].startswith(f"kvtui {tui.__version__}")
     assert facts["Target"].startswith("SIMULATED GPU: llama-3.1-8b on 1 x H100-SXM")
     assert facts["Model"] == "llama-3.1-8b"
@@ -346,12 +346,12 @@ def test_the_header_names_the_target_without_credentials_or_local_paths(tmp_path
     assert public_url("https://user:s3cret@api.example.com:8443/v1?api_key=abc#x") == "https://api.example.com:8443/v1"
     remote = _tiny_run(tmp_path)
     remote.info.update(run_id="r1", target="openai", base_url="https://user:s3cret@api.example.com/v1?key=k",
-                       model="/home/me/models/llama-3-8b", written_t=1_780_000_000.0, kvtui_version="0.1.0",
+                       model="/home/me/models/llama-3-8b", started_wall=1_780_000_000.0, kvtui_version="0.1.0",
                        kvtui_commit="0123456789ab")
     facts = dict(run_facts(remote))
     assert facts["Target"] == "remote OpenAI-compatible server at https://api.example.com/v1"
     assert facts["Model"] == "llama-3-8b" and facts["Measured by"] == "kvtui 0.1.0 (commit 0123456789ab)"
-    assert facts["Recorded"].startswith("2026-05-28 ") and facts["KV cache"] == "not recorded (no profile.toml)"
+    assert facts["Recorded"] == "2026-05-28 20:26 UTC (started)" and facts["KV cache"] == "not recorded (no profile.toml)"
     assert "s3cret" not in json.dumps(facts) and "/home" not in json.dumps(facts)
     torch = _tiny_run(tmp_path)
     prof = profile_from_dict({"engine": {"kv_budget_mb": 64}})
@@ -405,3 +405,10 @@ def test_without_a_decomposition_or_sweep_the_headline_compares_goodput_with_the
         "At the highest load level, hi (target 8 req/s), goodput (requests meeting every SLO per second): "
         f"continuous+paged {cont:.3g} req/s, {cont / base:.3g}× the baseline's; static+contiguous (the baseline) "
         f"{base:.3g} req/s."]
+
+
+def test_a_time_series_panel_that_is_zero_throughout_is_left_out_and_named(tmp_path) -> None:
+    charts = build_charts(review([review_of(_tiny_run(tmp_path))]))  # no step preempted anything
+    lo = _chart(charts, "timeseries-lo")
+    assert [ax.get_ylabel() for ax in lo.figure.axes] == ["KV cache (%)", "requests", "engine tokens/s"]  # type: ignore[union-attr]
+    assert lo.caption.endswith("Not drawn, zero throughout in every cell: preemptions.")
