@@ -20,6 +20,7 @@ from __future__ import annotations
 import csv
 import itertools
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -161,13 +162,22 @@ def public_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
-def _name_only(model: str) -> str:
-    """A model as named in a report: a local directory by its last part (no local path in a page)."""
+def name_only(model: str) -> str:
+    """A model or tokenizer as named in a report: a local path by its last part (no local path in a page)."""
     if "/" in model or "\\" in model:
         p = PurePath(model)
         if p.is_absolute() or model.startswith((".", "~")) or len(p.parts) > 2:
             return p.name
     return model
+
+
+_ABSOLUTE_PATH = re.compile(r"(?<![\w:/.~])(?:~|/)[^\s'\"()\[\]]*/([^\s'\"()\[\]/]+)")
+
+
+def without_local_paths(text: str) -> str:
+    """``text`` with each absolute local path (``/home/me/run/server.log``, ``~/x/y``) cut to its last
+    part (``server.log``); URLs are left as they are."""
+    return _ABSOLUTE_PATH.sub(lambda m: m.group(1), text)
 
 
 def _target(run: RunData) -> str:
@@ -186,12 +196,12 @@ def _model(run: RunData) -> str:
     info, profile = run.info, run.profile
     if info.get("target") not in (None, "local"):
         model = info.get("model") or (profile.target.model if profile else None)
-        return _name_only(model) if model else "as the server names it (not recorded)"
+        return name_only(model) if model else "as the server names it (not recorded)"
     if info.get("engine_model"):
-        return _name_only(str(info["engine_model"]))
+        return name_only(str(info["engine_model"]))
     if profile is None:
         return "not recorded"
-    return _name_only(profile.engine.model_path or profile.engine.model)
+    return name_only(profile.engine.model_path or profile.engine.model)
 
 
 def _gib(n: float) -> str:

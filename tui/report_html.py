@@ -47,7 +47,16 @@ from tui.metrics.capacity import EDGE_HEADERS, edge_rows, edge_summary_lines
 from tui.metrics.review import Cdf, CellSeries, LoadCurve, Review, review
 from tui.metrics.summary import compare_table, display_rows, format_cell, reconciliation_lines, to_markdown
 from tui.report import ReportError, RunData, open_runs, review_of, run_title
-from tui.report_facts import BASELINE_MODE, Analyses, headline, read_analyses, report_provenance, run_facts
+from tui.report_facts import (
+    BASELINE_MODE,
+    Analyses,
+    headline,
+    name_only,
+    read_analyses,
+    report_provenance,
+    run_facts,
+    without_local_paths,
+)
 
 # A mode keeps its colour on every chart; the headline pair first (matplotlib's tab10 colours).
 _MODE_COLOURS = {"static+contiguous": "#d62728", "continuous+paged": "#1f77b4",
@@ -690,6 +699,8 @@ def _run_section(i: int, run: RunData) -> str:
     # what the recorder said the prompt lengths count (run.json), so the notes read as summary.md's
     unit: dict[str, Any] = {k: run.info[k] for k in ("prompt_len_unit", "prompt_len_counts", "prompt_tokenizer")
                             if k in run.info}
+    if unit.get("prompt_tokenizer"):  # a local tokenizer by its name: the page travels, its paths would not
+        unit["prompt_tokenizer"] = name_only(str(unit["prompt_tokenizer"]))
     parts.append(_markdown_notes_html(to_markdown(run.summary, None, slo, seed=seed,
                                                   prompt_unit=unit if "prompt_len_counts" in unit else None)))
     if not rec:  # say why there is none, rather than leave the reader looking for it
@@ -697,7 +708,7 @@ def _run_section(i: int, run: RunData) -> str:
                      "token counters were recorded for this run (a virtual-clock run has no server; a remote "
                      "server without /metrics has none)</p></div>")
     if run.info.get("error"):
-        parts.append(f"<p>The run ended with an error: {html.escape(str(run.info['error']))}</p>")
+        parts.append(f"<p>The run ended with an error: {html.escape(without_local_paths(str(run.info['error'])))}</p>")
     parts.append("</section>")
     return "".join(parts)
 

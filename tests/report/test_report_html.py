@@ -412,3 +412,11 @@ def test_a_time_series_panel_that_is_zero_throughout_is_left_out_and_named(tmp_p
     lo = _chart(charts, "timeseries-lo")
     assert [ax.get_ylabel() for ax in lo.figure.axes] == ["KV cache (%)", "requests", "engine tokens/s"]  # type: ignore[union-attr]
     assert lo.caption.endswith("Not drawn, zero throughout in every cell: preemptions.")
+
+
+def test_the_tables_section_names_a_local_tokenizer_and_an_error_without_their_paths(tmp_path) -> None:
+    run = _tiny_run(tmp_path)
+    run.info.update(prompt_len_unit="token", prompt_len_counts="tokens (the target's tokenizer)",
+                    prompt_tokenizer="/home/me/ckpt/tiny-llama", error="server died: see /home/me/runs/a/server.log")
+    section = _run_section(0, run)
+    assert "tokenizer: tiny-llama" in section and "see server.log" in section and "/home" not in section
