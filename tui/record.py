@@ -48,6 +48,7 @@ from tui.metrics.table_view import print_summary
 from tui.metrics.types import ServerGauges
 from tui.metrics.window import RollingWindow
 from tui.profile import EngineMode, Profile, ProfileError, Stage, dump_profile
+from tui.provenance import provenance
 from tui.records.parquet import PartWriter, dataclass_rows, read_records
 from tui.records.request import RequestRecord
 from tui.report import load_run, wide_console
@@ -566,6 +567,7 @@ class Recorder:
     def _write_run_json(self, finished: bool, code: int | None) -> None:
         info = {
             "run_id": self.run_id,
+            **provenance(),  # which kvtui measured it (the report's header prints it)
             "profile": self.profile.name,
             "target": self.profile.target.kind,
             "base_url": self.profile.target.base_url,

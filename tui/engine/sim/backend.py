@@ -172,16 +172,26 @@ def _split(cfg: EngineConfig, model: ModelSpec, hw: Hardware) -> MemorySplit:
     )
 
 
+def kv_cache(cfg: EngineConfig) -> tuple[int, MemorySplit | None]:
+    """The KV cache a simulated ``[engine]`` gets: bytes per device, and vLLM's memory split when
+    ``gpu_memory_utilization`` sizes it (None for a ``kv_budget_mb`` byte budget); ``ValueError``
+    with one line when it cannot be built."""
+    model, hw = _parts(cfg)
+    return _kv_cache(cfg, model, hw)
+
+
+def _kv_cache(cfg: EngineConfig, model: ModelSpec, hw: Hardware) -> tuple[int, MemorySplit | None]:
+    if cfg.gpu_memory_utilization is None:
+        return int(cfg.kv_budget_mb * (1 << 20)), None
+    split = _split(cfg, model, hw)
+    return split.num_blocks * split.block_size * split.kv_bytes_per_token, split
+
+
 def build(cfg: EngineConfig, clock: SimClock) -> SimulatedBackend:
     """The simulated backend for ``cfg`` on ``clock``; ``ValueError`` with one line when it cannot be."""
     model, hw = _parts(cfg)
     tp = cfg.tensor_parallel_size
-    split = None
-    if cfg.gpu_memory_utilization is not None:
-        split = _split(cfg, model, hw)
-        kv_bytes = split.num_blocks * split.block_size * split.kv_bytes_per_token
-    else:
-        kv_bytes = int(cfg.kv_budget_mb * (1 << 20))
+    kv_bytes, split = _kv_cache(cfg, model, hw)
     runner = SimulatedRunner(CostModel(model, hw.gpu, hw.params, tp), clock, cfg.seed)
     backend = SimulatedBackend(model, hw, tp, split, kv_bytes, runner, ByteTokenizer(BYTE_VOCAB),
                                min(cfg.max_model_len, model.max_position), cfg.served_model_name or model.name,
