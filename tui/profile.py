@@ -268,6 +268,37 @@ class SweepConfig:
 
 
 @dataclass(frozen=True)
+class TuneConfig:
+    """``[tune]``: the engine settings ``kvtui tune`` searches, how it searches, and GPU-hour prices.
+
+    Each knob list names the values to try (empty: keep the profile's own); the candidates are the
+    grid of every non-empty list (at most ``max_candidates``, drawn by ``seed`` when the grid is larger),
+    plus the profile's own configuration. The search is successive halving over ``rungs`` rungs: every
+    candidate's capacity edge is swept with short probes, the best 1/``reduction`` go on to probes
+    ``reduction`` times longer, and the last rung's probes are the profile's own ``[sweep]``.
+    ``prices`` maps a hardware name (``engine.hardware``; ``"H100-SXM"`` by default) to a price per
+    GPU-hour, for the cost per million output tokens at each candidate's edge.
+    """
+
+    seed: int = 0
+    max_candidates: int = 32
+    reduction: int = 2
+    rungs: int = 3
+    max_num_seqs: tuple[int, ...] = ()
+    max_num_batched_tokens: tuple[int, ...] = ()
+    block_size: tuple[int, ...] = ()
+    enable_chunked_prefill: tuple[bool, ...] = ()
+    preemption_mode: tuple[PreemptionMode, ...] = ()
+    reservation: tuple[Reservation, ...] = ()
+    mode: tuple[EngineMode, ...] = ()  # batching+kv together, as record.modes names them
+    hardware: tuple[str, ...] = ()  # simulated backend only
+    tensor_parallel_size: tuple[int, ...] = ()  # simulated backend only
+    backlog_limit: tuple[int, ...] = ()
+    wait_timeout_s: tuple[float, ...] = ()
+    prices: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Profile:
     """A whole experiment. ``Profile()`` is the built-in default."""
 
@@ -282,6 +313,7 @@ class Profile:
     record: RecordConfig = field(default_factory=RecordConfig)
     slo: SloConfig = field(default_factory=SloConfig)
     sweep: SweepConfig | None = None
+    tune: TuneConfig | None = None
     source: str = "<builtin>"
 
     def run_stages(self) -> tuple[Stage, ...]:
@@ -417,6 +449,8 @@ RANGES: dict[type, dict[str, Range]] = {
         "num_requests": _COUNT,
         "duration_s": _SECONDS,
     },
+    TuneConfig: {"seed": _SEED, "max_candidates": Range(1, 10_000), "reduction": Range(2, 100),
+                 "rungs": Range(1, 10)},
 }
 
 
@@ -594,6 +628,11 @@ def _convert(tp: Any, value: Any, source: str, path: str) -> Any:
             return EngineMode.parse(value)
         except ValueError as e:
             raise ProfileError(f"{source}: {path} = {value!r}: {str(e).split('; ', 1)[1]}") from None
+    if origin is dict:
+        (_, value_tp) = get_args(tp)
+        if not isinstance(value, dict):
+            _fail(source, path, value, f"a table of {_describe(value_tp)}")
+        return {str(k): _convert(value_tp, v, source, f"{path}.{k}") for k, v in value.items()}
     if origin is tuple:
         (item_tp, _) = get_args(tp)
         if not isinstance(value, list):
@@ -719,6 +758,13 @@ def _check_profile(p: Profile, source: str) -> None:
         _fail(source, "record.modes", [], "at least one mode")
     if p.sweep is not None:
         _check_sweep(p, p.sweep, source)
+    if p.tune is not None and p.sweep is None:
+        raise ProfileError(f"{source}: [tune] needs a [sweep] (and an [slo]): each candidate's capacity edge is "
+                           "found by the sweep, whose probes the last rung uses")
+    if p.tune is not None:
+        for name, price in p.tune.prices.items():
+            if not price > 0:
+                _fail(source, f"tune.prices.{name}", price, "a price > 0 per GPU-hour")
 
 
 def _check_sweep(p: Profile, sw: SweepConfig, source: str) -> None:
