@@ -103,17 +103,21 @@ def text_scatter(points: Sequence[tuple[str, float, float]], front: set[str], *,
 
 
 def print_results(console: Console, ranked: Sequence[Ranked], knobs: Sequence[str], simulated: bool) -> None:
-    """The table and both Pareto charts."""
+    """The table and both Pareto charts. The charts and the front hold the candidates that reached the
+    last rung: the others' edges come from shorter probes, which hide a slowly growing queue."""
     sim = " (SIMULATED GPU backend)" if simulated else ""
-    cost_pts = [(r.candidate.name, r.outcome.edge_req_s, r.cost_per_mtok) for r in ranked
+    last = max((r.rungs for r in ranked), default=0)
+    finalists = [r for r in ranked if r.rungs == last]
+    cost_pts = [(r.candidate.name, r.outcome.edge_req_s, r.cost_per_mtok) for r in finalists
                 if r.outcome.edge_req_s is not None and r.cost_per_mtok is not None]
     front = pareto(cost_pts, x_high=True, y_high=False)
     console.print(result_table(ranked, knobs, f"kvtui tune: candidates by capacity edge{sim}", front))
-    console.print(f"\nPareto: capacity edge against cost{sim}", highlight=False)
+    console.print(f"\nPareto: capacity edge against cost, the {len(finalists)} candidates of the last rung "
+                  f"(* on the front, P the profile's own){sim}", highlight=False)
     for line in text_scatter(cost_pts, front, x_label="capacity edge req/s",
                              y_label="$ per million output tokens"):
         console.print(line, markup=False, highlight=False)
-    tail_pts = [(r.candidate.name, r.outcome.edge_req_s, r.outcome.ttft_p99_ms) for r in ranked
+    tail_pts = [(r.candidate.name, r.outcome.edge_req_s, r.outcome.ttft_p99_ms) for r in finalists
                 if r.outcome.edge_req_s is not None and r.outcome.ttft_p99_ms is not None]
     tail_front = pareto(tail_pts, x_high=True, y_high=False)
     console.print(f"\nPareto: TTFT P99 at the edge against throughput (the edge){sim}", highlight=False)
