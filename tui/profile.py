@@ -875,6 +875,12 @@ def _set_path(doc: dict[str, Any], keys: list[str], value: Any, label: str) -> N
                 node[key] = value
             else:
                 node = node.setdefault(key, {})
+        elif get_origin(tp) is dict and isinstance(node, dict):  # a table of any keys (tune.prices)
+            tp = get_args(tp)[1]
+            if depth == len(keys) - 1:
+                node[key] = value
+            else:
+                node = node.setdefault(key, {})
         elif get_origin(tp) is tuple and isinstance(node, list):
             if not key.isdigit() or int(key) >= len(node):
                 has = f"it has {len(node)}, indexed from 0" if node else "it is empty"

@@ -9,7 +9,7 @@ import pytest
 
 from tui.cli import main
 from tui.metrics.capacity import read_capacity_edges
-from tui.profile import EngineMode, apply_overrides, find_profile, load_profile
+from tui.profile import EngineMode, ProfileError, apply_overrides, find_profile, load_profile
 from tui.report_facts import read_analyses
 from tui.tune.candidates import PROFILE_CANDIDATE, make_candidates
 from tui.tune.executors import LocalExecutor, RayExecutor
@@ -97,3 +97,16 @@ def test_local_and_ray_executors_rank_a_small_search_identically(tmp_path: Path)
     assert read_capacity_edges(run)[0].edge_rate == pytest.approx(float(best["capacity_edge_req_s"]), rel=1e-3)
     # and the HTML report reads the tune.csv written: the same candidates, in rank order
     assert [t.candidate for t in read_analyses(tmp_path / "local").tune] == [r["candidate"] for r in rows]
+
+
+def test_cost_per_million_output_tokens_is_gpu_hours_over_the_tokens_an_hour_at_the_edge():
+    o = _outcome("a", 40.0)  # 1000 output tokens/s at the edge probe
+    assert o.cost_per_mtok(2.5, 1) == pytest.approx(2.5 / 3.6)
+    assert o.cost_per_mtok(2.5, 4) == pytest.approx(4 * 2.5 / 3.6)
+    assert o.cost_per_mtok(None, 1) is None and _outcome("b", None).cost_per_mtok(2.5, 1) is None
+
+
+def test_a_price_is_set_like_any_key_and_must_be_positive():
+    assert apply_overrides(SHIPPED, ["tune.prices.H100-SXM=3.1"]).tune.prices == {"H100-SXM": 3.1}
+    with pytest.raises(ProfileError, match=r"tune.prices.H100-SXM = -1.0: expected a price > 0"):
+        apply_overrides(SHIPPED, ["tune.prices.H100-SXM=-1"])

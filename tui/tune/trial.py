@@ -14,6 +14,7 @@ import contextlib
 import math
 import time
 import tomllib
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,7 +82,11 @@ def run_trial(trial: Trial) -> Outcome:
     t0 = time.perf_counter()
     with (run_dir / "recorder.log").open("w", encoding="utf-8") as log, \
             contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
-        code = record_run(profile, run_dir)
+        try:
+            code = record_run(profile, run_dir)
+        except Exception:  # one candidate's failure is its result (no edge), not the end of the search
+            traceback.print_exc(file=log)
+            code = 1
     return read_outcome(trial, code, time.perf_counter() - t0)
 
 
