@@ -38,11 +38,9 @@ from tui.metrics.window import RollingWindow
 from tui.profile import EngineMode, Profile, Stage
 from tui.record import Recorder, frame_row
 from tui.records.parquet import dataclass_rows
-from tui.records.request import RequestRecord
+from tui.records.request import RequestRecord, finish_status
 from tui.run_progress import cell_total
 
-# engine finish reasons -> record statuses (as the HTTP client maps the server's finish_reason)
-_STATUS = {"length": "ok", "stop": "ok", "timeout": "timeout", "aborted": "cancelled"}
 STEPS_EVERY = 2000  # collect the engine's steps this often (its history holds 20,000)
 IDLE_TICK_S = 0.001  # nothing runs but requests wait (a static batch window): look again this much later
 GPU_EVERY_S = 1.0  # simulated seconds between modelled GPU samples (the live recorder polls NVML as often)
@@ -245,8 +243,7 @@ class ClockDriver:
         """The engine finished ``r``'s request at ``t``."""
         del self.open[r.request_id]
         r.finish_reason = finish_reason
-        r.status = _STATUS.get(finish_reason or "", "rejected")
-        r.reason = "" if r.status == "ok" else f"engine finished it: {finish_reason}"
+        r.status, r.reason = finish_status(finish_reason)  # as the HTTP client reads the server's
         r.prompt_tokens, r.completion_tokens, r.end_t = prompt_tokens, output_tokens, t
         self._done(r)
 
