@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tui.metrics.capacity import CapacityEdge, edge_summary_lines, edges_rich, read_capacity_edges
+from tui.metrics.repeats import collapse_repeats
 from tui.metrics.review import RunReview, review_run
 from tui.metrics.summary import (
     client_delay_lines,
@@ -42,8 +43,13 @@ class RunData:
     gpu: pl.DataFrame
     info: dict[str, Any] = field(default_factory=dict)
     profile: Profile | None = None
-    summary: pl.DataFrame = field(default_factory=pl.DataFrame)
+    summary: pl.DataFrame = field(default_factory=pl.DataFrame)  # one row per recorded cell (each repeat its own)
     edges: list[CapacityEdge] = field(default_factory=list)  # a sweep's capacity edge per mode ([] otherwise)
+
+    @property
+    def table(self) -> pl.DataFrame:
+        """The table as reported: a repeated cell's rows as one, each figure's mean and 95 % interval."""
+        return collapse_repeats(self.summary)
 
     @property
     def partial(self) -> bool:
@@ -109,11 +115,12 @@ def review_of(run: RunData, edges: dict[str, float] | None = None) -> RunReview:
 
 def _print_run(console: Console, run: RunData) -> None:
     title = run_title(run)
-    if run.summary.height:
-        console.print(to_rich(run.summary, title))
+    table = run.table
+    if table.height:
+        console.print(to_rich(table, title))
     else:
         console.print(f"{title}: no requests recorded")
-    for line in reconciliation_lines(run.summary) + client_delay_lines(run.summary):
+    for line in reconciliation_lines(run.summary) + client_delay_lines(run.summary):  # each repeat's own
         console.print(line, markup=False, highlight=False)
     if run.edges:  # a sweep's capacity edge per mode
         console.print(edges_rich(run.edges))
@@ -127,7 +134,7 @@ def compare_rows(a: RunData, b: RunData) -> list[list[str]]:
     """Run B against run A as printed: per stage x mode and metric, A, B and B vs A in percent."""
     return [[row["stage"], row["mode"], row["metric"], format_cell(row["a"], "r"), format_cell(row["b"], "r"),
              "-" if row["change_pct"] is None else f"{row['change_pct']:+.1f}%"]
-            for row in compare_table(a.summary, b.summary).iter_rows(named=True)]
+            for row in compare_table(a.table, b.table).iter_rows(named=True)]
 
 
 def _print_compare(console: Console, a: RunData, b: RunData) -> None:

@@ -428,14 +428,14 @@ def _markdown_notes_html(markdown: str) -> str:
 def _run_section(i: int, run: RunData) -> str:
     slo = run.profile.slo if run.profile is not None else None
     seed = run.profile.load.seed if run.profile is not None else None
-    headers, rows = display_rows(run.summary)
+    headers, rows = display_rows(run.table)
     rec = reconciliation_lines(run.summary)
     parts = [f'<section id="table-{i + 1}"><h3>{html.escape(run_title(run))}</h3>']
     parts.append(_table_html(headers, rows) if rows else "<p>no requests recorded</p>")
     # what the recorder said the prompt lengths count (run.json), so the notes read as summary.md's
     unit: dict[str, Any] = {k: run.info[k] for k in ("prompt_len_unit", "prompt_len_counts", "prompt_tokenizer")
                             if k in run.info}
-    parts.append(_markdown_notes_html(to_markdown(run.summary, None, slo, seed=seed,
+    parts.append(_markdown_notes_html(to_markdown(run.table, None, slo, seed=seed,
                                                   prompt_unit=unit if "prompt_len_counts" in unit else None)))
     if run.edges:  # a sweep's capacity edge per mode, as the printed report shows it
         parts.append('<div class="notes"><h4>Capacity edge (sweep)</h4>' + _table_html(EDGE_HEADERS, edge_rows(run.edges), 1)
@@ -451,7 +451,7 @@ def _run_section(i: int, run: RunData) -> str:
 
 
 def _compare_section(a: RunData, b: RunData, n: int) -> str:
-    df = compare_table(a.summary, b.summary)
+    df = compare_table(a.table, b.table)
     rows = [[r["stage"], r["mode"], r["metric"], format_cell(r["a"], "r"), format_cell(r["b"], "r"),
              "-" if r["change_pct"] is None else f"{r['change_pct']:+.1f}%"] for r in df.iter_rows(named=True)]
     return (f'<section id="compare-{n}"><h3>A = {html.escape(a.name)}, B = {html.escape(b.name)}</h3>'

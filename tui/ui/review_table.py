@@ -63,7 +63,7 @@ class TableView(VerticalScroll):
             if many:  # one run is named above the views already
                 yield Static(run_heading(run, run_letter(i)), classes="review-heading")
             if run.summary.height:
-                headers, rows = display_rows(run.summary)
+                headers, rows = display_rows(run.table)
                 yield _table(headers, rows, 2, f"table-{i}")
             else:
                 yield Static("no requests recorded", classes="review-note")
