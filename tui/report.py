@@ -21,6 +21,7 @@ from rich.table import Table
 from tui.metrics.capacity import CapacityEdge, edge_summary_lines, edges_rich, read_capacity_edges
 from tui.metrics.repeats import collapse_repeats
 from tui.metrics.review import RunReview, review_run
+from tui.metrics.significance import METHOD, significance_table
 from tui.metrics.summary import (
     client_delay_lines,
     compare_table,
@@ -144,6 +145,19 @@ def _print_compare(console: Console, a: RunData, b: RunData) -> None:
     for row in compare_rows(a, b):
         table.add_row(*row)
     console.print(table)
+    sig = significance_table(a.requests, b.requests)
+    if sig.height:
+        table = Table(title="Significant differences, B vs A", header_style="bold")
+        for col in ("stage", "mode", "latency", "A median ms", "B median ms", "n A / B", "p", "significant"):
+            table.add_column(col, justify="left" if col in ("stage", "mode", "latency") else "right")
+        for cell in sig.iter_rows(named=True):
+            p = cell["p_value"]
+            table.add_row(cell["stage"], cell["mode"], cell["metric"].upper(), format_cell(cell["a_median_ms"], "ms"),
+                          format_cell(cell["b_median_ms"], "ms"), f"{cell['a_n']} / {cell['b_n']}",
+                          "-" if p is None else f"{p:.3g}",
+                          "-" if cell["significant"] is None else ("yes" if cell["significant"] else "no"))
+        console.print(table)
+        console.print(f"method: {METHOD}", markup=False, highlight=False)
 
 
 def wide_console() -> Console:

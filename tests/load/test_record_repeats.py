@@ -12,7 +12,7 @@ from tui.cli import main
 from tui.load.workload import Workload
 from tui.metrics.repeats import ci95, collapse_repeats
 from tui.profile import LengthDist, WorkloadConfig
-from tui.report import load_run
+from tui.report import load_run, report_main
 
 pytestmark = pytest.mark.slow  # a whole recorded run
 
@@ -61,6 +61,12 @@ def test_repeat_3_records_seeds_0_to_2_and_reports_the_mean_and_ci95(fake_server
         assert row[fig] == pytest.approx(values.mean())
         assert (row[f"{fig}_ci95_lo"], row[f"{fig}_ci95_hi"]) == pytest.approx((values.mean() - half, values.mean() + half))
     assert "±" in printed and "±" in (out / "summary.md").read_text(encoding="utf-8")
+
+    # A run against itself: every cell compared, nothing significant, the method said
+    assert report_main([out, out]) == 0
+    compared = capsys.readouterr().out
+    assert "Significant differences, B vs A" in compared and "Mann-Whitney U" in compared
+    assert " yes " not in compared
 
 
 def test_one_repeat_has_no_interval_and_a_table_without_repeats_is_unchanged():
