@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
@@ -73,6 +74,7 @@ class TraceWorkload:
         self._next = 0  # the index the open iterator yields next
         self._len: int | None = None
         self._last: tuple[int, TraceRequest] | None = None
+        self._blocks: dict[tuple[int, ...], str] = {}  # block texts made so far (traces reuse their blocks)
 
     def _open(self) -> Iterator[TraceRequest]:
         assert self.cfg.trace is not None
@@ -128,14 +130,24 @@ class TraceWorkload:
         shared = bool(req.hash_ids) or req.prefix_len > 0
         return RequestSpec(index, prompt, prompt_len, max_tokens, shared, self.cfg.temperature)
 
+    MAX_CACHED_BLOCKS = 4096  # a few MiB of text at most
+
     def _block(self, key: tuple[int, ...]) -> str:
         """The text of one block: the same for the same key (and workload seed) in every request."""
+        text = self._blocks.get(key)
+        if text is not None:
+            return text
         rng = np.random.default_rng([self.cfg.seed, *key])
         if self.text_unit == "char":
             chars = _ALPHABET[rng.integers(0, len(_ALPHABET), _BLOCK)]
             chars[0] = ord("a")  # a prompt never starts with a space (some servers strip it)
-            return chars.tobytes().decode("ascii")
-        return self._words(rng, _BLOCK)
+            text = chars.tobytes().decode("ascii")
+        else:
+            text = self._words(rng, _BLOCK)
+        if len(self._blocks) >= self.MAX_CACHED_BLOCKS:
+            self._blocks.clear()
+        self._blocks[key] = text
+        return text
 
     @staticmethod
     def _words(rng: np.random.Generator, n: int) -> str:
@@ -207,7 +219,10 @@ def resolve_trace(profile: Profile) -> Profile:
     wl, load = profile.workload, profile.load
     if wl.trace is None:
         return profile
-    total = scan_trace(wl.trace, wl.trace_format).requests
+    # an absolute path, so the recorded profile.toml replays the same file from any directory
+    trace = str(Path(wl.trace).expanduser().resolve())
+    profile = dataclasses.replace(profile, workload=dataclasses.replace(wl, trace=trace))
+    total = scan_trace(trace, wl.trace_format).requests
 
     def fit(stage: Stage) -> Stage:
         n = stage.num_requests

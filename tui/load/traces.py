@@ -21,7 +21,7 @@ import json
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -196,7 +196,7 @@ def _azure_time(path: Path, line: int, text: str) -> float:
         raise _fail(path, line, "TIMESTAMP", f"{text!r} is not a date-time such as 2023-11-16 18:15:46.680") from None
     if dot and not frac.isdigit():
         raise _fail(path, line, "TIMESTAMP", f"{text!r} has a malformed fraction of a second")
-    return stamp.timestamp() + (int(frac) / 10 ** len(frac) if frac else 0.0)
+    return stamp.replace(tzinfo=UTC).timestamp() + (int(frac) / 10 ** len(frac) if frac else 0.0)
 
 
 class AzureReader(TraceReader):
