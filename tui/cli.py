@@ -340,7 +340,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if prof.workload.trace is not None:  # checked whole before anything starts: a bad record is exit 2
             from tui.load.trace_replay import resolve_trace
 
+            print(f"kvtui: reading the trace {prof.workload.trace} ...", file=sys.stderr, flush=True)
             prof = resolve_trace(prof)
+            load = prof.load
+            played = f"{load.num_requests} requests" if load.num_requests is not None else f"{load.duration_s:g} s"
+            pace = (f" at its own pace (mean {load.rate:.3g} req/s)" if load.arrival == "trace" and not load.rescale_trace
+                    else "")
+            print(f"kvtui: replaying {played} of it{pace}", file=sys.stderr)
         if prof.target.kind == "local":
             check_backend(prof)
         if args.record:

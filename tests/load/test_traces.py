@@ -110,7 +110,7 @@ def test_a_malformed_azure_row_is_one_line_and_exit_2(tmp_path, capsys):
     prof.write_text(f'[workload]\ntrace = "{path}"\n[load]\narrival = "trace"\n', encoding="utf-8")
     assert main(["--record", "--profile", str(prof), "--out", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"kvtui: {path}:5: GeneratedTokens: 'lots' is not a token count"]
+    assert err == [f"kvtui: reading the trace {path} ...", f"kvtui: {path}:5: GeneratedTokens: 'lots' is not a token count"]
     assert not (tmp_path / "run").exists()  # refused before anything started
 
 
