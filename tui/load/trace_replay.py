@@ -144,6 +144,8 @@ class TraceWorkload:
             text = chars.tobytes().decode("ascii")
         else:
             text = self._words(rng, _BLOCK)
+            if self._sizer is not None:  # a block is 512 of the model's tokens, as the trace's blocks are
+                text = self._sizer.cut(text, _BLOCK + self._sizer.added, lambda k: self._words(rng, k))
         if len(self._blocks) >= self.MAX_CACHED_BLOCKS:
             self._blocks.clear()
         self._blocks[key] = text
