@@ -29,6 +29,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
+from tui.clock import anchor, now
 from tui.engine.sim.readings import modelled_gpu_samples
 from tui.errors import api_key_hint, one_line, root_url
 from tui.feasibility import infeasible_cells
@@ -46,7 +47,6 @@ from tui.metrics.summary import client_delay_lines, reconciliation_lines, to_mar
 from tui.metrics.types import ServerGauges
 from tui.metrics.window import RollingWindow
 from tui.profile import EngineMode, Profile, ProfileError, Stage, dump_profile, stage_profile
-from tui.records.clock import now
 from tui.records.parquet import PartWriter, dataclass_rows, read_records
 from tui.records.request import RequestRecord
 from tui.report import load_run, wide_console
@@ -83,6 +83,7 @@ class Recorder:
         self.profile = profile
         self.out = Path(out)
         self.run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
+        self.started_t, self.started_wall = anchor()  # the run's start on the records' and the wall clock
         self.err = console_err or Console(stderr=True, soft_wrap=True)
         self.console = console_out or wide_console()
         self.cells: list[dict[str, Any]] = []
@@ -519,7 +520,11 @@ class Recorder:
                      "drawn_at_random": self.seed_drawn},
             **self._prompt_unit(),
             "cells": self.cells,
-            "written_t": time.time(),
+            # every time in the records is on tui.clock (monotonic, never stepped); this pair dates them:
+            # wall time = started_wall + (t - started_t)
+            "started_t": self.started_t,
+            "started_wall": self.started_wall,
+            "written_wall": time.time(),
         }
         eng = self.profile.engine
         if self.profile.target.kind == "local":
