@@ -69,7 +69,8 @@ def test_mooncake_and_azure_traces_replay_exactly_on_the_local_engine(tmp_path):
     with LocalServer(engine) as server:
         runs = {}
         for name, trace in (("mooncake", mooncake), ("azure", azure)):
-            since = int(steps_since(server, 0).get_column("step").max() or 0)
+            before = steps_since(server, 0)
+            since = int(before.get_column("step").max()) if before.height else 0
             prof = Profile(workload=WorkloadConfig(trace=str(trace)), load=LoadConfig(arrival="trace"))
             runs[name] = (replay(prof, server), steps_since(server, since))
 
