@@ -50,7 +50,7 @@ class FixedCells(CellPlan):
     (repeat K as stage ``NAME#rK``, seeded K: :mod:`tui.metrics.repeats`), every mode within a repeat."""
 
     def __init__(self, stages: Sequence[Stage], modes: Sequence[str], repeats: int = 1):
-        runs = [stage for stage in stages] if repeats <= 1 else [
+        runs = list(stages) if repeats <= 1 else [
             dataclasses.replace(stage, name=repeat_name(stage.name, k), seed=k)
             for stage in stages for k in range(repeats)]
         self._cells = [(stage, mode) for stage in runs for mode in modes]
