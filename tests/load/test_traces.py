@@ -167,3 +167,15 @@ def test_resolve_trace_takes_the_first_n_and_says_the_rate(tmp_path):
     first_two = resolve_trace(profile_for(trace, num_requests=2, time_scale=0.5))
     assert (first_two.load.num_requests, first_two.load.rate) == (2, 16.0)
     assert resolve_trace(dataclasses.replace(profile_for(trace), load=LoadConfig(num_requests=99))).load.num_requests == 4
+
+
+def test_a_replay_reads_only_as_far_as_it_has_sent(tmp_path):
+    # the third record is broken: a streamed replay of the first two never reaches it; a check of the whole file does
+    rows = [json.dumps(MOONCAKE[0]), json.dumps(MOONCAKE[1]), "{not json"]
+    path = tmp_path / "t.jsonl"
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    wl = TraceWorkload(WorkloadConfig(trace=str(path)))
+    assert [wl.lengths(i) for i in range(2)] == [(1100, 3), (700, 4)]
+    assert scan_trace(path, limit=2).requests == 2
+    with pytest.raises(TraceError, match=r"t\.jsonl:3: line: not JSON"):
+        scan_trace(path)

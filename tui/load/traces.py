@@ -406,12 +406,12 @@ def scan_trace(path: str | Path, fmt: str = "auto", limit: int | None = None,
     name = reader_for(p, fmt, count).name
     n, first, last = 0, None, None
     for req in read_trace(p, name, count):
-        if limit is not None and n >= limit:
-            break
         n += 1
         if req.arrival_s is not None:
             first = req.arrival_s if first is None else first
             last = req.arrival_s
+        if limit is not None and n >= limit:
+            break  # before reading the next record: the first ``limit`` are all that is checked
     if n == 0:
         raise TraceError(f"{p}: the trace has no requests")
     return TraceSummary(name, n, None if first is None or last is None else last - first)
