@@ -177,5 +177,6 @@ def test_a_replay_reads_only_as_far_as_it_has_sent(tmp_path):
     wl = TraceWorkload(WorkloadConfig(trace=str(path)))
     assert [wl.lengths(i) for i in range(2)] == [(1100, 3), (700, 4)]
     assert scan_trace(path, limit=2).requests == 2
+    assert resolve_trace(profile_for(path, num_requests=2)).load.num_requests == 2  # --num-requests 2 reads 2
     with pytest.raises(TraceError, match=r"t\.jsonl:3: line: not JSON"):
         scan_trace(path)

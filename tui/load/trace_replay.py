@@ -216,15 +216,18 @@ def resolve_trace(profile: Profile) -> Profile:
     """``profile`` with its trace checked (one streaming pass; a malformed record is a one-line
     :class:`~tui.load.traces.TraceError`, exit 2) and what replaying it means written in: every stage's
     (and ``[load]``'s) ``num_requests`` at most the trace's length, all of it when unset; with
-    ``arrival = "trace"`` (and no ``rescale_trace``), the rate it plays at. A profile without a trace is
-    returned as it is."""
+    ``arrival = "trace"`` (and no ``rescale_trace``), the rate it plays at. Only as much of the trace as
+    the run plays is read. A profile without a trace is returned as it is."""
     wl, load = profile.workload, profile.load
     if wl.trace is None:
         return profile
     # an absolute path, so the recorded profile.toml replays the same file from any directory
     trace = str(Path(wl.trace).expanduser().resolve())
     profile = dataclasses.replace(profile, workload=dataclasses.replace(wl, trace=trace))
-    total = scan_trace(trace, wl.trace_format).requests
+    # what the run plays: [load]'s requests, or every stage's (a bounded count reads only that far)
+    asked = [s.num_requests for s in profile.stages] if profile.stages else [load.num_requests]
+    need = None if any(n is None for n in asked) else max(n for n in asked if n is not None)
+    total = scan_trace(trace, wl.trace_format, limit=need).requests
 
     def fit(stage: Stage) -> Stage:
         n = stage.num_requests
