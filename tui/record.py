@@ -469,8 +469,8 @@ class Recorder:
     def offered_rate(self, stage: Stage) -> float | None:
         """The arrival rate ``stage``'s schedule will offer (its seeded draw, not the target), planned ahead
         from the same arrival process; None when the stage is too long to plan."""
-        process, rate = make_arrivals(stage_profile(self.profile, stage), stage.rate, stage.num_requests)
-        plan = planned_deadlines(process, rate, stage.num_requests, stage.duration_s)
+        plan = planned_deadlines(make_arrivals(stage_profile(self.profile, stage), stage.num_requests), stage.rate,
+                                 stage.num_requests, stage.duration_s)
         return stats.offered_rate(plan) if plan else None
 
     @contextlib.contextmanager

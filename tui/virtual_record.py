@@ -354,8 +354,7 @@ class ClockDriver:
         """Send the stage's requests at their arrival times, step until they finish or the drain bound."""
         start = self.clock.now()
         self.next_frame = start
-        process, rate = make_arrivals(self.profile, self.stage.rate, self.stage.num_requests)
-        self._arrivals = Schedule(process, rate, start)
+        self._arrivals = Schedule(make_arrivals(self.profile, self.stage.num_requests), self.stage.rate, start)
         dur = self.stage.duration_s
         self._end_t = start + dur if dur is not None else math.inf
         self._sent = 0

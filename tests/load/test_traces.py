@@ -146,8 +146,8 @@ def test_sharegpt_turns_share_the_conversation_as_text(tmp_path):
 
 
 def deadlines(profile: Profile, n: int) -> list[float]:
-    process, rate = make_arrivals(profile, profile.load.rate, n)
-    sched = Schedule(process, rate, 0.0)
+    profile = resolve_trace(profile)  # the rate it plays at, as the CLI resolves it before a run
+    sched = Schedule(make_arrivals(profile, n), profile.load.rate, 0.0)
     return [sched.advance() for _ in range(n)]
 
 
@@ -158,6 +158,9 @@ def test_trace_arrivals_replay_the_recorded_gaps(tmp_path):
     # rescaled to a mean of 6 req/s over the first three: (3 - 1) / span = 6
     times = deadlines(profile_for(trace, rescale_trace=True, rate=6.0, num_requests=3), 3)
     assert np.allclose(times, [0, 1 / 3, 1 / 3], atol=1e-9)
+    # rescaled to the trace's own mean rate: the recorded times again
+    times = deadlines(profile_for(trace, rescale_trace=True, rate=3 / 1.337), 4)
+    assert np.allclose(times, [0, 0.125, 0.125, 1.337], atol=1e-9)
 
 
 def test_resolve_trace_takes_the_first_n_and_says_the_rate(tmp_path):

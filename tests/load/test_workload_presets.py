@@ -11,8 +11,8 @@ from tui.profile import find_profile, load_profile
 # (preset, source named in it, prompt median and P99, output median and P99): Splitwise (ISCA 2024)'s
 # medians; the P99s reported for the released Azure LLM inference trace 2023 CSVs
 PUBLISHED = [
-    ("azure-code", "Splitwise", (1500, 7436), (13, 249)),
-    ("azure-conv", "Splitwise", (1020, 4142), (129, 601)),
+    ("splitwise-code", "Splitwise", (1500, 7436), (13, 249)),
+    ("splitwise-conv", "Splitwise", (1020, 4142), (129, 601)),
 ]
 
 

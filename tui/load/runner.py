@@ -209,7 +209,7 @@ class LoadRunner:
         loop = asyncio.get_running_loop()
         start = loop.time() if start_at is None else start_at
         if self._process is None:  # the gaps go on across start()/stop() (the dashboard restarts)
-            self._process, self.rate = make_arrivals(self.profile, self.rate, num_requests)
+            self._process = make_arrivals(self.profile, num_requests)
         self._schedule = Schedule(self._process, self.rate, start)
         end = start + duration_s if duration_s is not None else None
         self._pacer = asyncio.create_task(self._pace(num_requests, end), name=f"pacer-{self.stage}")

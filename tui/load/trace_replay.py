@@ -200,16 +200,16 @@ def _mean_rate(trace: str, fmt: str, num_requests: int | None) -> float:
     return found.mean_rate or 1.0  # one request, or all at one instant: every gap is 0 at any rate
 
 
-def make_arrivals(profile: Profile, rate: float, num_requests: int | None = None) -> tuple[GapSource, float]:
-    """A stage's arrival process and the rate its schedule runs at (see :func:`trace_rate`); built fresh,
-    it yields the same gaps every time (a seeded draw, or the trace's)."""
+def make_arrivals(profile: Profile, num_requests: int | None = None) -> GapSource:
+    """A stage's arrival process (its first ``num_requests``); built fresh, it yields the same gaps every
+    time (a seeded draw, or the trace's). A trace's gaps are in units of its mean gap over those
+    requests: a schedule at :func:`trace_rate` (what :func:`resolve_trace` writes into the profile's
+    rates) replays them as recorded, at any other rate rescales them."""
     load, wl = profile.load, profile.workload
     if load.arrival != "trace":
-        return ArrivalProcess(load.arrival, load.burstiness, load.seed), rate
+        return ArrivalProcess(load.arrival, load.burstiness, load.seed)
     assert wl.trace is not None
-    mean = _mean_rate(wl.trace, wl.trace_format, num_requests)
-    # gaps in units of the mean gap: at the trace's own rate they are the recorded seconds exactly
-    return TraceArrivals(read_trace(wl.trace, wl.trace_format), mean), trace_rate(profile, rate, num_requests)
+    return TraceArrivals(read_trace(wl.trace, wl.trace_format), _mean_rate(wl.trace, wl.trace_format, num_requests))
 
 
 def resolve_trace(profile: Profile) -> Profile:
