@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 import polars as pl
-from scipy import stats as sps
 
 REPEAT = re.compile(r"^(?P<stage>.*)#r(?P<k>\d+)$")
 CI_LEVEL = 0.95
@@ -44,6 +43,9 @@ def ci95(values: np.ndarray) -> tuple[float | None, float | None, float | None]:
     mean = float(v.mean())
     if v.size < 2:
         return mean, None, None
+    # imported here: only a repeated run's table needs it, and scipy.stats took 1.6-1.9 s to import on this machine
+    from scipy import stats as sps
+
     half = float(sps.t.ppf(0.5 + CI_LEVEL / 2, v.size - 1) * v.std(ddof=1) / np.sqrt(v.size))
     return mean, mean - half, mean + half
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import numpy as np
 import polars as pl
-from scipy import stats as sps
 
 from tui.metrics import stats
 from tui.metrics.repeats import split_repeat
@@ -47,6 +46,9 @@ def cell_latencies(requests: pl.DataFrame) -> dict[tuple[str, str], dict[str, np
 
 def significance_table(a: pl.DataFrame, b: pl.DataFrame) -> pl.DataFrame:
     """For every cell both runs have and each latency: the medians, the counts, the p-value, significant."""
+    # imported here: only a comparison needs it, and scipy.stats took 1.6-1.9 s to import on this machine
+    from scipy import stats as sps
+
     la, lb = cell_latencies(a), cell_latencies(b)
     rows = []
     for key in [k for k in la if k in lb]:
