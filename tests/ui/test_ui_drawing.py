@@ -6,13 +6,14 @@ import numpy as np
 from rich.console import Console
 
 from tui.engine.snapshot import ArenaSegment, BlockView, EngineSnapshot, KVTotals, RequestView
-from tui.metrics.types import ServerGauges
+from tui.metrics.types import Percentiles, ServerGauges, WindowStats
 from tui.profile import Profile, TargetConfig
 from tui.testing import synthetic as syn
 from tui.ui.app import KVTuiApp
 from tui.ui.backend import FixedBackend, target_info
 from tui.ui.band_chart import BandChart
 from tui.ui.gpu import gpu_text
+from tui.ui.latency import numbers
 from tui.ui.model import DashboardSnapshot, HistoryPoint
 from tui.ui.paint import fmt_s, gauge
 from tui.ui.scheduler_view import RequestTable, arena_cells, arena_map, totals_text
@@ -166,3 +167,10 @@ def test_the_load_pane_names_a_playing_trace_and_its_position(tmp_path):
     assert lines[-1] == "trace mooncake_trace.jsonl  request 37 / 1200"
     other = dc.replace(asked, workload="chat")  # a synthetic preset plays no trace
     assert not any(t.plain.startswith("trace") for t in actual_text(WindowStats(window_s=30.0), other))
+
+
+def test_latency_rows_keep_columns_apart_and_say_when_the_client_is_behind():
+    big = Percentiles(p50=0.0123, p90=0.0456, p99=0.211, count=152263)  # was "211ms152263"
+    rows = [t.plain for t in numbers(WindowStats(window_s=30.0, ttft=big, itl=Percentiles(0.0, 0.0, 0.004, 9000)))]
+    assert rows[1] == " TTFT   12.3ms  45.6ms   211ms  152k"
+    assert "client behind" in rows[3] and "0µs" not in rows[3]  # chunks read in bursts, not a 0 µs gap
