@@ -31,11 +31,11 @@ from tui.engine.sim.clock import SimClock, VirtualClock
 from tui.engine.sim.readings import modelled_gpu_samples
 from tui.engine.snapshot import EngineSnapshot, StepTiming
 from tui.gpu import GpuSample
-from tui.load.arrivals import ArrivalProcess, Schedule
-from tui.load.workload import Workload
+from tui.load.arrivals import Schedule
+from tui.load.trace_replay import make_arrivals, make_workload
 from tui.metrics.capacity import cell_attainment
 from tui.metrics.window import RollingWindow
-from tui.profile import EngineMode, Profile, Stage
+from tui.profile import EngineMode, Profile, Stage, stage_profile
 from tui.record import Recorder, frame_row
 from tui.records.parquet import dataclass_rows
 from tui.records.request import RequestRecord, finish_status
@@ -165,7 +165,7 @@ class ClockDriver:
         rate = profile.record.snapshots_per_s
         self.frame_every = 1.0 / rate if rate > 0 else math.inf
         self.next_frame = math.inf  # no frames during warm-up: run() starts them
-        self.workload = Workload(profile.workload, "char")  # the byte tokenizer: one character, one token
+        self.workload = make_workload(profile.workload, "char")  # the byte tokenizer: one character, one token
         self.window = RollingWindow(profile.record.window_s, clock=lambda: self._stamp(clock.now()))
         self.open: dict[str, RequestRecord] = {}
         self.steps_seen = engine.step_index
@@ -358,10 +358,9 @@ class ClockDriver:
 
     def run(self) -> None:
         """Send the stage's requests at their arrival times, step until they finish or the drain bound."""
-        load = self.profile.load
         start = self.clock.now()
         self.next_frame = start
-        self._arrivals = Schedule(ArrivalProcess(load.arrival, load.burstiness, load.seed), self.stage.rate, start)
+        self._arrivals = Schedule(make_arrivals(self.profile, self.stage.num_requests), self.stage.rate, start)
         dur = self.stage.duration_s
         self._end_t = start + dur if dur is not None else math.inf
         self._sent = 0
@@ -396,6 +395,7 @@ def run_virtual_cell(profile: Profile, stage: Stage, mode: EngineMode, *, start:
     """One stage under one mode on a fresh simulated engine whose virtual clock starts at ``start``
     (monotonic scale): the profile's warm-up, then the stage to its end. Returns the driver (its
     clock says when the cell ended)."""
+    profile = stage_profile(profile, stage)  # a repeat's own seed
     clock = VirtualClock(0.0, origin=start)
     engine = Engine(profile.engine.with_mode(mode), profile.defenses, sim_clock=clock)
     cell = ClockDriver(engine, clock, profile, stage, mode.label, run_id=run_id, on_record=on_record,
