@@ -64,8 +64,6 @@ from tui.report import load_run
 from tui.virtual_record import VirtualClockRecorder, run_virtual_cell
 
 SATURATION_FACTOR = 2.0  # the saturation cell offers every mode this many times the chain's highest edge
-MEASURE_S = 60.0  # the measured cells send at least this many seconds of arrivals
-MEASURE_MIN_REQUESTS = 500
 
 
 @dataclass(frozen=True)
@@ -245,7 +243,8 @@ class DecomposeRecorder(VirtualClockRecorder):
 
     def _measure(self, preset: Profile, link: ChainLink, stage_name: str, rate: float) -> None:
         """One measured cell, its records and steps written under ``stage_name`` and the link's label."""
-        n = max(MEASURE_MIN_REQUESTS, math.ceil(rate * MEASURE_S))
+        cfg = self._config()
+        n = max(cfg.measure_requests, math.ceil(rate * cfg.measure_s))
         note = {"stage": stage_name, "mode": link.label, "rate": rate, "partial": True}
         self.cells.append(note)
 
@@ -285,9 +284,8 @@ class DecomposeRecorder(VirtualClockRecorder):
         table = pl.concat([decomposition_table(c) for c in chains])
         ladder = pl.concat([slo_table([e for e in self._ladder if e.stage == c[0].stage], c[0].mode) for c in chains])
         write_tables(self.out, table, modes_table([f for c in chains for f in c]), ladder)
-        md = decomposition_markdown(table, ladder)
         with (self.out / "summary.md").open("a", encoding="utf-8") as fh:
-            fh.write(md)
+            fh.write(decomposition_markdown(table, ladder))
         for item in decomposition_rich(table, ladder):
             if isinstance(item, str):
                 self.console.print(item, markup=False, highlight=False)

@@ -275,7 +275,8 @@ class SweepConfig:
         """The stage that probes ``rate`` for ``duration_s`` of arrivals (default: the sweep's
         ``duration_s``): the ``index``-th probe of a mode (from 1)."""
         length = self.duration_s if duration_s is None else duration_s
-        return Stage(f"sweep-{index:02d}", rate, max(self.num_requests, math.ceil(rate * length)))
+        # rounded first: rate x (n / rate) is n, not n + 1 by a float's last bit
+        return Stage(f"sweep-{index:02d}", rate, max(self.num_requests, math.ceil(round(rate * length, 9))))
 
 
 @dataclass(frozen=True)
@@ -290,6 +291,8 @@ class DecomposeConfig:
     presets: tuple[str, ...] = ()
     slo_ladder: tuple[float, ...] = (0.5, 1.0, 2.0, 5.0)
     ladder_presets: int = 1  # the ladder runs on this many presets, first first (it costs a search per rung)
+    measure_s: float = 60.0  # each measured cell (latency, saturation) sends this many seconds of arrivals,
+    measure_requests: int = 200  # and at least this many requests
 
 
 @dataclass(frozen=True)
@@ -447,7 +450,8 @@ RANGES: dict[type, dict[str, Range]] = {
         "max_extensions": Range(0, 10),
         "extend_factor": Range(1, 10, lo_open=True),
     },
-    DecomposeConfig: {"slo_ladder": Range(0, 1e6, lo_open=True)},
+    DecomposeConfig: {"slo_ladder": Range(0, 1e6, lo_open=True), "ladder_presets": Range(0, 1000),
+                      "measure_s": _SECONDS, "measure_requests": _COUNT},
 }
 
 

@@ -116,7 +116,7 @@ class Sweep(CellPlan):
         ok = [r for r in recs if r.ok]
         service = mean_service_s(np.array([r.send_t for r in ok], dtype=float),
                                  np.array([r.last_token_t for r in ok], dtype=float))
-        length = (stage.num_requests or 0) / stage.rate
+        length = (stage.num_requests or 0) / stage.rate  # its arrivals' length (num_requests may set it)
         counted = search.observe_probe(stage.rate, length, attainment, stage.name, queue, service)
         queue_text = "" if queue is None else f"; queue {queue.verdict} (grew {queue.growth:+.1%} of arrivals), " \
             f"served {queue.achieved_req_s:.4g} req/s"

@@ -182,6 +182,12 @@ class EdgeSearch:
         if self.service_s is None and service_s is not None and service_s > 0:
             self.service_s = service_s
         cfg = self.config
+        # a probe shorter than the rule asks (the first one: the service time was not known) says little about
+        # its queue (the ramp from empty weighs ~2 (W/T)^2): run it again at full length unless it failed anyway
+        if (queue is not None and not queue.steady and passes(attainment, cfg.target_attainment)
+                and duration_s < self.probe_length_s() * 0.999):
+            self._retry = (rate, self.probe_length_s())
+            return False
         if (queue is not None and queue.verdict == "undecided" and passes(attainment, cfg.target_attainment)
                 and self._extensions < cfg.max_extensions and duration_s < cfg.max_duration_s):
             self._extensions += 1

@@ -168,7 +168,7 @@ GAIN_HEADERS = ("stage", "change", "from -> to", "edge req/s (achieved)", "capac
 
 
 def _x(v: float | None) -> str:
-    return "-" if v is None else f"{v:.2f}x"
+    return "-" if v is None else f"{v:.3g}x"
 
 
 def _num(v: float | None) -> str:
