@@ -776,9 +776,11 @@ def _check_sweep(p: Profile, sw: SweepConfig, source: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------
-# Shipped profiles: TOML files inside the package (tui/profiles/), found by name from any directory
+# Shipped profiles: TOML files found by name from any directory. Their source is profiles/ at the
+# repository's top (a checkout, an editable install); a wheel carries them as tui/profiles/.
 
-SHIPPED_DIR = Path(__file__).parent / "profiles"
+_PACKED = Path(__file__).parent / "profiles"
+SHIPPED_DIR = _PACKED if _PACKED.is_dir() else Path(__file__).parents[1] / "profiles"
 
 
 def shipped_profiles() -> dict[str, Path]:
