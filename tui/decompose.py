@@ -137,9 +137,11 @@ class DecomposeRecorder(VirtualClockRecorder):
         self._figures: list[ModeFigures] = []
         self._ladder: list[LadderEdge] = []
         self._chains: list[list[ModeFigures]] = []
+        self._ran: list[Profile] = []
         try:
             for preset in self._presets():
                 self._run_preset(preset, ladder=len(self._chains) < self._config().ladder_presets)
+                self._ran.append(preset)
         except ProfileError as e:
             self.fatal, code = str(e), 2
         except KeyboardInterrupt:
@@ -147,7 +149,9 @@ class DecomposeRecorder(VirtualClockRecorder):
         except ValueError as e:  # the engine could not be built (e.g. the model does not fit)
             self.fatal, code = f"the simulated engine did not start: {e}", 1
         self.extra_info = {"simulated_s": self._simulated_s, "wall_s": time.perf_counter() - t0, "decompose": {
-            "presets": [c[0].stage for c in self._chains]}}
+            # each chain's own simulated engine (the run's engine_model / hardware are the first preset's)
+            "presets": [{"name": p.name, "model": p.engine.model_path or p.engine.model, "hardware": p.engine.hardware,
+                         "tensor_parallel_size": p.engine.tensor_parallel_size} for p in self._ran]}}
         self._finish(code)
         self._write_decomposition()
         self.err.print(f"decomposition: {time.perf_counter() - t0:,.1f} s of wall time, {self._simulated_s:,.0f} s "
@@ -209,12 +213,13 @@ class DecomposeRecorder(VirtualClockRecorder):
                            f"{attainment:.1%}, queue {q}" + ("" if counted else ": undecided, longer"), highlight=False)
         edge = search.edge()
         best = edge.edge_probe
-        data = None
+        found: ProbeData | None = None
         if best is not None and best.duration_s is not None:
-            data = self._cache.get((preset.name, link.label, best.rate, best.duration_s))
-        self.err.print(f"decompose {preset.name} {link.label} {what}: edge {edge.edge_rate} req/s ({edge.status})",
+            found = self._cache.get((preset.name, link.label, best.rate, best.duration_s))
+        self.err.print(f"decompose {preset.name} {link.label} {what}: edge "
+                       f"{'-' if edge.edge_rate is None else format(edge.edge_rate, '.4g')} req/s ({edge.status})",
                        highlight=False)
-        return edge, data
+        return edge, found
 
     def _run_preset(self, preset: Profile, ladder: bool) -> None:
         self._cache: dict[tuple[str, str, float, float], ProbeData] = {}
