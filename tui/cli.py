@@ -354,6 +354,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.record:
             if args.out is None:
                 parser.error("--record needs --out DIR")
+            if prof.decompose is not None:
+                if args.real_time:
+                    parser.error("--real-time: a [decompose] profile runs on the virtual clock only")
+                from tui.decompose import record_decompose
+
+                return record_decompose(prof, args.out, seed_drawn=getattr(args, "seed_drawn", None) is not None)
             if prof.target.kind == "local" and prof.engine.backend == "simulated" and not args.real_time:
                 from tui.virtual_record import record_virtual
 

@@ -269,6 +269,11 @@ class SweepConfig:
     rate x ``duration_s``) requests: enough to count at a low rate, and long enough at a high one for
     an overload to show (it shows as a queue that grows with the probe's length, so longer probes
     find a lower, steadier edge).
+
+    A probe passes only when its queue also stayed steady (``tui.metrics.steady``). Once a mode's
+    mean service time is known (its first probe), its probes last at least ``min_service_times`` of
+    them (at most ``max_duration_s``); a probe whose queue test is undecided runs again
+    ``extend_factor`` times longer, at most ``max_extensions`` times.
     """
 
     target_attainment: float = 0.9
@@ -279,10 +284,33 @@ class SweepConfig:
     max_rate: float | None = None
     num_requests: int = 100
     duration_s: float = 30.0
+    min_service_times: float = 0.0
+    max_duration_s: float = 600.0
+    max_extensions: int = 2
+    extend_factor: float = 2.0
 
-    def probe_stage(self, index: int, rate: float) -> Stage:
-        """The stage that probes ``rate``: the ``index``-th probe of a mode (from 1)."""
-        return Stage(f"sweep-{index:02d}", rate, max(self.num_requests, math.ceil(rate * self.duration_s)))
+    def probe_stage(self, index: int, rate: float, duration_s: float | None = None) -> Stage:
+        """The stage that probes ``rate`` for ``duration_s`` of arrivals (default: the sweep's
+        ``duration_s``): the ``index``-th probe of a mode (from 1)."""
+        length = self.duration_s if duration_s is None else duration_s
+        # rounded first: rate x (n / rate) is n, not n + 1 by a float's last bit
+        return Stage(f"sweep-{index:02d}", rate, max(self.num_requests, math.ceil(round(rate * length, 9))))
+
+
+@dataclass(frozen=True)
+class DecomposeConfig:
+    """``[decompose]``: the gain chain (static+contiguous with the baseline reservation -> exact
+    reservation -> continuous batching -> paged KV) on each preset, each mode's steady capacity edge by
+    the profile's ``[sweep]`` rules (``tui.decompose``). ``presets`` names simulated profiles (shipped
+    names or files): each brings its engine, workload, arrivals and SLOs; ``slo_ladder`` multiplies
+    the TTFT SLO for the sensitivity table (1 is the profile's own). The decomposing profile's
+    ``[slo]`` and ``[sweep]`` apply to every preset: the same targets and probe rules in every cell."""
+
+    presets: tuple[str, ...] = ()
+    slo_ladder: tuple[float, ...] = (0.5, 1.0, 2.0, 5.0)
+    ladder_presets: int = 1  # the ladder runs on this many presets, first first (it costs a search per rung)
+    measure_s: float = 60.0  # each measured cell (latency, saturation) sends this many seconds of arrivals,
+    measure_requests: int = 200  # and at least this many requests
 
 
 @dataclass(frozen=True)
@@ -300,6 +328,7 @@ class Profile:
     record: RecordConfig = field(default_factory=RecordConfig)
     slo: SloConfig = field(default_factory=SloConfig)
     sweep: SweepConfig | None = None
+    decompose: DecomposeConfig | None = None
     source: str = "<builtin>"
 
     def run_stages(self) -> tuple[Stage, ...]:
@@ -435,7 +464,13 @@ RANGES: dict[type, dict[str, Range]] = {
         "max_rate": _RATE,
         "num_requests": _COUNT,
         "duration_s": _SECONDS,
+        "min_service_times": Range(0, 1e6),
+        "max_duration_s": _SECONDS,
+        "max_extensions": Range(0, 10),
+        "extend_factor": Range(1, 10, lo_open=True),
     },
+    DecomposeConfig: {"slo_ladder": Range(0, 1e6, lo_open=True), "ladder_presets": Range(0, 1000),
+                      "measure_s": _SECONDS, "measure_requests": _COUNT},
 }
 
 
@@ -742,6 +777,13 @@ def _check_profile(p: Profile, source: str) -> None:
         if p.record.repeats > 1:
             _fail(source, "record.repeats", p.record.repeats, "1 with [sweep] (a sweep chooses its probes one by one; "
                   "repeat a sweep as separate runs with --seed)")
+    if p.decompose is not None:
+        if p.sweep is None:
+            raise ProfileError(f"{source}: [decompose] needs a [sweep] section: its probe rules find each mode's edge")
+        if not p.decompose.presets:
+            _fail(source, "decompose.presets", [], "at least one preset profile name")
+        if 1.0 not in p.decompose.slo_ladder:
+            _fail(source, "decompose.slo_ladder", list(p.decompose.slo_ladder), "a list that includes 1 (the [slo] itself)")
 
 
 def _check_trace(p: Profile, source: str) -> None:

@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tui.metrics.capacity import CapacityEdge, edge_summary_lines, edges_rich, read_capacity_edges
+from tui.metrics.decomposition import decomposition_rich, read_tables
 from tui.metrics.repeats import collapse_repeats
 from tui.metrics.review import RunReview, review_run
 from tui.metrics.significance import METHOD, significance_table
@@ -118,6 +119,11 @@ def _print_run(console: Console, run: RunData) -> None:
         console.print(edges_rich(run.edges))
         for line in edge_summary_lines(run.edges):
             console.print(line, markup=False, highlight=False)
+    for item in decomposition_rich(*read_tables(run.path)):  # a decomposition's tables (tui.decompose)
+        if isinstance(item, str):
+            console.print(item, markup=False, highlight=False)
+        else:
+            console.print(item)
     if run.info.get("error"):
         console.print(f"the run ended with an error: {run.info['error']}", markup=False, highlight=False)
 
