@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
+import os
 import signal
 import time
 import uuid
@@ -30,7 +32,7 @@ from rich.live import Live
 from rich.text import Text
 
 from tui.engine.sim.readings import modelled_gpu_samples
-from tui.errors import api_key_hint, one_line, root_url
+from tui.errors import api_key_hint, api_url, one_line, redact_url, root_url
 from tui.feasibility import infeasible_cells
 from tui.load.arrivals import ArrivalProcess, planned_deadlines
 from tui.load.headroom import new_timed_loop
@@ -48,6 +50,7 @@ from tui.profile import EngineMode, Profile, ProfileError, Stage, dump_profile
 from tui.records.clock import now
 from tui.records.parquet import PartWriter, dataclass_rows, read_records
 from tui.records.request import RequestRecord
+from tui.records.run_dir import RunDirError, prepare_run_dir
 from tui.report import load_run, wide_console
 from tui.serve.control_client import ControlClient, ControlError
 from tui.serve.state_wire import frame_json
@@ -78,9 +81,10 @@ class Recorder:
     clock_kind = "real"  # the virtual-clock recorder (tui.virtual_record) says "virtual"
 
     def __init__(self, profile: Profile, out: Path, *, console_err: Console | None = None,
-                 console_out: Console | None = None, seed_drawn: bool = False):
+                 console_out: Console | None = None, seed_drawn: bool = False, force: bool = False):
         self.profile = profile
         self.out = Path(out)
+        self.force = force  # replace a run already in ``out`` (else a non-empty ``out`` is refused)
         self.run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
         self.err = console_err or Console(stderr=True, soft_wrap=True)
         self.console = console_out or wide_console()
@@ -100,21 +104,34 @@ class Recorder:
 
     # -- entry -------------------------------------------------------------------------------------
 
-    def _open_run(self) -> None:
-        """Create the run directory: the effective profile, the Parquet writers, an unfinished run.json."""
-        self.out.mkdir(parents=True, exist_ok=True)
-        (self.out / "profile.toml").write_text(dump_profile(self.profile), encoding="utf-8")
+    def _open_run(self) -> bool:
+        """Create the run directory: the effective profile, the Parquet writers, an unfinished run.json.
+
+        False (after one line on stderr) when ``out`` cannot hold a new run: not a usable directory,
+        or already holding something and no ``force``."""
+        try:
+            self.out = prepare_run_dir(self.out, force=self.force)
+        except RunDirError as e:
+            self.err.print(f"kvtui: {e}", markup=False, highlight=False)
+            return False
+        # the target's URL without its credentials (a key belongs in an environment variable)
+        (self.out / "profile.toml").write_text(dump_profile(_without_credentials(self.profile)), encoding="utf-8")
         names = ["requests", "steps", "gpu"]
         if self.profile.target.kind == "local" and self.profile.record.snapshots_per_s > 0:
             names.append("frames")  # replay frames: only the kvtui engine has a state to keep
         self._writers = {name: PartWriter(self.out, name) for name in names}
         self._write_run_json(finished=False, code=None)
+        return True
 
     def run(self) -> int:
-        self._open_run()
+        if not self._open_run():
+            return 2
         code = 0
-        old_term = signal.getsignal(signal.SIGTERM)
-        signal.signal(signal.SIGTERM, _raise_interrupt)  # outside the event loop (server start-up)
+        old_term, old_int = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+        # Outside the event loop (server start-up) both stop the run; SIGINT too when the process was
+        # started with it ignored (a background job of a script), which Python then leaves ignored.
+        signal.signal(signal.SIGTERM, _raise_interrupt)
+        signal.signal(signal.SIGINT, _raise_interrupt)
         try:
             if self.profile.target.kind == "local":
                 server = self._start_local()
@@ -135,14 +152,25 @@ class Recorder:
             self.fatal = str(e)
             code = 2
         finally:
-            signal.signal(signal.SIGTERM, old_term)
+            # A second Ctrl-C while the run is written would lose it: from here every signal only says so.
+            signal.signal(signal.SIGTERM, self._still_finishing)
+            signal.signal(signal.SIGINT, self._still_finishing)
             if self._server is not None:
                 with contextlib.suppress(Exception):
                     self._server.stop()
                 # The engine's own account of a failure (a crash, a refused reset) stays with the run.
-                (self.out / "server.log").write_text("\n".join(self._server.log_tail(200)) + "\n", encoding="utf-8")
-            self._finish(code)
+                with contextlib.suppress(OSError):  # a full disk: _finish says so
+                    (self.out / "server.log").write_text("\n".join(self._server.log_tail(200)) + "\n",
+                                                         encoding="utf-8")
+            code = self._finish(code)
+            signal.signal(signal.SIGTERM, old_term)
+            signal.signal(signal.SIGINT, old_int)
         return code
+
+    @staticmethod
+    def _still_finishing(signum: int, frame: Any) -> None:
+        with contextlib.suppress(OSError):  # os.write: safe wherever the signal lands, a print included
+            os.write(2, b"kvtui: still writing the records; they are done in a moment\n")
 
     def _start_local(self) -> LocalServer:
         # Imported here, not at the top: a run against a remote target never loads the server's stack.
@@ -192,6 +220,7 @@ class Recorder:
             await target.aclose()
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
+                signal.signal(sig, self._still_finishing)  # the load has stopped: what is left is writing
         if self.fatal:
             raise FatalTargetError(self.fatal)
         return 130 if self.interrupted else 0
@@ -204,7 +233,7 @@ class Recorder:
     async def _served_model(target: OpenAITarget) -> str | None:
         """The model id the local server serves (it serves exactly one: the dummy or a checkpoint)."""
         with contextlib.suppress(httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
-            resp = await target.client.get(f"{target.base_url}/models", timeout=10.0)
+            resp = await target.client.get(api_url(target.base_url, "models"), timeout=10.0)
             return str(resp.json()["data"][0]["id"])
         return None
 
@@ -395,7 +424,7 @@ class Recorder:
         some is a warning saying how many will be rejected.
         """
         try:
-            resp = await target.client.get(f"{target.base_url}/models", timeout=10.0)
+            resp = await target.client.get(api_url(target.base_url, "models"), timeout=10.0)
             max_model_len = int(resp.json()["data"][0]["max_model_len"])
             num_slots = (await control.state()).engine.totals.total_slots
         except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError, ControlError):
@@ -445,7 +474,7 @@ class Recorder:
         try:
             # Stopping (Ctrl-C, a fault): a swamped or dead server must not hold the exit up.
             stopping = self._stop is not None and self._stop.is_set()
-            resp = await target.client.get(f"{root}/metrics", timeout=0.25 if stopping else 10.0)
+            resp = await target.client.get(api_url(root, "metrics"), timeout=0.25 if stopping else 10.0)
         except httpx.HTTPError:
             return ServerGauges()
         if resp.status_code != 200:
@@ -499,15 +528,22 @@ class Recorder:
     async def _flush_loop(self) -> None:
         while True:
             await asyncio.sleep(FLUSH_EVERY_S)
-            for w in self._writers.values():
-                w.flush()
+            try:
+                for w in self._writers.values():
+                    w.flush()
+            except Exception as e:  # a full disk, a value the schema cannot hold: load without records is waste
+                self._fail(self._write_failure(e))
+                return
+
+    def _write_failure(self, e: Exception) -> str:
+        return f"cannot write the records to {self.out} ({one_line(e, 160)}); the run stopped, records so far kept"
 
     def _write_run_json(self, finished: bool, code: int | None) -> None:
         info = {
             "run_id": self.run_id,
             "profile": self.profile.name,
             "target": self.profile.target.kind,
-            "base_url": self.profile.target.base_url,
+            "base_url": redact_url(self.profile.target.base_url),
             "model": self.profile.target.model,
             "partial": not finished or self.interrupted or self.fatal is not None,
             "interrupted": self.interrupted,
@@ -536,13 +572,34 @@ class Recorder:
         unit, tokenizer = prompt_sizing(self.profile)
         return {"prompt_len_unit": unit, "prompt_len_counts": UNIT_MEANING[unit], "prompt_tokenizer": tokenizer}
 
-    def _finish(self, code: int) -> None:
-        """Write everything collected, the summary, and print the table (also on errors and Ctrl-C)."""
+    def _finish(self, code: int) -> int:
+        """Write everything collected, the summary, and print the table (also on errors and Ctrl-C).
+
+        Returns the exit code: ``code``, or 1 when the records could not be written."""
         for w in self._writers.values():
-            w.finish()
-        self._write_run_json(finished=True, code=code)
-        if self.fatal:
-            self.err.print(f"kvtui: {self.fatal}", markup=False, highlight=False)
+            try:
+                w.finish()
+            except Exception as e:  # the rows not yet on disk are lost; the parts that are get joined
+                w.discard_pending()
+                if self.fatal is None:
+                    self.fatal = self._write_failure(e)
+                with contextlib.suppress(Exception):
+                    w.finish()  # else the parts stay, and read_records still reads them
+        if self.fatal and code == 0:
+            code = 1
+        try:
+            self._write_run_json(finished=True, code=code)
+            if self.fatal:
+                self.err.print(f"kvtui: {self.fatal}", markup=False, highlight=False)
+            self._summarise()
+        except OSError as e:
+            self.err.print(f"kvtui: cannot write the summary to {self.out}: {one_line(e, 160)}", markup=False,
+                           highlight=False)
+            return code or 1
+        return code
+
+    def _summarise(self) -> None:
+        """summary.csv, summary.md and the table on the terminal, from the records on disk."""
         run = load_run(self.out)
         table = run.summary
         table.write_csv(self.out / "summary.csv")
@@ -581,6 +638,14 @@ def frame_row(snap: EngineSnapshot, stage: str, mode: str, t: float) -> dict[str
             "num_waiting": snap.num_waiting, "num_preemptions": snap.num_preemptions, "state": frame_json(snap)}
 
 
+def _without_credentials(profile: Profile) -> Profile:
+    """``profile`` with any user name and password in the target's URL replaced by ``***``."""
+    url = profile.target.base_url
+    if not url or redact_url(url) == url:
+        return profile
+    return dataclasses.replace(profile, target=dataclasses.replace(profile.target, base_url=redact_url(url)))
+
+
 def _raise_interrupt(signum, frame):  # SIGTERM outside the event loop behaves like Ctrl-C
     raise KeyboardInterrupt
 
@@ -589,9 +654,10 @@ def _failures(failed: dict[str, int]) -> str:
     return " (" + ", ".join(f"{k} {v}" for k, v in sorted(failed.items())) + ")" if failed else ""
 
 
-def record_main(profile: Profile, out: Path, *, seed_drawn: bool = False) -> int:
+def record_main(profile: Profile, out: Path, *, seed_drawn: bool = False, force: bool = False) -> int:
     """The CLI's ``--record``: run every stage x mode of ``profile`` into ``out``; returns the exit code.
 
-    ``seed_drawn``: the profile's seeds were drawn at random (``--seed random``); run.json says so."""
-    return Recorder(profile, Path(out), seed_drawn=seed_drawn).run()
+    ``seed_drawn``: the profile's seeds were drawn at random (``--seed random``); run.json says so.
+    ``force``: replace a run already in ``out`` (without it a non-empty ``out`` is refused, exit 2)."""
+    return Recorder(profile, Path(out), seed_drawn=seed_drawn, force=force).run()
 

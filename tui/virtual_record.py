@@ -53,7 +53,8 @@ class VirtualClockRecorder(Recorder):
     _simulated_s = 0.0  # simulated seconds of all cells so far
 
     def run(self) -> int:
-        self._open_run()
+        if not self._open_run():
+            return 2
         code = 0
         t0 = time.perf_counter()
         self._simulated_s = 0.0
@@ -78,8 +79,7 @@ class VirtualClockRecorder(Recorder):
         self.extra_info = {"simulated_s": self._simulated_s, "wall_s": wall}
         self.err.print(f"simulated {self._simulated_s:,.1f} s of traffic in {wall:,.1f} s of wall time "
                        f"({self._simulated_s / wall if wall > 0 else 0:,.0f}x)", highlight=False)
-        self._finish(code)
-        return code
+        return self._finish(code)
 
     @contextlib.contextmanager
     def _plan_progress(self) -> Iterator[None]:
@@ -410,6 +410,8 @@ def probe_attainment(profile: Profile, mode: EngineMode, rate: float) -> float:
     return cell_attainment(records, profile.slo) or 0.0
 
 
-def record_virtual(profile: Profile, out: Path, *, seed_drawn: bool = False) -> int:
-    """``kvtui --record`` for a simulated profile on the virtual clock; returns the exit code."""
-    return VirtualClockRecorder(profile, Path(out), seed_drawn=seed_drawn).run()
+def record_virtual(profile: Profile, out: Path, *, seed_drawn: bool = False, force: bool = False) -> int:
+    """``kvtui --record`` for a simulated profile on the virtual clock; returns the exit code.
+
+    ``force``: replace a run already in ``out`` (without it a non-empty ``out`` is refused, exit 2)."""
+    return VirtualClockRecorder(profile, Path(out), seed_drawn=seed_drawn, force=force).run()

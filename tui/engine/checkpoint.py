@@ -18,6 +18,7 @@ import torch
 from tui.engine.hf_config import CheckpointError, model_config, read_json
 from tui.engine.model import DecoderModel, ModelConfig, pick_dtype
 from tui.engine.tokenizer import HFTokenizer
+from tui.errors import one_line
 
 # tensors older checkpoints carry that are recomputed, never read (transformers ignores them too)
 _IGNORED = re.compile(r"model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq")
@@ -184,11 +185,22 @@ def _check_tensors(cfg: ModelConfig, found: dict[str, tuple[Path, tuple[int, ...
 # Entry points
 
 
+def checkpoint_dir(model_path: str | Path) -> Path:
+    """The checkpoint's directory, ``~`` expanded; a CheckpointError (one line) for anything else
+    (``~nosuchuser``, a name too long, not a directory)."""
+    try:
+        model_dir = Path(model_path).expanduser()
+        is_dir = model_dir.is_dir()
+    except (RuntimeError, OSError, ValueError) as e:  # RuntimeError: no such user's home
+        raise CheckpointError(f"{model_path}: not a usable checkpoint path ({one_line(e, 120)})") from None
+    if not is_dir:
+        raise CheckpointError(f"{model_dir}: not a directory (a checkpoint: config.json, tokenizer.json, *.safetensors)")
+    return model_dir
+
+
 def check_checkpoint(model_path: str | Path) -> None:
     """Everything :func:`load_checkpoint` would refuse, found without reading the weights."""
-    model_dir = Path(model_path).expanduser()
-    if not model_dir.is_dir():
-        raise CheckpointError(f"{model_dir}: not a directory (a checkpoint: config.json, tokenizer.json, *.safetensors)")
+    model_dir = checkpoint_dir(model_path)
     cfg, raw = model_config(model_dir, served_name(model_dir))
     _check_tensors(cfg, _headers(weight_files(model_dir)), model_dir)
     HFTokenizer(model_dir, cfg.vocab_size, raw.get("eos_token_id"))
@@ -209,9 +221,7 @@ def load_checkpoint(model_path: str | Path, device: torch.device, dtype: str = "
     """Read config.json, the tokenizer and the weights into a model on ``device``."""
     from safetensors import safe_open
 
-    model_dir = Path(model_path).expanduser()
-    if not model_dir.is_dir():
-        raise CheckpointError(f"{model_dir}: not a directory (a checkpoint: config.json, tokenizer.json, *.safetensors)")
+    model_dir = checkpoint_dir(model_path)
     name = served_model_name or served_name(model_dir)
     cfg, raw = model_config(model_dir, name)
     found = _headers(weight_files(model_dir))
