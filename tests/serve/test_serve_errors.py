@@ -101,7 +101,7 @@ def test_control_api_errors(server, client):
     assert "blok_size" in _error(client.post(root + "/reset", json={"engine": {"blok_size": 16}}), 400)["message"]
     _error(client.post(root + "/reset", json={"engine": {"model": "no-such-preset"}}), 400)
     _error(client.post(root + "/defenses", json={"backlog_limit": -1}), 400)
-    _error(client.post(root + "/defenses", content=b"{oops"), 400)
+    _error(client.post(root + "/defenses", content=b"{oops", headers={"content-type": "application/json"}), 400)
     _error(client.get(root + "/steps", params={"since": "abc"}), 400)
     # the engine is untouched by all of that
     assert client.get(server.base_url + "/models").json()["data"][0]["max_model_len"] == 256

@@ -407,5 +407,5 @@ class OpenAITarget:
         )
 
     def _model_message(self, models: list[str]) -> str:
-        shown = ", ".join(map(repr, models[:20])) + (f" (and {len(models) - 20} more)" if len(models) > 20 else "")
+        shown = ", ".join(models[:20]) + (f" (and {len(models) - 20} more)" if len(models) > 20 else "")
         return f"model {self.model!r} is not served by {redact_url(self.base_url)}; it offers: {printable(shown)}"

@@ -37,6 +37,7 @@ from typing import Any
 import uvicorn
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse as StarletteJSONResponse
 from starlette.responses import Response
@@ -61,15 +62,19 @@ from tui.serve.engine_loop import (
     NotPausedError,
 )
 from tui.serve.generate import ClientGone, Counters, Generation, error_response
+from tui.serve.guard import CONTROL_MAX_BODY_BYTES, GENERATION_MAX_BODY_BYTES, RequestGuard
 from tui.serve.heap import settle_heap
+from tui.serve.http_limits import server_config
 from tui.serve.openai_api import ApiError, models_body, parse_completion, parse_json
 from tui.serve.prom import CONTENT_TYPE, ServerMetrics
 from tui.serve.state_wire import ENCODING, StateCache, View
+from tui.serve.throttle import AtMostEvery
 
 log = logging.getLogger("kvtui.serve")
 
-MAX_BODY_BYTES = 8 * 1024 * 1024
+MAX_BODY_BYTES = GENERATION_MAX_BODY_BYTES
 DRAIN_TIMEOUT_S = 30.0
+METRICS_MAX_AGE_S = 0.5  # /metrics takes an engine snapshot at most this often (Prometheus scrapes every 15 s)
 GPU_SAMPLE_MAX_AGE_S = 0.25  # the dashboard polls state often; NVML is read at most this often
 LISTENING_PREFIX = "kvtui serve: listening on "  # LocalServer reads the port from this line
 PARENT_PID_ENV = "KVTUI_SERVE_PARENT_PID"  # set by LocalServer: exit when that process is gone
@@ -111,6 +116,10 @@ class ServeState:
     started: int = dataclasses.field(default_factory=lambda: int(time.time()))
     _gpu_cache: tuple[float, list[dict[str, Any]]] = (0.0, [])
     states: StateCache = dataclasses.field(default_factory=StateCache)  # compact answers, delta bases
+    metrics_refresh: AtMostEvery = dataclasses.field(init=False)  # /metrics' engine snapshot, rate-bounded
+
+    def __post_init__(self) -> None:
+        self.metrics_refresh = _metrics_refresh(self)
 
     @property
     def info(self) -> EngineInfo:
@@ -226,12 +235,19 @@ async def health(request: Request) -> Response:
 
 async def get_metrics(request: Request) -> Response:
     st = _state(request)
-    try:
-        snap = await asyncio.wait_for(st.engine.snapshot(), timeout=5.0)
-        st.metrics.update_from_snapshot(snap, st.info.model_name)
-    except Exception as e:  # a busy or failed engine must not take /metrics down; serve the last values
-        log.warning("metrics: engine snapshot failed: %s", e)
+    await st.metrics_refresh()  # the engine's gauges at most every METRICS_MAX_AGE_S, however often asked
     return Response(st.metrics.render(), media_type=CONTENT_TYPE)
+
+
+def _metrics_refresh(st: ServeState) -> AtMostEvery:
+    async def refresh() -> None:
+        try:
+            snap = await asyncio.wait_for(st.engine.snapshot(), timeout=5.0)
+            st.metrics.update_from_snapshot(snap, st.info.model_name)
+        except Exception as e:  # a busy or failed engine must not take /metrics down; serve the last values
+            log.warning("metrics: engine snapshot failed: %s", e)
+
+    return AtMostEvery(METRICS_MAX_AGE_S, refresh)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -445,12 +461,18 @@ def create_app(
     app = Starlette(
         routes=table,
         lifespan=lifespan,
+        middleware=[Middleware(RequestGuard, body_cap=_body_cap)],
         exception_handlers={ApiError: _api_error, HTTPException: _http_error, EngineUnavailable: _engine_unavailable,
                             ClientDisconnect: _client_gone, Exception: _internal_error},
     )
     app.state.serve = state
     return app
 
+
+
+def _body_cap(path: str) -> int:
+    """The largest body a route takes: a prompt on the generation routes, a few KiB elsewhere."""
+    return GENERATION_MAX_BODY_BYTES if path in (routes.COMPLETIONS, routes.CHAT_COMPLETIONS) else CONTROL_MAX_BODY_BYTES
 
 
 def _count_preemptions(metrics: ServerMetrics) -> Callable[[int, EngineInfo], None]:
@@ -589,8 +611,8 @@ def serve_main(profile: Profile, host: str = "127.0.0.1", port: int = 8000, api_
         return 1
     gpu = GpuSampler()
     app = create_app(engine, api_key=api_key, gpu=gpu)
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
-                            timeout_graceful_shutdown=10)
+    # connections capped, requests read within a deadline (tui.serve.http_limits)
+    config = server_config(app, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=10)
     parent = os.environ.get(PARENT_PID_ENV, "")
     server = DrainingServer(config, app.state.serve, parent_pid=int(parent) if parent.isdigit() else None)
     settle_heap()  # the app and the engine's handle are built: out of every later collection
