@@ -3,6 +3,7 @@ only, foreign Origin and Host refused, /metrics at a bounded rate, half-sent req
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
@@ -16,11 +17,15 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from tui.engine.footprint import available_bytes
+from tui.profile import to_dict
 from tui.serve.app import bind_socket
 from tui.serve.generate import error_response
 from tui.serve.guard import RequestGuard
 from tui.serve.http_limits import server_config
 from tui.serve.openai_api import ApiError
+
+from .conftest import TEST_ENGINE
 
 pytestmark = pytest.mark.slow  # real servers and engine processes
 
@@ -72,24 +77,40 @@ async def test_a_body_without_a_length_is_counted_as_it_arrives():
     assert seen == [65536]
 
 
-def test_a_web_page_cannot_drive_or_read_the_control_api(fresh_server, client):
-    root = fresh_server.root
+def test_a_web_page_cannot_drive_or_read_the_control_api(server, client):
+    root = server.root
+    before = client.post(root + f"{CONTROL}/resume").json()["engine"]
     # a form or fetch() without preflight: text/plain, parsed as JSON before
-    r = client.post(root + f"{CONTROL}/mode", content=b'{"mode": "static+contiguous"}',
+    other = "static+contiguous" if before["batching"] == "continuous" else "continuous+paged"
+    r = client.post(root + f"{CONTROL}/mode", content=json.dumps({"mode": other}).encode(),
                     headers={"content-type": "text/plain"})
     assert _code(r, 415) == "unsupported_media_type"
     assert _code(client.post(root + f"{CONTROL}/pause", headers={"origin": "http://evil.example"}),
                  403) == "forbidden_origin"
     assert _code(client.post(root + f"{CONTROL}/pause", headers={"origin": "null"}), 403) == "forbidden_origin"
     # DNS rebinding: the page's own name, resolved to 127.0.0.1
-    assert _code(client.get(root + f"{CONTROL}/state", headers={"host": f"evil.example:{fresh_server.port}"}),
+    assert _code(client.get(root + f"{CONTROL}/state", headers={"host": f"evil.example:{server.port}"}),
                  403) == "forbidden_host"
     state = client.get(root + f"{CONTROL}/state").json()["engine"]
-    assert state["paused"] is False and state["batching"] == "continuous"  # nothing above got through
+    assert not state["paused"] and (state["batching"], state["kv"]) == (before["batching"], before["kv"])
     # the server's own origin, and the names of loopback, still work
     same = {"origin": root}
     assert client.post(root + f"{CONTROL}/pause", headers=same).status_code == 200
-    assert client.post(root + f"{CONTROL}/resume", headers={"host": f"localhost:{fresh_server.port}"}).status_code == 200
+    assert client.post(root + f"{CONTROL}/resume", headers={"host": f"localhost:{server.port}"}).status_code == 200
+
+
+def test_a_reset_beyond_the_memory_available_is_refused_and_the_engine_stays(server, client):
+    engine = to_dict(TEST_ENGINE)
+    avail = available_bytes()
+    assert avail is not None  # Linux: /proc/meminfo
+    near_all = avail[0] / (1 << 20) * 0.95  # within physical memory, so the profile's own check passes
+    for change in ({"kv_budget_mb": near_all}, {"max_model_len": 1_000_000, "max_num_batched_tokens": 8192}):
+        r = client.post(server.root + f"{CONTROL}/reset", json={"engine": {**engine, **change}})
+        assert r.status_code == 400, r.text
+        assert "needs about" in r.json()["error"]["message"] and "MiB kept free" in r.json()["error"]["message"]
+    models = client.get(server.base_url + "/models").json()["data"][0]
+    assert models["max_model_len"] == TEST_ENGINE.max_model_len  # the running engine was never replaced
+    assert client.get(server.root + "/health").json()["status"] == "ok"
 
 
 def test_metrics_take_an_engine_snapshot_at_a_bounded_rate(server, client):

@@ -18,7 +18,6 @@ import torch
 from tui.engine.hf_config import CheckpointError, model_config, read_json
 from tui.engine.model import DecoderModel, ModelConfig, pick_dtype
 from tui.engine.tokenizer import HFTokenizer
-from tui.errors import one_line
 
 # tensors older checkpoints carry that are recomputed, never read (transformers ignores them too)
 _IGNORED = re.compile(r"model\.layers\.\d+\.self_attn\.rotary_emb\.inv_freq")
@@ -192,7 +191,7 @@ def checkpoint_dir(model_path: str | Path) -> Path:
         model_dir = Path(model_path).expanduser()
         is_dir = model_dir.is_dir()
     except (RuntimeError, OSError, ValueError) as e:  # RuntimeError: no such user's home
-        raise CheckpointError(f"{model_path}: not a usable checkpoint path ({one_line(e, 120)})") from None
+        raise CheckpointError(f"{model_path}: not a usable checkpoint path ({e})") from None
     if not is_dir:
         raise CheckpointError(f"{model_dir}: not a directory (a checkpoint: config.json, tokenizer.json, *.safetensors)")
     return model_dir

@@ -130,7 +130,11 @@ class EngineCore:
 
     def cmd_reset(self, config: EngineConfig, defenses: DefensesConfig) -> tuple[EngineSnapshot, dict[str, Any]]:
         from tui.engine.engine import Engine
+        from tui.engine.footprint import check_fits
+        from tui.engine.model import pick_device
 
+        # built beside the old engine: first make sure both fit (else refused, the old engine stays)
+        check_fits(config, on_cpu=config.backend != "simulated" and pick_device(config.device).type == "cpu")
         fresh = Engine(config, defenses)  # may raise: the old engine stays
         self.engine = fresh  # a fresh engine starts unpaused
         settle_heap()  # the old engine's objects unfrozen and collected, the new one's frozen
