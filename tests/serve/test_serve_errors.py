@@ -143,7 +143,7 @@ def test_a_body_cut_short_is_one_log_line(server, caplog):
 
     caplog.set_level(logging.INFO)
     with socket.create_connection(("127.0.0.1", server.port)) as s:
-        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                   b"Content-Length: 100\r\n\r\n{\"prompt\": ")
         time.sleep(0.2)
     deadline = time.monotonic() + 10

@@ -51,10 +51,10 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             self._arm()
         if self._in_head:
             self._head_bytes += len(data)
-            if self._head_bytes > self.max_head_bytes:
-                self._close("request head over the limit")
-                return
         super().data_received(data)
+        # Checked after parsing: a read that completes the head may carry body bytes too.
+        if self._in_head and self._head_bytes > self.max_head_bytes:
+            self._close("request head over the limit")
 
     def on_message_begin(self) -> None:
         self._in_head, self._head_bytes = True, 0
