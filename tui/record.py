@@ -127,11 +127,7 @@ class Recorder:
         if not self._open_run():
             return 2
         code = 0
-        old_term, old_int = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
-        # Outside the event loop (server start-up) both stop the run; SIGINT too when the process was
-        # started with it ignored (a background job of a script), which Python then leaves ignored.
-        signal.signal(signal.SIGTERM, _raise_interrupt)
-        signal.signal(signal.SIGINT, _raise_interrupt)
+        handlers = self._interruptible()
         try:
             if self.profile.target.kind == "local":
                 server = self._start_local()
@@ -152,9 +148,7 @@ class Recorder:
             self.fatal = str(e)
             code = 2
         finally:
-            # A second Ctrl-C while the run is written would lose it: from here every signal only says so.
-            signal.signal(signal.SIGTERM, self._still_finishing)
-            signal.signal(signal.SIGINT, self._still_finishing)
+            self._finishing()
             if self._server is not None:
                 with contextlib.suppress(Exception):
                     self._server.stop()
@@ -163,9 +157,23 @@ class Recorder:
                     (self.out / "server.log").write_text("\n".join(self._server.log_tail(200)) + "\n",
                                                          encoding="utf-8")
             code = self._finish(code)
-            signal.signal(signal.SIGTERM, old_term)
-            signal.signal(signal.SIGINT, old_int)
+            restore_signal_handlers(handlers)
         return code
+
+    @staticmethod
+    def _interruptible() -> dict[int, Any]:
+        """SIGINT and SIGTERM stop the run (a KeyboardInterrupt) outside the event loop too (the
+        server's start-up): SIGINT even when the process started with it ignored, as a script's
+        background job does (Python then leaves it ignored). Returns the handlers to restore."""
+        old: dict[int, Any] = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+        for sig in old:
+            signal.signal(sig, _raise_interrupt)
+        return old
+
+    def _finishing(self) -> None:
+        """A second Ctrl-C while the run is written would lose it: from here every signal only says so."""
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._still_finishing)
 
     @staticmethod
     def _still_finishing(signum: int, frame: Any) -> None:
@@ -220,7 +228,7 @@ class Recorder:
             await target.aclose()
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
-                signal.signal(sig, self._still_finishing)  # the load has stopped: what is left is writing
+            self._finishing()  # the load has stopped: what is left is writing
         if self.fatal:
             raise FatalTargetError(self.fatal)
         return 130 if self.interrupted else 0
@@ -547,7 +555,7 @@ class Recorder:
             "model": self.profile.target.model,
             "partial": not finished or self.interrupted or self.fatal is not None,
             "interrupted": self.interrupted,
-            "error": self.fatal,
+            "error": self._no_credentials(self.fatal),
             "exit_code": code,
             # what drew the arrivals and the request contents: the same seeds repeat the run exactly
             "seed": {"load": self.profile.load.seed, "workload": self.profile.workload.seed,
@@ -566,6 +574,12 @@ class Recorder:
         tmp = self.out / "run.json.tmp"
         tmp.write_text(json.dumps(info, indent=2), encoding="utf-8")
         tmp.replace(self.out / "run.json")
+
+    def _no_credentials(self, text: str | None) -> str | None:
+        """``text`` with the target URL's user name and password (if it has them) as ``***``."""
+        url = self.profile.target.base_url
+        shown = redact_url(url)
+        return text.replace(url, shown) if text and url and shown and shown != url else text
 
     def _prompt_unit(self) -> dict[str, Any]:
         """What the requested prompt lengths (``prompt_len``) count, for run.json and summary.md."""
@@ -590,7 +604,7 @@ class Recorder:
         try:
             self._write_run_json(finished=True, code=code)
             if self.fatal:
-                self.err.print(f"kvtui: {self.fatal}", markup=False, highlight=False)
+                self.err.print(f"kvtui: {self._no_credentials(self.fatal)}", markup=False, highlight=False)
             self._summarise()
         except OSError as e:
             self.err.print(f"kvtui: cannot write the summary to {self.out}: {one_line(e, 160)}", markup=False,
@@ -644,6 +658,12 @@ def _without_credentials(profile: Profile) -> Profile:
     if not url or redact_url(url) == url:
         return profile
     return dataclasses.replace(profile, target=dataclasses.replace(profile.target, base_url=redact_url(url)))
+
+
+def restore_signal_handlers(handlers: dict[int, Any]) -> None:
+    """Put back the handlers :meth:`Recorder._interruptible` replaced."""
+    for sig, handler in handlers.items():
+        signal.signal(sig, handler)
 
 
 def _raise_interrupt(signum, frame):  # SIGTERM outside the event loop behaves like Ctrl-C

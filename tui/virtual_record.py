@@ -33,7 +33,7 @@ from tui.load.workload import Workload
 from tui.metrics.capacity import cell_attainment
 from tui.metrics.window import RollingWindow
 from tui.profile import EngineMode, Profile, Stage
-from tui.record import Recorder, frame_row
+from tui.record import Recorder, frame_row, restore_signal_handlers
 from tui.records.clock import mono_to_wall
 from tui.records.parquet import dataclass_rows
 from tui.records.request import RequestRecord
@@ -56,6 +56,7 @@ class VirtualClockRecorder(Recorder):
         if not self._open_run():
             return 2
         code = 0
+        handlers = self._interruptible()
         t0 = time.perf_counter()
         self._simulated_s = 0.0
         self._plan = self._make_plan([m.label for m in self.profile.record.modes])
@@ -65,9 +66,13 @@ class VirtualClockRecorder(Recorder):
                     stage, mode = cell
                     self._simulated_s += self._run_virtual_cell(stage, EngineMode.parse(mode))
                     self._plan.cell_done(partial=False)
-                    for w in self._writers.values():
-                        w.flush()
-            self._plan.finish(complete=True)
+                    try:
+                        for w in self._writers.values():
+                            w.flush()
+                    except Exception as e:  # a full disk: stop here, keep what reached it
+                        self.fatal, code = self._write_failure(e), 1
+                        break
+            self._plan.finish(complete=self.fatal is None)
         except KeyboardInterrupt:
             self.interrupted = True
             self._plan.finish(complete=False)
@@ -75,11 +80,14 @@ class VirtualClockRecorder(Recorder):
         except ValueError as e:  # the engine could not be built (e.g. the model does not fit)
             self.fatal = f"the simulated engine did not start: {e}"
             code = 1
+        self._finishing()
         wall = time.perf_counter() - t0
         self.extra_info = {"simulated_s": self._simulated_s, "wall_s": wall}
         self.err.print(f"simulated {self._simulated_s:,.1f} s of traffic in {wall:,.1f} s of wall time "
                        f"({self._simulated_s / wall if wall > 0 else 0:,.0f}x)", highlight=False)
-        return self._finish(code)
+        code = self._finish(code)
+        restore_signal_handlers(handlers)
+        return code
 
     @contextlib.contextmanager
     def _plan_progress(self) -> Iterator[None]:

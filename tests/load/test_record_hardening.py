@@ -128,7 +128,7 @@ def test_remote_text_is_printed_without_its_escape_codes(fake_server, tmp_path, 
     assert status == "rejected" and reason == "HTTP 400: \\x1b[31mred\\u202e"
 
 
-def test_credentials_in_the_target_url_are_never_written_and_the_query_stays_last(fake_server, tmp_path):
+def test_credentials_in_the_target_url_are_never_written_and_the_query_stays_last(fake_server, tmp_path, capsys):
     srv = fake_server(FakeConfig())
     url = f"http://alice:s3cret-pw@127.0.0.1:{srv.port}/v1?tenant=7"
     prof = load_profile(write_profile(tmp_path / "p.toml", url, SMALL))
@@ -139,6 +139,10 @@ def test_credentials_in_the_target_url_are_never_written_and_the_query_stays_las
         text = (out / name).read_text()
         assert "s3cret-pw" not in text and "alice" not in text, name
     assert json.loads((out / "run.json").read_text())["base_url"] == f"http://***@127.0.0.1:{srv.port}/v1?tenant=7"
+    srv.__exit__(None, None, None)  # gone: the error line names the URL, without its password
+    assert record_main(prof, tmp_path / "again") == 1
+    assert "s3cret-pw" not in capsys.readouterr().err
+    assert "s3cret-pw" not in (tmp_path / "again" / "run.json").read_text()
 
 
 def _kvtui(args: list[str], **kw) -> subprocess.Popen:

@@ -108,6 +108,8 @@ def test_a_reset_beyond_the_memory_available_is_refused_and_the_engine_stays(ser
         r = client.post(server.root + f"{CONTROL}/reset", json={"engine": {**engine, **change}})
         assert r.status_code == 400, r.text
         assert "needs about" in r.json()["error"]["message"] and "MiB kept free" in r.json()["error"]["message"]
+    r = client.post(server.root + f"{CONTROL}/reset", json={"engine": {**engine, "model_path": "~kvtui-no-such-user/m"}})
+    assert r.status_code == 400 and "engine.model_path" in r.json()["error"]["message"], r.text  # was a 500
     models = client.get(server.base_url + "/models").json()["data"][0]
     assert models["max_model_len"] == TEST_ENGINE.max_model_len  # the running engine was never replaced
     assert client.get(server.root + "/health").json()["status"] == "ok"
