@@ -346,8 +346,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                                force=args.force)
         if args.real_time:
             parser.error("--real-time is only used with --record (the dashboard always runs in real time)")
-        if args.out is not None or args.force:
-            parser.error("--out and --force are only used with --record")
+        if args.out is not None:
+            parser.error("--out is only used with --record")
+        if args.force:
+            parser.error("--force is only used with --record")
         from tui.ui.app import dashboard_main
 
         return dashboard_main(prof)
