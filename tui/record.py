@@ -31,6 +31,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
+from tui.clock import anchor, now
 from tui.engine.sim.readings import modelled_gpu_samples
 from tui.errors import api_key_hint, api_url, one_line, redact_url, root_url
 from tui.feasibility import infeasible_cells
@@ -47,7 +48,6 @@ from tui.metrics.summary import client_delay_lines, reconciliation_lines, to_mar
 from tui.metrics.types import ServerGauges
 from tui.metrics.window import RollingWindow
 from tui.profile import EngineMode, Profile, ProfileError, Stage, dump_profile
-from tui.records.clock import now
 from tui.records.parquet import PartWriter, dataclass_rows, read_records
 from tui.records.request import RequestRecord
 from tui.records.run_dir import RunDirError, prepare_run_dir
@@ -86,6 +86,7 @@ class Recorder:
         self.out = Path(out)
         self.force = force  # replace a run already in ``out`` (else a non-empty ``out`` is refused)
         self.run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
+        self.started_t, self.started_wall = anchor()  # the run's start on the records' and the wall clock
         self.err = console_err or Console(stderr=True, soft_wrap=True)
         self.console = console_out or wide_console()
         self.cells: list[dict[str, Any]] = []
@@ -562,7 +563,11 @@ class Recorder:
                      "drawn_at_random": self.seed_drawn},
             **self._prompt_unit(),
             "cells": self.cells,
-            "written_t": time.time(),
+            # every time in the records is on tui.clock (monotonic, never stepped); this pair dates them:
+            # wall time = started_wall + (t - started_t)
+            "started_t": self.started_t,
+            "started_wall": self.started_wall,
+            "written_wall": time.time(),
         }
         eng = self.profile.engine
         if self.profile.target.kind == "local":

@@ -12,7 +12,8 @@ The engine works through two interfaces and never asks what is behind them: the 
 
 Time: ``clock`` (monotonic by default; tests inject a fake) drives the static batch window, the wait
 timeout and ``waited_s``; ``arrival_time`` given to ``add_request`` must be on that clock (a value in
-the future, e.g. from another clock, is taken as "now"). ``StepTiming.t`` is wall-clock time.
+the future, e.g. from another clock, is taken as "now"). ``StepTiming.t`` is on the records' clock
+(:mod:`tui.clock`, shared by every process), so steps join requests by time.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from tui.clock import now as records_now
 from tui.engine.checkpoint import load_checkpoint
 from tui.engine.kv import KVManager, KVSpec, new_kv_manager, slots_for_budget
 from tui.engine.model import PRESETS, build_dummy_model, pick_device, pick_dtype
@@ -116,9 +118,9 @@ class Engine:
         self.defenses = defenses or DefensesConfig()
         self.clock = clock
         self.paused = False  # the server's pause flag, reported in snapshots
-        # Step durations and the busy fraction are measured on ``timer``; ``StepTiming.t`` is ``wall()``.
+        # Step durations and the busy fraction are measured on ``timer``; ``StepTiming.t`` is ``stamp()``.
         self.timer: Callable[[], float] = time.perf_counter
-        self.wall: Callable[[], float] = time.time
+        self.stamp: Callable[[], float] = records_now
         self.sim: SimulatedBackend | None = None  # the simulated backend's parts (backend = "simulated")
         self.tokenizer: Tokenizer
         self.sliding_window: int | None
@@ -181,11 +183,9 @@ class Engine:
         """The simulated backend: no model, a roofline step time, all times on ``clock``."""
         self.sim = sim = build_simulated(config, clock)
         self.clock = self.timer = clock.now
-        # The simulated clock's origin + now() is on the monotonic scale (a RealClock is time.monotonic();
-        # the virtual recorder puts each cell's VirtualClock origin where the last cell ended), so steps
-        # map to wall time as the records' clock maps request times and the two line up in every cell.
-        offset = time.time() - time.monotonic() + clock.origin
-        self.wall = lambda: offset + clock.now()
+        # origin + now() is on the records' clock (a RealClock is that clock, origin 0; the virtual recorder
+        # places each cell's VirtualClock by its origin), so steps line up with the cell's requests.
+        self.stamp = lambda: clock.origin + clock.now()
         self.tokenizer = sim.tokenizer
         self.model_name = config.served_model_name or sim.model.name
         # what the modelled engine holds weights and KV in (reported; nothing is allocated)
@@ -418,7 +418,7 @@ class Engine:
             batch_size=batch_size,
             duration_s=duration,
             preempted=preempted,
-            t=self.wall(),
+            t=self.stamp(),
             num_running=len(self.scheduler.running),
             num_waiting=len(self.waiting),
             kv_usage=totals.usage,

@@ -11,7 +11,7 @@ rate. Request contents are a function of the position, so they match too.
 
 Each worker is ``python -m tui.load.workers --fd N`` (like the engine process of ``kvtui serve``) with
 its own HTTP client; its finished records come back over a socket pair in batches, stamped on the
-parent's records clock, and go to the parent's ``on_record`` and window exactly as a single runner's
+records' clock (the machine's monotonic one, which the parent reads too), and go to the parent's ``on_record`` and window exactly as a single runner's
 do, so the records files and the table cannot tell how many processes sent them. The parent keeps each
 worker's dispatch lag and event-loop busy share: the recorder shows them per cell, and the busiest
 worker's share is the cell's ``client_busy_pct``.
@@ -46,7 +46,6 @@ from typing import Any
 from tui.load.headroom import new_timed_loop
 from tui.load.runner import ClientStats, LoadRunner, RecordCallback, RecordWindow
 from tui.profile import Profile
-from tui.records.clock import set_wall_offset, wall_offset
 from tui.records.request import RequestRecord
 
 FLUSH_S = 0.05  # a worker sends its finished records this often (and its progress with them)
@@ -67,7 +66,6 @@ class WorkerSpec:
     run_id: str
     worker: int
     workers: int
-    wall_offset: float  # the parent's records clock
 
 
 class WorkerFailed(RuntimeError):
@@ -140,9 +138,8 @@ class WorkerRunner:
         self._events: dict[str, asyncio.Event] = {}
         self._answered: dict[str, set[int]] = {}  # per awaited reply, the workers that gave it
         self.failure: str | None = None
-        offset = wall_offset()
         self._procs = [
-            _Worker(WorkerSpec(profile, base_url, model, rate, stage, mode, run_id, k, workers, offset), self._message)
+            _Worker(WorkerSpec(profile, base_url, model, rate, stage, mode, run_id, k, workers), self._message)
             for k in range(workers)
         ]
         self._started = False
@@ -358,7 +355,6 @@ def main(argv: list[str] | None = None) -> int:
     conn = Connection(args.fd)
     try:
         spec: WorkerSpec = conn.recv()
-        set_wall_offset(spec.wall_offset)
         with asyncio.Runner(loop_factory=new_timed_loop) as runner:
             runner.run(_WorkerMain(conn, spec).run())
     except (EOFError, OSError):

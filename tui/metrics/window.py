@@ -11,9 +11,9 @@ from collections.abc import Callable
 
 import numpy as np
 
+from tui.clock import now
 from tui.metrics import stats
 from tui.metrics.types import WindowStats
-from tui.records.clock import now
 from tui.records.request import RequestRecord
 
 
