@@ -77,6 +77,18 @@ async def test_a_body_without_a_length_is_counted_as_it_arrives():
     assert seen == [65536]
 
 
+async def test_the_host_rule_follows_the_bound_address():
+    async def ok(request: Request) -> Response:
+        return JSONResponse({})
+
+    for bound, foreign_host_status in (("127.0.0.1", 403), ("::1", 403), ("0.0.0.0", 200)):
+        app = Starlette(routes=[Route("/x", ok)],
+                        middleware=[Middleware(RequestGuard, body_cap=lambda path: 1024, bound_host=bound)])
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1") as c:
+            assert (await c.get("/x", headers={"host": "evil.example:8000"})).status_code == foreign_host_status
+            assert (await c.get("/x", headers={"host": "localhost:8000"})).status_code == 200
+
+
 def test_a_web_page_cannot_drive_or_read_the_control_api(server, client):
     root = server.root
     before = client.post(root + f"{CONTROL}/resume").json()["engine"]

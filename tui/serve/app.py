@@ -22,7 +22,6 @@ import asyncio
 import contextlib
 import dataclasses
 import hmac
-import ipaddress
 import logging
 import math
 import os
@@ -62,7 +61,7 @@ from tui.serve.engine_loop import (
     NotPausedError,
 )
 from tui.serve.generate import ClientGone, Counters, Generation, error_response
-from tui.serve.guard import CONTROL_MAX_BODY_BYTES, GENERATION_MAX_BODY_BYTES, RequestGuard
+from tui.serve.guard import CONTROL_MAX_BODY_BYTES, GENERATION_MAX_BODY_BYTES, RequestGuard, is_loopback_host
 from tui.serve.heap import settle_heap
 from tui.serve.http_limits import server_config
 from tui.serve.openai_api import ApiError, models_body, parse_completion, parse_json
@@ -425,8 +424,12 @@ def create_app(
     api_key: str | None = None,
     gpu: GpuSampler | None = None,
     metrics: ServerMetrics | None = None,
+    bound_host: str | None = None,
 ) -> Starlette:
-    """The ASGI app around an :class:`EngineLoop` (started here if it is not yet; stopped on shutdown)."""
+    """The ASGI app around an :class:`EngineLoop` (started here if it is not yet; stopped on shutdown).
+
+    ``bound_host``: the address the server listens on (``--host``); a loopback one admits only a
+    loopback ``Host`` (None: judged by the address each connection arrived on)."""
     metrics = metrics or ServerMetrics()
     if engine.on_step is None:
         engine.on_step = _count_preemptions(metrics)
@@ -461,7 +464,7 @@ def create_app(
     app = Starlette(
         routes=table,
         lifespan=lifespan,
-        middleware=[Middleware(RequestGuard, body_cap=_body_cap)],
+        middleware=[Middleware(RequestGuard, body_cap=_body_cap, bound_host=bound_host)],
         exception_handlers={ApiError: _api_error, HTTPException: _http_error, EngineUnavailable: _engine_unavailable,
                             ClientDisconnect: _client_gone, Exception: _internal_error},
     )
@@ -539,15 +542,6 @@ class DrainingServer(uvicorn.Server):
         return await super().on_tick(counter)
 
 
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def check_host(host: str) -> str:
     """``host`` if it is an IP address or a name that resolves, else a one-line ProfileError."""
     try:
@@ -586,7 +580,7 @@ def serve_main(profile: Profile, host: str = "127.0.0.1", port: int = 8000, api_
         check_env_name(api_key_env, "serve --api-key-env")
     check_host(host)
     api_key = os.environ.get(api_key_env) if api_key_env else None
-    if not _is_loopback(host):
+    if not is_loopback_host(host):
         print(f"kvtui serve: WARNING: binding {host}, not loopback: the engine and its control API "
               f"(pause, reset) are reachable from other machines" + ("" if api_key_env else " without an API key"),
               file=sys.stderr)
@@ -610,7 +604,7 @@ def serve_main(profile: Profile, host: str = "127.0.0.1", port: int = 8000, api_
         print(f"kvtui serve: cannot start the engine: {e}", file=sys.stderr)
         return 1
     gpu = GpuSampler()
-    app = create_app(engine, api_key=api_key, gpu=gpu)
+    app = create_app(engine, api_key=api_key, gpu=gpu, bound_host=host)
     # connections capped, requests read within a deadline (tui.serve.http_limits)
     config = server_config(app, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=10)
     parent = os.environ.get(PARENT_PID_ENV, "")

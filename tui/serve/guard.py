@@ -44,9 +44,11 @@ def _hostname(netloc: str) -> str:
 class RequestGuard:
     """ASGI middleware: the checks above, each answered with the OpenAI-style error body."""
 
-    def __init__(self, app: ASGIApp, *, body_cap: Callable[[str], int]) -> None:
+    def __init__(self, app: ASGIApp, *, body_cap: Callable[[str], int], bound_host: str | None = None) -> None:
         self.app = app
         self.body_cap = body_cap  # the cap for a route's path
+        # None: judged per connection, by the local address it arrived on
+        self.loopback_only = None if bound_host is None else is_loopback_host(bound_host)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -61,11 +63,15 @@ class RequestGuard:
             return
         await self.app(scope, _capped(receive, cap), send)
 
-    @staticmethod
-    def _check(scope: Scope, headers: Headers, cap: int) -> None:
-        host = headers.get("host", "")
+    def _on_loopback(self, scope: Scope) -> bool:
+        if self.loopback_only is not None:
+            return self.loopback_only
         server = scope.get("server")
-        if server and is_loopback_host(str(server[0])) and not is_loopback_host(_hostname(host)):
+        return server is not None and is_loopback_host(str(server[0]))
+
+    def _check(self, scope: Scope, headers: Headers, cap: int) -> None:
+        host = headers.get("host", "")
+        if self._on_loopback(scope) and not is_loopback_host(_hostname(host)):
             raise ApiError(403, "this server answers only to a loopback Host (it is bound to loopback)",
                            code="forbidden_host")
         origin = headers.get("origin")
