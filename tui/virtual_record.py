@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from rich.console import RenderableType
 from rich.live import Live
 from rich.text import Text
 
@@ -27,6 +28,7 @@ from tui.clock import now as records_now
 from tui.engine.engine import Engine, RequestRejected
 from tui.engine.params import SamplingParams
 from tui.engine.sim.clock import SimClock, VirtualClock
+from tui.engine.sim.readings import modelled_gpu_samples
 from tui.engine.snapshot import EngineSnapshot, StepTiming
 from tui.gpu import GpuSample
 from tui.load.arrivals import ArrivalProcess, Schedule
@@ -37,6 +39,7 @@ from tui.profile import EngineMode, Profile, Stage
 from tui.record import Recorder, frame_row, restore_signal_handlers
 from tui.records.parquet import dataclass_rows
 from tui.records.request import RequestRecord
+from tui.run_progress import cell_total
 
 # engine finish reasons -> record statuses (as the HTTP client maps the server's finish_reason)
 _STATUS = {"length": "ok", "stop": "ok", "timeout": "timeout", "aborted": "cancelled"}
@@ -91,15 +94,19 @@ class VirtualClockRecorder(Recorder):
 
     @contextlib.contextmanager
     def _plan_progress(self) -> Iterator[None]:
-        """On a terminal, a live line with the plan's progress (a sweep's probe and its SLO count so far).
+        """On a terminal, the progress bars with their ETAs and a live line with the plan's progress (a
+        sweep's probe and its SLO count so far).
 
         Rich refreshes it from its own thread; it reads only the plan's counters, never the engine.
         """
         if not self.err.is_terminal:
             yield
             return
-        with Live(get_renderable=lambda: Text(self._plan.status()), console=self.err, refresh_per_second=4,
-                  transient=True):
+        def render() -> RenderableType:
+            status = Text(self._plan.status())
+            return self._bars.renderable(status) if self._bars is not None else status
+
+        with Live(get_renderable=render, console=self.err, refresh_per_second=4, transient=True):
             yield
 
     def _run_virtual_cell(self, stage: Stage, mode: EngineMode) -> float:
@@ -109,6 +116,8 @@ class VirtualClockRecorder(Recorder):
         note: dict[str, Any] = {"stage": stage.name, "mode": mode.label, "rate": stage.rate, "partial": True,
                                 "started_t": start}
         self.cells.append(note)
+        if self._bars is not None:
+            self._bars.start_cell(f"{stage.name} / {mode.label}", cell_total(stage))
         frames = self._writers.get("frames")
         cell = run_virtual_cell(self.profile, stage, mode, start=start, run_id=self.run_id, on_record=self._on_record,
                                 on_steps=self._write_steps(stage.name, mode.label),
@@ -121,7 +130,7 @@ class VirtualClockRecorder(Recorder):
         w = cell.window.stats()
         p99 = (f"{w.ttft.p99 * 1e3:.0f} ms" if w.ttft.p99 is not None else "-") + f" (last {w.window_s:g} s)"
         offered = self.offered_rate(stage)
-        rates = f"target {stage.rate:g}/s" + (f", offered {offered:.2f}/s" if offered is not None else "")
+        rates = f"target {stage.rate:.4g}/s" + (f", offered {offered:.2f}/s" if offered is not None else "")
         self.err.print(f"{stage.name} / {mode.label}: {rates}: {w.sent} sent, {w.completed} ok, {w.failed_total} failed, "
                        f"TTFT P99 {p99} (simulated)", highlight=False)
         self._t_next = clock.origin + clock.now()
@@ -161,7 +170,7 @@ class ClockDriver:
         self.fast_forward = fast_forward  # decode-only stretches at once (Engine.fast_forward): same records
         self.run_id = run_id
         self.on_record, self.on_steps, self.on_frame = on_record, on_steps, on_frame
-        self.on_gpu = on_gpu if engine.sim is not None else None
+        self.on_gpu = on_gpu if engine.backend.info() is not None else None  # a modelled device's
         self._next_gpu = clock.now() + GPU_EVERY_S
         rate = profile.record.snapshots_per_s
         self.frame_every = 1.0 / rate if rate > 0 else math.inf
@@ -340,11 +349,11 @@ class ClockDriver:
 
     def sample_gpu(self) -> None:
         """Hand the simulated backend's modelled GPU readings now to ``on_gpu``."""
-        sim = self.engine.sim
-        if self.on_gpu is None or sim is None:
+        info = self.engine.backend.info()
+        if self.on_gpu is None or info is None:
             return
         now = self.clock.now()
-        self.on_gpu(sim.gpu_samples(self._stamp(now)))
+        self.on_gpu(modelled_gpu_samples(info, self._stamp(now)))
         self._next_gpu = now + GPU_EVERY_S
 
     # -- the loop --------------------------------------------------------------------------------

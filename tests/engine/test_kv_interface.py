@@ -179,7 +179,7 @@ def test_a_third_layout_is_one_class_and_the_engine_runs_on_it(batching, engine_
     for rid, p in prompts.items():  # the same tokens as a plain forward with no cache at all
         seq = list(p)
         for _ in range(6):
-            seq.append(int(eng.model.forward_full(seq)[-1].argmax()))
+            seq.append(int(eng.backend.model.forward_full(seq)[-1].argmax()))
         assert first.get(rid, []) + got[rid]["tokens"] == seq[len(p):], rid
     assert eng.kv.num_holders() == 0
 

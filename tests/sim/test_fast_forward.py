@@ -21,7 +21,7 @@ def _run(prof, mode: str, rate: float, n: int, fast_forward: bool, pad_s: float 
     clock = VirtualClock(1000.0)
     e = Engine(prof.engine.with_mode(EngineMode.parse(mode)), prof.defenses, sim_clock=clock)
     if pad_s:  # a calibrated CPU runner's cost of padding decode rows to the longest context
-        cost = e.sim.runner.cost
+        cost = e.backend.runner.cost
         cost.params = dataclasses.replace(cost.params, per_pad_token_s=pad_s)
     records, steps, gpu, frames = [], [], [], []
     outputs = []  # every request's token ids and finish reason, as it finishes

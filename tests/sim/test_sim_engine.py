@@ -100,7 +100,7 @@ def test_a_run_of_tokens_is_what_the_step_samples_one_at_a_time() -> None:
     each position, for short and long runs and request ids with large hashes."""
     from tui.engine.sim.runner import sim_token, token_base
 
-    runner = Engine(H100_8B, sim_clock=VirtualClock()).sim.runner
+    runner = Engine(H100_8B, sim_clock=VirtualClock()).backend.runner
     for rid in ("a", "run-capacity-edge-continuous+paged-1799", "\u00e9" * 40):
         base = token_base(runner.seed, rid)
         for first, n in ((0, 1), (3, 20), (0, 47), (5, 48), (1000, 800), (10**6, 300)):
@@ -192,13 +192,13 @@ def test_the_hosts_own_time_between_steps_is_not_the_modelled_devices() -> None:
     assert clock.now() == pytest.approx(released[-1] + m[4] + 0.010 + m[5], abs=1e-12)
     assert e.requests["late"].num_computed == 64
 
-    assert e.sim.runner.gauges().behind_frac == 0.0  # every step so far on the modelled timeline
+    assert e.backend.runner.gauges().behind_frac == 0.0  # every step so far on the modelled timeline
     clock.spend(1.0)  # longer than a step: released at once, late, and the gauges say by how much
     before = clock.now()
     e.step()
     m = _modelled_70b(rec.shapes)
     assert clock.now() == before
-    assert e.sim.runner.gauges().behind_frac == pytest.approx(before - released[-1] - m[4] - 0.010 - m[5] - m[6])
+    assert e.backend.runner.gauges().behind_frac == pytest.approx(before - released[-1] - m[4] - 0.010 - m[5] - m[6])
 
 
 def test_virtual_and_real_time_runs_give_the_same_schedule() -> None:

@@ -15,7 +15,7 @@ for both layouts (the paged view is ``[num_blocks, block_size, kv_heads, head_di
    - each prefill chunk on its own: a fresh prompt attends over its own K/V (causal), a later chunk
      over the context gathered from the cache;
 3. takes the logits of the last token of every request whose chunk reaches its end and samples
-   (greedy, or from the request's own seeded generator).
+   (:mod:`tui.engine.sampling`: greedy, or from the request's own generator).
 
 The layout is only ever asked for addresses (:class:`tui.engine.kv.KVManager`: ``slot`` and
 ``run_starts``, plain ints), so any layout works; this module turns them into index tensors
@@ -44,6 +44,7 @@ import torch.nn.functional as F
 from tui.engine.kv import KVManager, SwapPlan, cdiv
 from tui.engine.model import DecoderModel
 from tui.engine.runner import StepResult
+from tui.engine.sampling import sample
 from tui.engine.scheduler import ScheduledChunk
 from tui.engine.sequence import Request
 
@@ -188,7 +189,8 @@ class TorchModelRunner:
     def execute(self, chunks: Sequence[ScheduledChunk], kv: KVManager) -> StepResult:
         """Run one step: forward, then sample one token for every request whose chunk reached its end."""
         reqs, logits = self.forward(chunks, kv)
-        return StepResult(reqs, self._sample(reqs, logits))
+        tokens, logprobs = sample(reqs, logits)
+        return StepResult(reqs, tokens, logprobs=logprobs)
 
     def forward(self, chunks: Sequence[ScheduledChunk], kv: KVManager) -> tuple[list[Request], torch.Tensor]:
         """Run the model over one step; the requests that sample a token now and their logits ``[N, vocab]``."""
@@ -239,17 +241,6 @@ class TorchModelRunner:
     def replay(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: _StepMeta, idx: torch.Tensor) -> torch.Tensor:
         """Run a traced step's forward again: the model and attention work alone, no bookkeeping."""
         return self.model(input_ids, positions, lambda i, q, k, v: self._attend(meta, i, q, k, v), idx)
-
-    @staticmethod
-    def _sample(reqs: list[Request], logits: torch.Tensor) -> list[int]:
-        if not reqs:
-            return []
-        tokens: list[int] = logits.argmax(dim=-1).tolist()
-        for i, req in enumerate(reqs):
-            if req.temperature > 0:
-                probs = torch.softmax(logits[i].float().cpu() / req.temperature, dim=-1)
-                tokens[i] = int(torch.multinomial(probs, 1, generator=req.generator))
-        return tokens
 
     # -- metadata ------------------------------------------------------------------------------------
 

@@ -29,20 +29,17 @@ Messages (pickled over a ``multiprocessing.connection.Connection``):
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import dataclasses
-import os
-import socket
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from pathlib import Path
 from typing import Any
 
+from tui.child_process import child_connection, spawn_child
 from tui.load.headroom import new_timed_loop
 from tui.load.runner import ClientStats, LoadRunner, RecordCallback, RecordWindow
 from tui.profile import Profile
@@ -76,16 +73,8 @@ class _Worker:
     """The parent's end of one worker process."""
 
     def __init__(self, spec: WorkerSpec, on_message: Any) -> None:
-        ours, theirs = socket.socketpair()
-        env = dict(os.environ)
-        root = str(Path(__file__).resolve().parents[2])  # so `-m tui.load.workers` finds this checkout
-        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        fd = theirs.fileno()
         self.index = spec.worker
-        self.proc = subprocess.Popen([sys.executable, "-m", "tui.load.workers", "--fd", str(fd)],
-                                     pass_fds=(fd,), stdin=subprocess.DEVNULL, env=env)
-        theirs.close()
-        self.conn = Connection(ours.detach())
+        self.proc, self.conn = spawn_child("tui.load.workers")
         self.conn.send(spec)
         self.state = ClientStats()
         self._on_message = on_message
@@ -346,13 +335,10 @@ class _WorkerMain:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description="kvtui load worker (started by the recorder with load.workers > 1)")
-    p.add_argument("--fd", type=int, required=True, help="file descriptor of the socket to the parent")
-    args = p.parse_args(argv)
+    conn = child_connection(argv, "kvtui load worker (started by the recorder with load.workers > 1)")
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent owns Ctrl-C: it stops us with a command
-    conn = Connection(args.fd)
     try:
         spec: WorkerSpec = conn.recv()
         with asyncio.Runner(loop_factory=new_timed_loop) as runner:
