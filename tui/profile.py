@@ -153,6 +153,10 @@ class WorkloadConfig:
 
     A request that gets the shared prefix (``shared_prefix_fraction`` of them) has the same
     ``shared_prefix_tokens`` in front of its sampled ``prompt_len`` tokens, like a system prompt.
+
+    ``trace``: a production trace file (Mooncake JSONL, Azure or BurstGPT CSV, ShareGPT JSON; see
+    docs/traces.md) whose request lengths replace the distributions; ``trace_format`` names its format
+    (default: detected from the file). ``[load] arrival = "trace"`` replays its arrival times too.
     """
 
     prompt_len: LengthDist = LengthDist(dist="uniform", low=32, high=512)
@@ -164,13 +168,20 @@ class WorkloadConfig:
     shared_prefix_fraction: float = 0.0
     temperature: float = 0.0
     seed: int = 0
+    trace: str | None = None
+    trace_format: Literal["auto", "mooncake", "azure", "burstgpt", "sharegpt"] = "auto"
 
 
 @dataclass(frozen=True)
 class LoadConfig:
-    """How requests arrive."""
+    """How requests arrive.
 
-    arrival: Literal["poisson", "gamma", "constant"] = "poisson"
+    ``arrival = "trace"`` replays ``workload.trace``'s own arrival gaps, stretched by ``time_scale`` (2:
+    half as fast); with ``rescale_trace`` the gaps are instead rescaled so the mean rate is ``rate`` (or
+    each stage's rate).
+    """
+
+    arrival: Literal["poisson", "gamma", "constant", "trace"] = "poisson"
     burstiness: float = 1.0
     rate: float = 4.0
     max_concurrency: int | None = None
@@ -181,16 +192,20 @@ class LoadConfig:
     # load-client processes the recorder spreads each stage over, on ONE arrival schedule (each sends
     # every N-th request of it; tui.load.workers): for rates one client process cannot keep up with
     workers: int = 1
+    time_scale: float = 1.0
+    rescale_trace: bool = False
 
 
 @dataclass(frozen=True)
 class Stage:
-    """One named load level of a recorded run."""
+    """One named load level of a recorded run; ``seed`` (when set) seeds its arrivals and workload
+    in place of ``load.seed`` and ``workload.seed`` (a repeat of a cell, ``record.repeats``)."""
 
     name: str
     rate: float
     num_requests: int | None = None
     duration_s: float | None = None
+    seed: int | None = None
 
 
 @dataclass(frozen=True)
@@ -228,6 +243,9 @@ class RecordConfig:
     drain_timeout_s: float = 60.0
     window_s: float = 30.0
     snapshots_per_s: float = 2.0  # engine states kept for `kvtui report DIR --replay` (0: none)
+    # every cell recorded this many times, with seeds 0..repeats-1 (arrivals and workload): the table
+    # reports each figure's mean and 95 % confidence interval over the repeats (`--repeat N`)
+    repeats: int = 1
 
 
 @dataclass(frozen=True)
@@ -403,10 +421,11 @@ RANGES: dict[type, dict[str, Range]] = {
         "warmup_requests": Range(0, MAX_COUNT),
         "workers": Range(1, 64),
         "seed": _SEED,
+        "time_scale": Range(0, 1e6, lo_open=True),
     },
-    Stage: {"rate": _RATE, "num_requests": _COUNT, "duration_s": _SECONDS},
+    Stage: {"rate": _RATE, "num_requests": _COUNT, "duration_s": _SECONDS, "seed": _SEED},
     RecordConfig: {"drain_timeout_s": _SECONDS, "window_s": _SECONDS,
-                   "snapshots_per_s": Range(0, MAX_SNAPSHOTS_PER_S)},
+                   "snapshots_per_s": Range(0, MAX_SNAPSHOTS_PER_S), "repeats": Range(1, 1000)},
     SloConfig: {"ttft_ms": _MS, "tpot_ms": _MS, "e2el_ms": _MS},
     SweepConfig: {
         "target_attainment": Range(0, 1, lo_open=True),
@@ -728,6 +747,7 @@ def _check_profile(p: Profile, source: str) -> None:
         _fail(source, "target.tokenizer", t.tokenizer, "a tokenizer.json, or a model directory holding one")
     _check_engine(p.engine, source)
     _check_defenses(p.defenses, source)
+    _check_trace(p, source)
     names: set[str] = set()
     for i, s in enumerate(p.stages):
         if s.num_requests is None and s.duration_s is None:
@@ -739,6 +759,27 @@ def _check_profile(p: Profile, source: str) -> None:
         _fail(source, "record.modes", [], "at least one mode")
     if p.sweep is not None:
         _check_sweep(p, p.sweep, source)
+        if p.record.repeats > 1:
+            _fail(source, "record.repeats", p.record.repeats, "1 with [sweep] (a sweep chooses its probes one by one; "
+                  "repeat a sweep as separate runs with --seed)")
+
+
+def _check_trace(p: Profile, source: str) -> None:
+    trace = p.workload.trace
+    if trace is not None and not Path(trace).expanduser().is_file():
+        _fail(source, "workload.trace", trace, "a trace file (Mooncake JSONL, Azure/BurstGPT CSV, ShareGPT JSON)")
+    if p.load.arrival == "trace" and trace is None:
+        raise ProfileError(f"{source}: load.arrival = 'trace' replays workload.trace's arrival times; set workload.trace")
+    if p.load.arrival == "trace" and p.workload.trace_format == "sharegpt":
+        _fail(source, "load.arrival", "trace", "poisson, gamma or constant (a ShareGPT file has no arrival times)")
+
+
+def stage_profile(p: Profile, stage: Stage) -> Profile:
+    """The profile a stage's load runs with: its own ``seed`` (a repeat) in place of the load's and workload's."""
+    if stage.seed is None:
+        return p
+    return dataclasses.replace(p, load=dataclasses.replace(p.load, seed=stage.seed),
+                               workload=dataclasses.replace(p.workload, seed=stage.seed))
 
 
 def _check_sweep(p: Profile, sw: SweepConfig, source: str) -> None:
@@ -754,9 +795,11 @@ def _check_sweep(p: Profile, sw: SweepConfig, source: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------
-# Shipped profiles: TOML files inside the package (tui/profiles/), found by name from any directory
+# Shipped profiles: TOML files found by name from any directory. Their source is profiles/ at the
+# repository's top (a checkout, an editable install); a wheel carries them as tui/profiles/.
 
-SHIPPED_DIR = Path(__file__).parent / "profiles"
+_PACKED = Path(__file__).parent / "profiles"
+SHIPPED_DIR = _PACKED if _PACKED.is_dir() else Path(__file__).parents[1] / "profiles"
 
 
 def shipped_profiles() -> dict[str, Path]:

@@ -36,10 +36,11 @@ from tui.clock import anchor, now
 from tui.engine.sim.readings import modelled_gpu_samples
 from tui.errors import api_key_hint, api_url, one_line, redact_url, root_url
 from tui.feasibility import infeasible_cells
-from tui.load.arrivals import ArrivalProcess, planned_deadlines
+from tui.load.arrivals import planned_deadlines
 from tui.load.headroom import new_timed_loop
 from tui.load.runner import ClientStats, LoadRunner, make_target, prompt_sizing
 from tui.load.target import OpenAITarget, PreflightError
+from tui.load.trace_replay import make_arrivals
 from tui.load.workers import WorkerFailed, WorkerRunner
 from tui.load.workload import UNIT_MEANING, Workload
 from tui.metrics import stats
@@ -49,7 +50,7 @@ from tui.metrics.summary import to_markdown
 from tui.metrics.table_view import print_summary
 from tui.metrics.types import ServerGauges
 from tui.metrics.window import RollingWindow
-from tui.profile import EngineMode, Profile, ProfileError, Stage, dump_profile
+from tui.profile import EngineMode, Profile, ProfileError, Stage, dump_profile, stage_profile
 from tui.provenance import provenance
 from tui.records.parquet import PartWriter, dataclass_rows, read_records
 from tui.records.request import RequestRecord
@@ -291,11 +292,12 @@ class Recorder:
                      window: RollingWindow) -> LoadRunner | WorkerRunner:
         """The stage's load client: this process, or ``load.workers`` processes on one schedule."""
         workers = self.profile.load.workers
+        profile = stage_profile(self.profile, stage)  # a repeat's own seed
         if workers > 1:
-            return WorkerRunner(self.profile, target.base_url, target.model, workers=workers, rate=stage.rate,
+            return WorkerRunner(profile, target.base_url, target.model, workers=workers, rate=stage.rate,
                                 stage=stage.name, mode=mode, run_id=self.run_id, on_record=self._on_record,
                                 window=window)
-        return LoadRunner(self.profile, target=target, rate=stage.rate, stage=stage.name, mode=mode,
+        return LoadRunner(profile, target=target, rate=stage.rate, stage=stage.name, mode=mode,
                           run_id=self.run_id, on_record=self._on_record, window=window)
 
     async def _load_cell(self, runner: LoadRunner | WorkerRunner, window: RollingWindow, target: OpenAITarget,
@@ -560,8 +562,7 @@ class Recorder:
     def offered_rate(self, stage: Stage) -> float | None:
         """The arrival rate ``stage``'s schedule will offer (its seeded draw, not the target), planned ahead
         from the same arrival process; None when the stage is too long to plan."""
-        load = self.profile.load
-        plan = planned_deadlines(ArrivalProcess(load.arrival, load.burstiness, load.seed), stage.rate,
+        plan = planned_deadlines(make_arrivals(stage_profile(self.profile, stage), stage.num_requests), stage.rate,
                                  stage.num_requests, stage.duration_s)
         return stats.offered_rate(plan) if plan else None
 
@@ -682,7 +683,7 @@ class Recorder:
     def _summarise(self) -> None:
         """summary.csv, summary.md and the table on the terminal, from the records on disk."""
         run = load_run(self.out)
-        table = run.summary
+        table = run.table  # repeated cells as one row: mean and 95 % interval
         table.write_csv(self.out / "summary.csv")
         title = f"kvtui run {self.run_id} ({self.profile.name})" + (" (partial)" if run.partial else "")
         eng = self.profile.engine

@@ -11,6 +11,7 @@ like any other cell's.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import numpy as np
 
 from tui.metrics import stats
 from tui.metrics.capacity import EdgeSearch, cell_attainment, passes, write_capacity_edges
+from tui.metrics.repeats import repeat_name
 from tui.profile import Profile, Stage, SweepConfig
 from tui.records.request import RequestRecord
 
@@ -44,10 +46,14 @@ class CellPlan:
 
 
 class FixedCells(CellPlan):
-    """Every stage under every mode, stage by stage."""
+    """Every stage under every mode, stage by stage; with ``repeats`` > 1, each stage that many times
+    (repeat K as stage ``NAME#rK``, seeded K: :mod:`tui.metrics.repeats`), every mode within a repeat."""
 
-    def __init__(self, stages: Sequence[Stage], modes: Sequence[str]):
-        self._cells = [(stage, mode) for stage in stages for mode in modes]
+    def __init__(self, stages: Sequence[Stage], modes: Sequence[str], repeats: int = 1):
+        runs = list(stages) if repeats <= 1 else [
+            dataclasses.replace(stage, name=repeat_name(stage.name, k), seed=k)
+            for stage in stages for k in range(repeats)]
+        self._cells = [(stage, mode) for stage in runs for mode in modes]
 
     def next_cell(self) -> tuple[Stage, str] | None:
         return self._cells.pop(0) if self._cells else None
@@ -158,4 +164,4 @@ def cell_plan(profile: Profile, modes: Sequence[str], out: Path, say: Callable[[
     """The plan a recorder runs: a sweep for a profile with ``[sweep]``, else every stage x mode."""
     if profile.sweep is not None:
         return Sweep(profile, modes, out, say)
-    return FixedCells(profile.run_stages(), modes)
+    return FixedCells(profile.run_stages(), modes, profile.record.repeats)

@@ -31,18 +31,16 @@ from tui.engine.sim.clock import SimClock, VirtualClock
 from tui.engine.sim.readings import modelled_gpu_samples
 from tui.engine.snapshot import EngineSnapshot, StepTiming
 from tui.gpu import GpuSample
-from tui.load.arrivals import ArrivalProcess, Schedule
-from tui.load.workload import Workload
+from tui.load.arrivals import Schedule
+from tui.load.trace_replay import make_arrivals, make_workload
 from tui.metrics.capacity import cell_attainment
 from tui.metrics.window import RollingWindow
-from tui.profile import EngineMode, Profile, Stage
+from tui.profile import EngineMode, Profile, Stage, stage_profile
 from tui.record import Recorder, frame_row, restore_signal_handlers
 from tui.records.parquet import dataclass_rows
-from tui.records.request import RequestRecord
+from tui.records.request import RequestRecord, finish_status
 from tui.run_progress import cell_total
 
-# engine finish reasons -> record statuses (as the HTTP client maps the server's finish_reason)
-_STATUS = {"length": "ok", "stop": "ok", "timeout": "timeout", "aborted": "cancelled"}
 STEPS_EVERY = 2000  # collect the engine's steps this often (its history holds 20,000)
 IDLE_TICK_S = 0.001  # nothing runs but requests wait (a static batch window): look again this much later
 GPU_EVERY_S = 1.0  # simulated seconds between modelled GPU samples (the live recorder polls NVML as often)
@@ -175,7 +173,7 @@ class ClockDriver:
         rate = profile.record.snapshots_per_s
         self.frame_every = 1.0 / rate if rate > 0 else math.inf
         self.next_frame = math.inf  # no frames during warm-up: run() starts them
-        self.workload = Workload(profile.workload, "char")  # the byte tokenizer: one character, one token
+        self.workload = make_workload(profile.workload, "char")  # the byte tokenizer: one character, one token
         self.window = RollingWindow(profile.record.window_s, clock=lambda: self._stamp(clock.now()))
         self.open: dict[str, RequestRecord] = {}
         self.steps_seen = engine.step_index
@@ -253,8 +251,7 @@ class ClockDriver:
         """The engine finished ``r``'s request at ``t``."""
         del self.open[r.request_id]
         r.finish_reason = finish_reason
-        r.status = _STATUS.get(finish_reason or "", "rejected")
-        r.reason = "" if r.status == "ok" else f"engine finished it: {finish_reason}"
+        r.status, r.reason = finish_status(finish_reason)  # as the HTTP client reads the server's
         r.prompt_tokens, r.completion_tokens, r.end_t = prompt_tokens, output_tokens, t
         self._done(r)
 
@@ -369,10 +366,9 @@ class ClockDriver:
 
     def run(self) -> None:
         """Send the stage's requests at their arrival times, step until they finish or the drain bound."""
-        load = self.profile.load
         start = self.clock.now()
         self.next_frame = start
-        self._arrivals = Schedule(ArrivalProcess(load.arrival, load.burstiness, load.seed), self.stage.rate, start)
+        self._arrivals = Schedule(make_arrivals(self.profile, self.stage.num_requests), self.stage.rate, start)
         dur = self.stage.duration_s
         self._end_t = start + dur if dur is not None else math.inf
         self._sent = 0
@@ -407,6 +403,7 @@ def run_virtual_cell(profile: Profile, stage: Stage, mode: EngineMode, *, start:
     """One stage under one mode on a fresh simulated engine whose virtual clock starts at ``start``
     (monotonic scale): the profile's warm-up, then the stage to its end. Returns the driver (its
     clock says when the cell ended)."""
+    profile = stage_profile(profile, stage)  # a repeat's own seed
     clock = VirtualClock(0.0, origin=start)
     engine = Engine(profile.engine.with_mode(mode), profile.defenses, sim_clock=clock)
     cell = ClockDriver(engine, clock, profile, stage, mode.label, run_id=run_id, on_record=on_record,

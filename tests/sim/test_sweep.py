@@ -25,7 +25,7 @@ from tui.metrics.capacity import (
     read_capacity_edges,
     write_capacity_edges,
 )
-from tui.profile import Profile, ProfileError, SweepConfig, load_profile, profile_from_dict
+from tui.profile import Profile, ProfileError, SweepConfig, find_profile, load_profile, profile_from_dict
 from tui.report import load_run
 from tui.virtual_record import VirtualClockRecorder, probe_attainment
 
@@ -136,7 +136,7 @@ def test_a_bad_sweep_exits_2_and_the_shipped_sweep_loads(tmp_path: Path, capsys:
     bad.write_text("[sweep]\ngrowth = 0.5\n[slo]\nttft_ms = 100\n")
     assert main(["--record", "--profile", str(bad), "--out", str(tmp_path / "x")]) == 2
     assert "sweep.growth = 0.5: expected a finite number in (1, 100]" in capsys.readouterr().err
-    prof = load_profile(Path(__file__).parents[2] / "tui" / "profiles" / "sweep.toml")
+    prof = load_profile(find_profile("sweep"))
     assert prof.sweep is not None and prof.engine.backend == "simulated" and prof.slo.ttft_ms is not None
     assert "simulated" in prof.description and "virtual clock" in prof.description
 

@@ -33,7 +33,7 @@ import orjson
 from tui.clock import now
 from tui.errors import address_of, api_url, one_line, printable, redact_url, root_url, unauthorized_message
 from tui.load.workload import RequestSpec
-from tui.records.request import RequestRecord
+from tui.records.request import RequestRecord, finish_status
 
 
 class PreflightError(Exception):
@@ -126,7 +126,6 @@ def _carries_output(choice: dict[str, Any], chat: bool) -> bool:
     return bool(choice.get("text")) or choice.get("finish_reason") is None
 
 
-_FINISH_STATUS = {"rejected_backlog": "rejected", "rejected_too_long": "rejected", "timeout": "timeout"}
 
 
 def env_proxy(url: str) -> str | None:
@@ -330,13 +329,9 @@ class OpenAITarget:
             if not (done or got_usage):
                 rec.status, rec.reason = "stream_cut", "the stream ended without [DONE] or usage"
                 return
-            status = _FINISH_STATUS.get(rec.finish_reason or "")
-            if status:
-                rec.status, rec.reason = status, f"server finished it: {rec.finish_reason}"
-            elif rec.finish_reason in ("abort", "aborted"):
-                rec.status, rec.reason = "stream_cut", "the server aborted it"
-            else:
-                rec.status, rec.reason = "ok", "" if got_usage else "no usage from the server: tokens counted from chunks"
+            rec.status, rec.reason = finish_status(rec.finish_reason)
+            if rec.status == "ok" and not got_usage:
+                rec.reason = "no usage from the server: tokens counted from chunks"
 
     async def aclose(self) -> None:
         await self.client.aclose()

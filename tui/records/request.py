@@ -30,6 +30,22 @@ STATUSES = (
 )
 FAILURE_STATUSES = STATUSES[1:]
 
+# A server's (or the in-process engine's) finish_reason, as the record's status; any other reason
+# (length, stop, a stop string) is a request served.
+_FINISHED_AS = {"rejected_backlog": "rejected", "rejected_too_long": "rejected", "timeout": "timeout",
+                "abort": "stream_cut", "aborted": "stream_cut"}
+
+
+def finish_status(finish_reason: str | None) -> tuple[str, str]:
+    """The status and reason a record gets for a request its server finished with ``finish_reason``
+    (the one map both drivers use: the HTTP client and the virtual clock)."""
+    status = _FINISHED_AS.get(finish_reason or "")
+    if status is None:
+        return OK, ""
+    if status == "stream_cut":
+        return status, "the server aborted it"
+    return status, f"server finished it: {finish_reason}"
+
 
 @dataclass(slots=True)
 class RequestRecord:

@@ -69,10 +69,10 @@ class TableView(VerticalScroll):
             if many:  # one run is named above the views already
                 yield Static(run_heading(run, run_letter(i)), classes="review-heading")
             if run.summary.height:
-                for k, (name, headers, rows) in enumerate(compact_rows(run.summary)):
+                for k, (name, headers, rows) in enumerate(compact_rows(run.table)):
                     yield Static(Text(name, style="bold"), classes="review-section")
                     yield _table(headers, rows, 2, f"table-{i}" if k == 0 else f"table-{i}-{k}")
-                legend = mode_legend(run.summary)
+                legend = mode_legend(run.table)
                 if legend:
                     yield Static(Text(legend), classes="review-note")
             else:
