@@ -136,7 +136,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"kvtui {__version__}")
     _common(parser)
     parser.add_argument("--record", action="store_true", help="run headless and record (needs --out)")
-    parser.add_argument("--out", metavar="DIR", type=Path, help="output directory for --record")
+    parser.add_argument("--out", metavar="DIR", type=Path,
+                        help="output directory for --record: new or empty (a non-empty one is refused)")
+    parser.add_argument("--force", action="store_true",
+                        help="with --record: replace the run already in --out (only the files a run writes are removed)")
     parser.add_argument("--real-time", action="store_true",
                         help="with --record and a simulated engine: run it behind the server in real time "
                              "(default: on the virtual clock, no HTTP)")
@@ -363,14 +366,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             if prof.target.kind == "local" and prof.engine.backend == "simulated" and not args.real_time:
                 from tui.virtual_record import record_virtual
 
-                return record_virtual(prof, args.out, seed_drawn=getattr(args, "seed_drawn", None) is not None)
+                return record_virtual(prof, args.out, seed_drawn=getattr(args, "seed_drawn", None) is not None,
+                                      force=args.force)
             from tui.record import record_main
 
-            return record_main(prof, args.out, seed_drawn=getattr(args, "seed_drawn", None) is not None)
+            return record_main(prof, args.out, seed_drawn=getattr(args, "seed_drawn", None) is not None,
+                               force=args.force)
         if args.real_time:
             parser.error("--real-time is only used with --record (the dashboard always runs in real time)")
         if args.out is not None:
             parser.error("--out is only used with --record")
+        if args.force:
+            parser.error("--force is only used with --record")
         from tui.ui.app import dashboard_main
 
         return dashboard_main(prof)

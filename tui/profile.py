@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
+import idna
 import tomli_w
 
 Batching = Literal["static", "continuous"]
@@ -720,12 +721,33 @@ def check_base_url(url: str, where: str) -> str:
             problem = "a URL with a host, such as http://127.0.0.1:8000/v1"
         elif port == 0:
             problem = "a port in 1..65535"
+        elif not parts.hostname.isascii():
+            try:  # as the HTTP client will encode it (IDNA 2008), so a bad name fails here, in one line
+                idna.encode(parts.hostname)
+            except idna.IDNAError as e:
+                problem = f"a valid internationalised host name ({e})"
     except ValueError as e:
         problem = f"a well-formed http(s) URL ({e})"
     if problem:
         shown = url if len(url) <= 60 else url[:57] + "..."
         raise ProfileError(f"{where} = {shown!r}: expected {problem}")
     return url
+
+
+def _is_dir(path: str) -> bool:
+    """Whether ``path`` (``~`` expanded) is a directory; False, not an error, for ``~nosuchuser`` or a
+    name too long: the caller's one line says what was expected."""
+    try:
+        return Path(path).expanduser().is_dir()
+    except (RuntimeError, OSError, ValueError):
+        return False
+
+
+def _is_file(path: str) -> bool:
+    try:
+        return Path(path).expanduser().is_file()
+    except (RuntimeError, OSError, ValueError):
+        return False
 
 
 def _check_engine(e: EngineConfig, source: str) -> None:
@@ -735,7 +757,7 @@ def _check_engine(e: EngineConfig, source: str) -> None:
                   "set engine.backend = 'simulated')")
         if e.hardware is not None:
             _fail(source, "engine.hardware", e.hardware, "no value unless engine.backend = 'simulated'")
-    if e.model_path is not None and not Path(e.model_path).expanduser().is_dir():
+    if e.model_path is not None and not _is_dir(e.model_path):
         _fail(source, "engine.model_path", e.model_path, "a local checkpoint directory (config.json, *.safetensors)")
 
 
@@ -756,10 +778,8 @@ def _check_profile(p: Profile, source: str) -> None:
             raise ProfileError(f"{source}: target.model is required when target.kind = 'openai'")
     if t.api_key_env is not None:
         check_env_name(t.api_key_env, f"{source}: target.api_key_env")
-    if t.tokenizer is not None:
-        tok = Path(t.tokenizer).expanduser()
-        if not (tok.is_file() or (tok / "tokenizer.json").is_file()):
-            _fail(source, "target.tokenizer", t.tokenizer, "a tokenizer.json, or a model directory holding one")
+    if t.tokenizer is not None and not (_is_file(t.tokenizer) or _is_file(str(Path(t.tokenizer) / "tokenizer.json"))):
+        _fail(source, "target.tokenizer", t.tokenizer, "a tokenizer.json, or a model directory holding one")
     _check_engine(p.engine, source)
     _check_defenses(p.defenses, source)
     _check_trace(p, source)

@@ -36,7 +36,7 @@ from tui.load.trace_replay import make_arrivals, make_workload
 from tui.metrics.capacity import cell_attainment
 from tui.metrics.window import RollingWindow
 from tui.profile import EngineMode, Profile, Stage, stage_profile
-from tui.record import Recorder, frame_row
+from tui.record import Recorder, frame_row, restore_signal_handlers
 from tui.records.parquet import dataclass_rows
 from tui.records.request import RequestRecord, finish_status
 from tui.run_progress import cell_total
@@ -54,8 +54,10 @@ class VirtualClockRecorder(Recorder):
     _simulated_s = 0.0  # simulated seconds of all cells so far
 
     def run(self) -> int:
-        self._open_run()
+        if not self._open_run():
+            return 2
         code = 0
+        handlers = self._interruptible()
         t0 = time.perf_counter()
         self._simulated_s = 0.0
         self._plan = self._make_plan([m.label for m in self.profile.record.modes])
@@ -65,9 +67,13 @@ class VirtualClockRecorder(Recorder):
                     stage, mode = cell
                     self._simulated_s += self._run_virtual_cell(stage, EngineMode.parse(mode))
                     self._plan.cell_done(partial=False)
-                    for w in self._writers.values():
-                        w.flush()
-            self._plan.finish(complete=True)
+                    try:
+                        for w in self._writers.values():
+                            w.flush()
+                    except Exception as e:  # a full disk: stop here, keep what reached it
+                        self.fatal, code = self._write_failure(e), 1
+                        break
+            self._plan.finish(complete=self.fatal is None)
         except KeyboardInterrupt:
             self.interrupted = True
             self._plan.finish(complete=False)
@@ -75,11 +81,13 @@ class VirtualClockRecorder(Recorder):
         except ValueError as e:  # the engine could not be built (e.g. the model does not fit)
             self.fatal = f"the simulated engine did not start: {e}"
             code = 1
+        self._finishing()
         wall = time.perf_counter() - t0
         self.extra_info = {"simulated_s": self._simulated_s, "wall_s": wall}
         self.err.print(f"simulated {self._simulated_s:,.1f} s of traffic in {wall:,.1f} s of wall time "
                        f"({self._simulated_s / wall if wall > 0 else 0:,.0f}x)", highlight=False)
-        self._finish(code)
+        code = self._finish(code)
+        restore_signal_handlers(handlers)
         return code
 
     @contextlib.contextmanager
@@ -416,6 +424,8 @@ def probe_attainment(profile: Profile, mode: EngineMode, rate: float) -> float:
     return cell_attainment(records, profile.slo) or 0.0
 
 
-def record_virtual(profile: Profile, out: Path, *, seed_drawn: bool = False) -> int:
-    """``kvtui --record`` for a simulated profile on the virtual clock; returns the exit code."""
-    return VirtualClockRecorder(profile, Path(out), seed_drawn=seed_drawn).run()
+def record_virtual(profile: Profile, out: Path, *, seed_drawn: bool = False, force: bool = False) -> int:
+    """``kvtui --record`` for a simulated profile on the virtual clock; returns the exit code.
+
+    ``force``: replace a run already in ``out`` (without it a non-empty ``out`` is refused, exit 2)."""
+    return VirtualClockRecorder(profile, Path(out), seed_drawn=seed_drawn, force=force).run()

@@ -23,7 +23,8 @@ STATUSES = (
     "connect_error",  # could not connect (refused, DNS, TLS)
     "timeout",  # the client gave up after target.timeout_s, or the server's wait timeout fired
     "stream_cut",  # the stream ended without [DONE] or usage
-    "bad_chunk",  # a chunk was not parseable JSON (or the body was not an SSE stream at all)
+    "bad_chunk",  # a protocol fault: a chunk not parseable JSON (or no SSE stream at all), more output
+    # chunks than max_tokens, a usage count out of range
     "rejected",  # the server refused the request (backlog breaker, too long for the KV cache, 4xx)
     "cancelled",  # we stopped it: Ctrl-C, stop(), or the drain bound
 )
