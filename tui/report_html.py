@@ -704,7 +704,7 @@ def _markdown_notes_html(markdown: str) -> str:
 def _run_section(i: int, run: RunData) -> str:
     slo = run.profile.slo if run.profile is not None else None
     seed = run.profile.load.seed if run.profile is not None else None
-    headers, rows = display_rows(run.summary)
+    headers, rows = display_rows(run.table)
     rec = reconciliation_lines(run.summary)
     parts = [f'<section id="table-{i + 1}"><h3>{html.escape(run_title(run))}</h3>']
     parts.append(_table_html(headers, rows) if rows else "<p>no requests recorded</p>")
@@ -713,7 +713,7 @@ def _run_section(i: int, run: RunData) -> str:
                             if k in run.info}
     if unit.get("prompt_tokenizer"):  # a local tokenizer by its name: the page travels, its paths would not
         unit["prompt_tokenizer"] = name_only(str(unit["prompt_tokenizer"]))
-    parts.append(_markdown_notes_html(to_markdown(run.summary, None, slo, seed=seed,
+    parts.append(_markdown_notes_html(to_markdown(run.table, None, slo, seed=seed,
                                                   prompt_unit=unit if "prompt_len_counts" in unit else None)))
     if not rec:  # say why there is none, rather than leave the reader looking for it
         parts.append('<div class="notes"><h4>Token reconciliation (client vs server /metrics)</h4><p>no server '
@@ -726,7 +726,7 @@ def _run_section(i: int, run: RunData) -> str:
 
 
 def _compare_section(a: RunData, b: RunData, n: int) -> str:
-    df = compare_table(a.summary, b.summary)
+    df = compare_table(a.table, b.table)
     rows = [[r["stage"], r["mode"], r["metric"], format_cell(r["a"], "r"), format_cell(r["b"], "r"),
              "-" if r["change_pct"] is None else f"{r['change_pct']:+.1f}%"] for r in df.iter_rows(named=True)]
     return (f'<section id="compare-{n}"><h3>A = {html.escape(a.name)}, B = {html.escape(b.name)}</h3>'

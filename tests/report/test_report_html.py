@@ -20,7 +20,7 @@ import pytest
 import tui
 from tui.cli import main
 from tui.metrics.review import review, review_run
-from tui.profile import Profile, load_profile, profile_from_dict
+from tui.profile import Profile, find_profile, load_profile, profile_from_dict
 from tui.report import RunData, load_run, review_of
 from tui.report_facts import Analyses
 from tui.report_html import Chart, _markdown_notes_html, _run_section, build_charts, inline_svg, render_svg
@@ -123,7 +123,7 @@ def test_time_series_line_up_with_the_cells_they_belong_to(two_runs) -> None:
 def _shipped_sweep() -> Profile:
     """The shipped ``sweep`` profile (simulated H100 + Llama-3.1-8B), its probes shortened: static
     batching's edge lies below 1 req/s, continuous batching's probes climb to 8 req/s."""
-    p = load_profile(Path(tui.__file__).parent / "profiles" / "sweep.toml")
+    p = load_profile(find_profile("sweep"))
     assert p.sweep is not None
     return dataclasses.replace(p, sweep=dataclasses.replace(p.sweep, num_requests=12, duration_s=0.01, max_probes=4))
 

@@ -95,9 +95,9 @@ def read_outcome(trial: Trial, code: int, wall_s: float) -> Outcome:
     edges = read_capacity_edges(Path(trial.run_dir))
     edge = edges[0] if edges else None
     ttft = tpot = tok = None
-    if edge is not None and edge.edge_rate is not None:
-        stage = next(p.stage for p in edge.probes if p.rate == edge.edge_rate)
-        row = _summary_row(Path(trial.run_dir), stage, edge.mode)
+    probe = edge.edge_probe if edge is not None else None
+    if edge is not None and probe is not None:
+        row = _summary_row(Path(trial.run_dir), probe.stage, edge.mode)
         ttft, tpot, tok = (_finite(row.get(k)) for k in ("ttft_p99_ms", "tpot_p99_ms", "output_tok_per_s"))
     return Outcome(trial.candidate, trial.rung, trial.run_dir, code, edge.edge_rate if edge else None,
                    edge.status if edge else "incomplete", len(edge.probes) if edge else 0, ttft, tpot, tok, wall_s)
