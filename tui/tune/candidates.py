@@ -110,9 +110,10 @@ def make_candidates(base: Profile) -> list[Candidate]:
 
 def rung_profile(candidate: Candidate, rung: int, rungs: int, reduction: int, start_rate: float | None) -> Profile:
     """The candidate's profile for one rung of the search: the last rung probes as the profile's
-    ``[sweep]`` does; each rung before it with probes ``reduction`` times shorter (length, requests,
-    service times and the longest an extended probe may run) and a tolerance as many times coarser (at
-    most 50%). A rung after the first starts at the candidate's edge from the rung before."""
+    ``[sweep]`` does; each rung before it with probes ``reduction`` times shorter (``duration_s``,
+    ``num_requests``) and a tolerance as many times coarser (at most 50%). ``min_service_times`` is kept:
+    it is the floor below which the sweep's steady-state test reads the ramp from an empty server as a
+    growing queue, so no rung's probes go below it. A rung after the first starts at the candidate's edge from the rung before."""
     prof = candidate.profile
     sweep = prof.sweep
     assert sweep is not None
@@ -122,8 +123,6 @@ def rung_profile(candidate: Candidate, rung: int, rungs: int, reduction: int, st
         start = min(start, sweep.max_rate)
     rung_sweep = dataclasses.replace(
         sweep, num_requests=max(10, math.ceil(sweep.num_requests / shorter)), duration_s=sweep.duration_s / shorter,
-        min_service_times=sweep.min_service_times / shorter,
-        max_duration_s=max(sweep.max_duration_s / shorter, sweep.duration_s / shorter),
         tolerance=min(0.5, sweep.tolerance * shorter) if shorter > 1 else sweep.tolerance, start_rate=start)
     return dataclasses.replace(prof, sweep=rung_sweep, name=f"{prof.name}-rung{rung + 1}")
 

@@ -74,13 +74,18 @@ def record_run(profile: Profile, run_dir: Path) -> int:
     return record_main(profile, run_dir)
 
 
+def log_path(run_dir: Path) -> Path:
+    """Where a trial's recorder output goes: beside its run directory (the recorder wants that empty)."""
+    return run_dir.with_name(run_dir.name + ".log")
+
+
 def run_trial(trial: Trial) -> Outcome:
-    """Record the trial's sweep (its output to ``recorder.log`` in the run directory) and read its edge."""
+    """Record the trial's sweep (its printed output to :func:`log_path`) and read its edge."""
     profile = profile_from_dict(tomllib.loads(trial.profile_toml), source=f"{trial.run_dir}/profile.toml")
     run_dir = Path(trial.run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    with (run_dir / "recorder.log").open("w", encoding="utf-8") as log, \
+    with log_path(run_dir).open("w", encoding="utf-8") as log, \
             contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
         try:
             code = record_run(profile, run_dir)
