@@ -72,7 +72,8 @@ def test_local_and_ray_executors_rank_a_small_search_identically(tmp_path: Path)
     ray = pytest.importorskip("ray")
     small = apply_overrides(SHIPPED, [
         "tune.max_candidates=3", "tune.rungs=2", "sweep.num_requests=10", "sweep.duration_s=0.2",
-        "sweep.max_probes=2", "sweep.start_rate=40", "record.snapshots_per_s=0"])
+        "sweep.max_probes=2", "sweep.start_rate=40", "sweep.max_extensions=0",
+        "record.snapshots_per_s=0"])
     cands = make_candidates(small)
     results = {}
     for name, ex in (("local", LocalExecutor(1)), ("ray", RayExecutor(1))):

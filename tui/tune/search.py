@@ -5,7 +5,8 @@ profile's own configuration, the reference) go on to the next rung with probes `
 longer, starting at their edge from the rung before; the last rung probes as the profile's ``[sweep]``.
 Outcomes are ordered by candidate, so the result depends on the seed alone, not on which worker
 finished first. The final ranking puts candidates that reached a later rung first, then by edge
-(higher first), cost per million output tokens (lower first), TTFT P99 at the edge (lower first) and name.
+(higher first), cost per million output tokens (lower first), TTFT P99 at the edge (lower first), the
+profile's own configuration before an equal change, and name.
 """
 
 from __future__ import annotations
@@ -59,10 +60,12 @@ def survivors(alive: Sequence[Candidate], outcomes: dict[str, Outcome], keep: in
     return [c for c in alive if c.name in names]
 
 
-def _order(c: Candidate, o: Outcome, cost: float | None) -> tuple[float, float, float, float, str]:
-    """Later rung, higher edge, lower cost, lower TTFT P99 at the edge, then the name: best first."""
-    return (-o.rung, -(o.edge_req_s or 0.0), math.inf if cost is None else cost,
-            math.inf if o.ttft_p99_ms is None else o.ttft_p99_ms, c.name)
+def _order(c: Candidate, o: Outcome, cost: float | None) -> tuple[float, float, float, float, bool, str]:
+    """Later rung, higher edge, lower cost (to 3 significant digits: the same edge on the same requests
+    differs only in its drain), lower TTFT P99 at the edge, then the profile's own before a change that
+    gains nothing, then the name: best first."""
+    return (-o.rung, -(o.edge_req_s or 0.0), math.inf if cost is None else float(f"{cost:.3g}"),
+            math.inf if o.ttft_p99_ms is None else o.ttft_p99_ms, c.name != PROFILE_CANDIDATE, c.name)
 
 
 def successive_halving(base: Profile, candidates: Sequence[Candidate], executor: Executor, out: Path,

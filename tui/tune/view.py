@@ -88,6 +88,10 @@ def text_scatter(points: Sequence[tuple[str, float, float]], front: set[str], *,
         return ["(no candidate has both values)"]
     xs, ys = [p[1] for p in points], [p[2] for p in points]
     x0, x1, y0, y1 = min(xs), max(xs), min(ys), max(ys)
+    if x1 - x0 <= 1e-3 * abs(x1):  # equal to the digits shown: one column, not a spread of rounding
+        x0 = x1
+    if y1 - y0 <= 1e-3 * abs(y1):
+        y0 = y1
     grid = [[" "] * width for _ in range(height)]
     for name, x, y in points:
         col = 0 if x1 == x0 else round((x - x0) / (x1 - x0) * (width - 1))
