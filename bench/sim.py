@@ -59,7 +59,6 @@ from pathlib import Path
 
 import numpy as np
 
-from tui.calibrate import fit_measurement
 from tui.engine.engine import Engine
 from tui.engine.measure import GridWalker, ShapeRecorder
 from tui.engine.params import SamplingParams
@@ -70,8 +69,9 @@ from tui.engine.sim.models import resolve_model
 from tui.load.workload import Workload
 from tui.metrics import stats
 from tui.profile import EngineMode, Profile, find_profile, load_profile
+from tui.recorder.calibrate import fit_measurement
+from tui.recorder.virtual import ClockDriver
 from tui.serve.heap import settle_heap
-from tui.virtual_record import ClockDriver
 
 PUBLISHED = Path(__file__).with_name("published.toml")
 # calibration CPU time per second of the compare run's, while they interleave: about what the grid's

@@ -10,7 +10,6 @@ import pytest
 import tomli_w
 
 from tui.cli import main
-from tui.decompose import chain_links
 from tui.metrics.decomposition import (
     DECOMPOSITION_COLUMNS,
     SLO_COLUMNS,
@@ -21,6 +20,7 @@ from tui.metrics.decomposition import (
     read_tables,
     slo_table,
 )
+from tui.recorder.decompose import chain_links
 
 
 def _mode(mode: str, edge: float | None, tok_s: float, ttft_p99: float) -> ModeFigures:

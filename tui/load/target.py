@@ -30,8 +30,16 @@ import aiohttp
 import httpx
 import orjson
 
-from tui.clock import now
-from tui.errors import address_of, api_url, one_line, printable, redact_url, root_url, unauthorized_message
+from tui.base.clock import now
+from tui.base.errors import (
+    address_of,
+    api_url,
+    one_line,
+    printable,
+    redact_url,
+    root_url,
+    unauthorized_message,
+)
 from tui.load.workload import RequestSpec
 from tui.records.request import RequestRecord, finish_status
 

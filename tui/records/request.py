@@ -1,6 +1,6 @@
 """The per-request record: raw timestamps of one request, its status, and its Parquet schema.
 
-A record keeps raw timestamps (seconds on the records' clock, :mod:`tui.clock`, shared by every
+A record keeps raw timestamps (seconds on the records' clock, :mod:`tui.base.clock`, shared by every
 process, so they line up with the engine's step records) and nothing derived: TTFT, TPOT and the rest are
 computed in one place, ``tui.metrics.stats``, from these columns.
 """
@@ -49,7 +49,7 @@ def finish_status(finish_reason: str | None) -> tuple[str, str]:
 
 @dataclass(slots=True)
 class RequestRecord:
-    """Everything measured about one request. Times are on :mod:`tui.clock`; None where it never happened."""
+    """Everything measured about one request. Times are on :mod:`tui.base.clock`; None where it never happened."""
 
     request_id: str
     index: int  # position in its stage's schedule (0, 1, 2, ...)

@@ -1,6 +1,6 @@
 """The recorder on a virtual clock: ``kvtui --record`` for a profile whose engine is simulated.
 
-Same stages, modes, workload and arrival generator as :mod:`tui.record`, but no server and no HTTP:
+Same stages, modes, workload and arrival generator as :mod:`tui.recorder.recorder`, but no server and no HTTP:
 the simulated engine runs in this process on a :class:`~tui.engine.sim.clock.VirtualClock`, requests
 are added at their scheduled arrival times on that clock, and each step moves the clock by its
 modelled time. Nothing waits, so an hour of traffic takes as long as the scheduler needs to step
@@ -24,22 +24,22 @@ from rich.console import RenderableType
 from rich.live import Live
 from rich.text import Text
 
-from tui.clock import now as records_now
+from tui.base.clock import now as records_now
+from tui.base.gpu import GpuSample
 from tui.engine.engine import Engine, RequestRejected
 from tui.engine.params import SamplingParams
 from tui.engine.sim.clock import SimClock, VirtualClock
 from tui.engine.sim.readings import modelled_gpu_samples
 from tui.engine.snapshot import EngineSnapshot, StepTiming
-from tui.gpu import GpuSample
 from tui.load.arrivals import Schedule
 from tui.load.trace_replay import make_arrivals, make_workload
 from tui.metrics.capacity import cell_attainment
 from tui.metrics.window import RollingWindow
 from tui.profile import EngineMode, Profile, Stage, stage_profile
-from tui.record import Recorder, frame_row, restore_signal_handlers
+from tui.recorder.progress import cell_total
+from tui.recorder.recorder import Recorder, frame_row, restore_signal_handlers
 from tui.records.parquet import dataclass_rows
 from tui.records.request import RequestRecord, finish_status
-from tui.run_progress import cell_total
 
 STEPS_EVERY = 2000  # collect the engine's steps this often (its history holds 20,000)
 IDLE_TICK_S = 0.001  # nothing runs but requests wait (a static batch window): look again this much later
@@ -189,7 +189,7 @@ class ClockDriver:
         self._stretch_steps = 0
 
     def _stamp(self, t: float) -> float:
-        """A time on the engine's clock as a records' time (:mod:`tui.clock`)."""
+        """A time on the engine's clock as a records' time (:mod:`tui.base.clock`)."""
         return self.clock.origin + t
 
     # -- requests --------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ load all four sustain: TTFT/TPOT) and ``<preset>:saturation`` (every mode at twi
 edge: throughput and KV use). The run directory holds those records and the summary table, plus
 ``decomposition.csv``, ``decomposition_modes.csv`` and ``slo_sensitivity.csv``.
 
-Everything runs on the virtual clock (:func:`tui.virtual_record.run_virtual_cell`), so an hour of
+Everything runs on the virtual clock (:func:`tui.recorder.virtual.run_virtual_cell`), so an hour of
 traffic takes seconds; the same chain on the torch engine is four ``[record] modes`` with
 ``engine.reservation`` set per run (docs/decomposition.md).
 """
@@ -58,10 +58,10 @@ from tui.profile import (
     find_profile,
     load_profile,
 )
+from tui.recorder.virtual import VirtualClockRecorder, run_virtual_cell
 from tui.records.parquet import dataclass_rows
 from tui.records.request import RequestRecord
-from tui.report import load_run
-from tui.virtual_record import VirtualClockRecorder, run_virtual_cell
+from tui.report.terminal import load_run
 
 SATURATION_FACTOR = 2.0  # the saturation cell offers every mode this many times the chain's highest edge
 

@@ -119,7 +119,7 @@ def _print_run(console: Console, run: RunData) -> None:
         console.print(edges_rich(run.edges))
         for line in edge_summary_lines(run.edges):
             console.print(line, markup=False, highlight=False)
-    for item in decomposition_rich(*read_tables(run.path)):  # a decomposition's tables (tui.decompose)
+    for item in decomposition_rich(*read_tables(run.path)):  # a decomposition's tables (tui.recorder.decompose)
         if isinstance(item, str):
             console.print(item, markup=False, highlight=False)
         else:

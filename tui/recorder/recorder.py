@@ -32,9 +32,11 @@ from rich.console import Console, RenderableType
 from rich.live import Live
 from rich.text import Text
 
-from tui.clock import anchor, now
+from tui.base.clock import anchor, now
+from tui.base.errors import api_key_hint, api_url, one_line, redact_url, root_url
+from tui.base.provenance import provenance
+from tui.base.tokenizer_json import read_tokenizer_json
 from tui.engine.sim.readings import modelled_gpu_samples
-from tui.errors import api_key_hint, api_url, one_line, redact_url, root_url
 from tui.feasibility import infeasible_cells
 from tui.load.arrivals import planned_deadlines
 from tui.load.headroom import new_timed_loop
@@ -51,16 +53,14 @@ from tui.metrics.table_view import print_summary
 from tui.metrics.types import ServerGauges
 from tui.metrics.window import RollingWindow
 from tui.profile import EngineMode, Profile, ProfileError, Stage, dump_profile, stage_profile
-from tui.provenance import provenance
+from tui.recorder.progress import RunProgress, cell_total, run_total
+from tui.recorder.sweep import CellPlan, FixedCells, cell_plan
 from tui.records.parquet import PartWriter, dataclass_rows, read_records
 from tui.records.request import RequestRecord
 from tui.records.run_dir import RunDirError, prepare_run_dir
-from tui.report import load_run, wide_console
-from tui.run_progress import RunProgress, cell_total, run_total
+from tui.report.terminal import load_run, wide_console
 from tui.serve.control_client import ControlClient, ControlError
 from tui.serve.state_wire import frame_json
-from tui.sweep import CellPlan, FixedCells, cell_plan
-from tui.tokenizer_json import read_tokenizer_json
 
 if TYPE_CHECKING:
     from tui.engine.snapshot import EngineSnapshot
@@ -85,7 +85,7 @@ class FatalTargetError(Exception):
 class Recorder:
     """One recorded run into ``out``; :meth:`run` returns the exit code."""
 
-    clock_kind = "real"  # the virtual-clock recorder (tui.virtual_record) says "virtual"
+    clock_kind = "real"  # the virtual-clock recorder (tui.recorder.virtual) says "virtual"
 
     def __init__(self, profile: Profile, out: Path, *, console_err: Console | None = None,
                  console_out: Console | None = None, seed_drawn: bool = False, force: bool = False):
@@ -626,7 +626,7 @@ class Recorder:
                      "drawn_at_random": self.seed_drawn},
             **self._prompt_unit(),
             "cells": self.cells,
-            # every time in the records is on tui.clock (monotonic, never stepped); this pair dates them:
+            # every time in the records is on tui.base.clock (monotonic, never stepped); this pair dates them:
             # wall time = started_wall + (t - started_t)
             "started_t": self.started_t,
             "started_wall": self.started_wall,
