@@ -350,3 +350,35 @@ def test_a_virtual_run_does_not_depend_on_when_it_ran() -> None:
     early, late = schedule(31000.5), schedule(33000.125)  # counted from them, a batch started 1 ms apart
     assert [r[0] for r in early] == [r[0] for r in late]
     assert max(abs(a - b) for x, y in zip(early, late, strict=True) for a, b in zip(x[1:], y[1:], strict=True)) < 1e-6
+
+
+def test_max_concurrency_one_keeps_one_request_in_flight() -> None:
+    """``load.max_concurrency = 1`` on the virtual clock: a request due while another is in flight waits
+    for it (as the live client's semaphore makes it), so no two requests' send..end overlap and no step
+    runs two; without the cap the same arrivals overlap."""
+    import dataclasses
+    import itertools
+
+    from tui.profile import find_profile, load_profile
+    from tui.virtual_record import run_virtual_cell
+
+    prof = load_profile(find_profile("sim-h100-llama8b"))
+    stage = Stage("burst", 20.0, 24)
+
+    def run(cap: int | None) -> tuple[list, list]:
+        p = dataclasses.replace(prof, load=dataclasses.replace(prof.load, max_concurrency=cap))
+        records: list = []
+        steps: list = []
+        run_virtual_cell(p, stage, EngineMode.parse("continuous+paged"), start=1000.0, on_record=records.append,
+                         on_steps=steps.extend)
+        return sorted(records, key=lambda r: r.send_t), steps
+
+    records, steps = run(1)
+    assert len(records) == 24 + prof.load.warmup_requests and all(r.status == "ok" for r in records)
+    assert all(b.send_t >= a.end_t for a, b in itertools.pairwise(records))
+    assert max(s.batch_size for s in steps) == 1
+    assert all(r.send_t >= r.scheduled_t for r in records)
+    assert any(r.send_t > r.scheduled_t for r in records)  # some waited for the slot
+    free, free_steps = run(None)
+    assert any(b.send_t < a.end_t for a, b in itertools.pairwise(free))
+    assert max(s.batch_size for s in free_steps) > 1
