@@ -30,11 +30,13 @@ class _Shapes:
     """Wraps the simulated runner to keep each step's shape (what the cost model is asked)."""
 
     def __init__(self, inner):
-        self.inner, self.shapes = inner, []
+        self.inner, self.shapes, self.sampled = inner, [], []
 
     def execute(self, chunks, kv):
         self.shapes.append([(c.num_new, c.request.num_computed) for c in chunks])
-        return self.inner.execute(chunks, kv)
+        out = self.inner.execute(chunks, kv)
+        self.sampled.append(len(out.requests))
+        return out
 
     def swap(self, plans):
         return self.inner.swap(plans)
@@ -69,8 +71,7 @@ def test_virtual_steps_take_exactly_the_modelled_time() -> None:
     while e.has_unfinished():
         timings.append(e.step().timing)
     cm = _cost_model()
-    modelled = [cm.step(s, 0).time_s for s in rec.shapes]
-    # (shapes without their sampled rows: the LM head of a few rows is < 0.1 % of any of these steps)
+    modelled = [cm.step(s, k).time_s for s, k in zip(rec.shapes, rec.sampled, strict=True)]
     assert [t.duration_s for t in timings if t.batch_size] == pytest.approx(modelled, rel=1e-3)
     assert clock.now() - 100.0 == pytest.approx(sum(t.duration_s for t in timings), rel=1e-9)
     assert timings[0].prefill_tokens == 8192  # the step token budget, then the rest of the prompts
@@ -111,10 +112,10 @@ _H100_70B = EngineConfig(backend="simulated", model="llama-3.1-70b", hardware="H
                          max_model_len=4096)  # KV from a byte budget: its weights alone would not fit the split
 
 
-def _modelled_70b(shapes: list) -> list[float]:
+def _modelled_70b(rec: _Shapes) -> list[float]:
     hw = load_hardware("H100-SXM")
     cm = CostModel(resolve_model("llama-3.1-70b"), hw.gpu, hw.params)
-    return [cm.step(s, 0).time_s for s in shapes]
+    return [cm.step(s, k).time_s for s, k in zip(rec.shapes, rec.sampled, strict=True)]
 
 
 def test_real_time_release_honours_the_modelled_times() -> None:
@@ -132,7 +133,7 @@ def test_real_time_release_honours_the_modelled_times() -> None:
     while e.has_unfinished():
         e.step()
         released.append(time.monotonic())
-    modelled = _modelled_70b(rec.shapes)
+    modelled = _modelled_70b(rec)
     due = [began + sum(modelled[: k + 1]) for k in range(len(modelled))]
     assert min(modelled) > 0.04
     assert all(r >= d for r, d in zip(released, due, strict=True))
@@ -173,7 +174,7 @@ def test_the_hosts_own_time_between_steps_is_not_the_modelled_devices() -> None:
         clock.spend(0.003)
         e.step()
         released.append(clock.now())
-    m = _modelled_70b(rec.shapes)
+    m = _modelled_70b(rec)
     # nothing ran before the first step: it began as it was scheduled (3 ms in), the rest back to back
     assert released == pytest.approx([0.003 + sum(m[: k + 1]) for k in range(4)], abs=1e-12)
 
@@ -181,14 +182,14 @@ def test_the_hosts_own_time_between_steps_is_not_the_modelled_devices() -> None:
     e.add_request("late", [97] * 64, SamplingParams.exact(2))  # arrives 2 ms after the last release
     clock.spend(0.001)
     e.step()  # began at that release, before "late" arrived: it waits for the next step
-    m = _modelled_70b(rec.shapes)
+    m = _modelled_70b(rec)
     assert clock.now() == pytest.approx(released[-1] + m[4], abs=1e-12)
     assert e.requests["late"].num_computed == 0
 
     clock.spend(0.010)
     clock.woke()  # the host waited (paused, say) until now: the next step begins here, "late" in it
     e.step()
-    m = _modelled_70b(rec.shapes)
+    m = _modelled_70b(rec)
     assert clock.now() == pytest.approx(released[-1] + m[4] + 0.010 + m[5], abs=1e-12)
     assert e.requests["late"].num_computed == 64
 
@@ -196,7 +197,7 @@ def test_the_hosts_own_time_between_steps_is_not_the_modelled_devices() -> None:
     clock.spend(1.0)  # longer than a step: released at once, late, and the gauges say by how much
     before = clock.now()
     e.step()
-    m = _modelled_70b(rec.shapes)
+    m = _modelled_70b(rec)
     assert clock.now() == before
     assert e.sim.runner.gauges().behind_frac == pytest.approx(before - released[-1] - m[4] - 0.010 - m[5] - m[6])
 
