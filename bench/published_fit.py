@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from scipy.optimize import lsq_linear
+from scipy.optimize import nnls
 
 from tui.engine.sim.cost import CostModel, StepWork, step_seconds
 from tui.engine.sim.hardware import CostParams, Efficiency, GiB, load_hardware
@@ -26,10 +26,11 @@ from tui.engine.sim.models import resolve_model, with_dtypes
 PUBLISHED = Path(__file__).with_name("published.toml")
 # which stack preset (tui.engine.sim.hardware.STACKS) each measured stack is
 STACK_CLASS = {"vllm-serve": "vllm", "vllm-ci-latency": "vllm", "nemo-trtllm": "compiled",
-               "lmdeploy-turbomind": "compiled", "gpt-fast": "compiled"}
+               "lmdeploy-turbomind": "compiled", "gpt-fast": "compiled", "trtllm": "compiled"}
 CLASSES = ("vllm", "compiled")
 DECODE_SAMPLES = 8  # decode steps evaluated per point (evenly over its output; the step time is ~linear)
-GRID = {"flops_efficiency": (0.5, 0.6, 0.7, 0.8, 0.9), "gemm_half_tokens": (0.0, 64.0, 128.0, 256.0, 512.0),
+GRID = {"flops_efficiency": (0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85),
+        "gemm_half_tokens": (0.0, 32.0, 64.0, 128.0, 256.0, 384.0, 512.0),
         "bandwidth_efficiency": (0.7, 0.75, 0.8, 0.85, 0.9, 0.95), "kv_bandwidth_factor": (0.5, 0.75, 1.0)}
 
 
@@ -91,21 +92,30 @@ class LatencyTable:
         return base, cols
 
 
-def fit_latency(table: LatencyTable, train: np.ndarray) -> tuple[Efficiency, np.ndarray]:
+class Grid:
+    """Every grid point's :meth:`LatencyTable.parts`, computed once for all the folds."""
+
+    def __init__(self, table: LatencyTable) -> None:
+        self.table = table
+        self.cells = [(e, *table.parts(e)) for e in
+                      (Efficiency(fe, half, be, kf, 0.0) for fe, half, be, kf in itertools.product(*GRID.values()))]
+
+
+def fit_latency(table: LatencyTable, train: np.ndarray, grid: Grid | None = None) -> tuple[Efficiency, np.ndarray]:
     """The grid's efficiency terms and the linear terms (per-layer s per class, per-logit s) that best
-    reproduce the ``train`` points (least squares of the relative errors)."""
+    reproduce the ``train`` points: for each grid point the linear terms by least squares of the
+    relative errors; the grid point whose mean |log(modelled / measured)| is least (robust to one
+    source's outliers)."""
     best: tuple[float, Efficiency, np.ndarray] | None = None
     v = table.value[train]
-    for fe, half, be, kf in itertools.product(*GRID.values()):
-        e = Efficiency(fe, half, be, kf, 0.0)
-        base, cols = table.parts(e)
+    for e, base, cols in (grid or Grid(table)).cells:
         a = cols[train] / v[:, None]
         r = 1.0 - base[train] / v
         used = np.abs(a).sum(axis=0) > 0
         theta = np.zeros(cols.shape[1])
         if used.any():
-            theta[used] = lsq_linear(a[:, used], r, bounds=(0.0, np.inf)).x
-        err = float(np.mean(((base[train] + cols[train] @ theta) / v - 1.0) ** 2))
+            theta[used] = nnls(a[:, used], r)[0]
+        err = float(np.mean(np.abs(np.log(np.maximum(base[train] + cols[train] @ theta, 1e-12) / v))))
         if best is None or err < best[0]:
             best = (err, e, theta)
     assert best is not None
@@ -152,12 +162,13 @@ def loso(points: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     lat = [p for p in points if p["phase"] != "capacity"]
     cap = [p for p in points if p["phase"] == "capacity"]
     table = LatencyTable(lat)
+    grid = Grid(table)
     src = np.array([p["source_id"] for p in lat])
     rows = []
     for s in sorted({p["source_id"] for p in points}):
         held = src == s
         if held.any():
-            e, per_layer = fit_latency(table, ~held)
+            e, per_layer = fit_latency(table, ~held, grid)
             pred = predict_latency(table, e, per_layer)
             rows += [dict(name=p["name"], source=s, phase=p["phase"], value=p["value"], pred=float(pred[i]))
                      for i, p in enumerate(lat) if held[i]]
@@ -177,3 +188,10 @@ def fit_all(points: list[dict[str, Any]] | None = None) -> tuple[Efficiency, dic
     e, per_layer = fit_latency(table, np.ones(len(lat), bool))
     base = non_torch_base([p for p in points if p["phase"] == "capacity"])
     return e, dict(zip(CLASSES, map(float, per_layer), strict=True)), base
+
+
+if __name__ == "__main__":
+    eff, floors, non_torch = fit_all()
+    print(f"fitted on every point: {eff}")
+    print("per-layer floor per stack class: " + ", ".join(f"{k} {v * 1e6:.0f} us" for k, v in floors.items()))
+    print(f"non-torch memory at TP1: {non_torch / GiB:.2f} GiB")

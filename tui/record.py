@@ -29,6 +29,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.text import Text
 
+from tui.engine.sim.backend import memory_of
 from tui.engine.sim.readings import modelled_gpu_samples
 from tui.errors import api_key_hint, one_line, root_url
 from tui.feasibility import infeasible_cells
@@ -526,6 +527,8 @@ class Recorder:
             if eng.backend == "simulated":  # every file of a simulated run says so
                 info.update(simulated=True, clock=self.clock_kind, engine_model=eng.model_path or eng.model,
                             hardware=eng.hardware or "H100-SXM", tensor_parallel_size=eng.tensor_parallel_size)
+                with contextlib.suppress(ValueError):  # a profile that did not build says so in "error"
+                    info["memory_split"] = memory_of(eng)  # bytes per device, as vLLM splits it
         info.update(self.extra_info)
         tmp = self.out / "run.json.tmp"
         tmp.write_text(json.dumps(info, indent=2), encoding="utf-8")

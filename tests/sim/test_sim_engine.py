@@ -265,6 +265,9 @@ def test_virtual_clock_recorder_writes_a_run_marked_simulated(tmp_path: Path) ->
     info = json.loads((out / "run.json").read_text())
     assert info["simulated"] is True and info["clock"] == "virtual" and info["engine_backend"] == "simulated"
     assert info["simulated_s"] > 0
+    split = info["memory_split"]  # vLLM's split, per device: chunked prefill on, so the step budget is profiled
+    assert split["profile_rule"] == "max_num_batched_tokens" and split["non_torch_bytes"] == int(1.79 * 2**30)
+    assert split["total_bytes"] == int(79.22 * 2**30) and split["num_blocks"] > 20_000
     assert "SIMULATED" in (out / "summary.md").read_text()
     run = load_run(out)
     rows = {r["mode"]: r for r in run.summary.to_dicts()}

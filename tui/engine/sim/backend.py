@@ -123,6 +123,15 @@ def _split(cfg: EngineConfig, model: ModelSpec, hw: Hardware) -> MemorySplit:
     )
 
 
+def memory_of(cfg: EngineConfig) -> dict[str, int | float | str] | None:
+    """A simulated ``[engine]``'s device memory split (:meth:`MemorySplit.to_dict`, bytes per device;
+    with which rule sized the activation peak), or None without ``gpu_memory_utilization``."""
+    if cfg.backend != "simulated" or cfg.gpu_memory_utilization is None:
+        return None
+    model, hw = _parts(cfg)
+    return _split(cfg, model, hw).to_dict()
+
+
 def build(cfg: EngineConfig, clock: SimClock) -> SimulatedBackend:
     """The simulated backend for ``cfg`` on ``clock``; ``ValueError`` with one line when it cannot be."""
     model, hw = _parts(cfg)
