@@ -117,7 +117,7 @@ def decode_step_time(mode: str, batch: int, ctx: int, reps: int, preset: str) ->
 
 def bare_forward_time(eng: Engine, batch: int, prompt_len: int, new_tokens: int) -> float:
     """The same decode forwards with no engine: dense ``[B, L, kv_heads, D]`` cache, fixed shapes."""
-    model = eng.model
+    model = eng.backend.model
     cfg = model.config
     total = prompt_len + new_tokens
     kc = [torch.zeros(batch, total, cfg.num_kv_heads, cfg.dim_per_head) for _ in range(cfg.num_layers)]

@@ -40,6 +40,7 @@ from pathlib import Path
 
 import httpx
 
+from tui.clock import now
 from tui.engine.engine import Engine
 from tui.engine.params import SamplingParams
 from tui.engine.sim.hardware import CostParams, GpuSpec, Hardware, dump_hardware
@@ -47,7 +48,6 @@ from tui.load.headroom import LoopBusyMeter, new_timed_loop
 from tui.load.target import OpenAITarget
 from tui.load.workload import RequestSpec
 from tui.profile import EngineConfig, Profile
-from tui.records.clock import now
 from tui.records.request import RequestRecord
 from tui.serve.control_client import ControlClient
 from tui.serve.local import LocalServer

@@ -17,7 +17,7 @@ from pathlib import Path
 from tui.engine.measure import Measurement, StepSample, measure
 from tui.engine.sim.calibrate import Fit, fit
 from tui.engine.sim.cost import CostModel
-from tui.engine.sim.hardware import PRESETS, CostParams, GpuSpec, Hardware, dump_hardware
+from tui.engine.sim.hardware import ATTN_FLOPS_FACTOR, PRESETS, CostParams, GpuSpec, Hardware, dump_hardware
 from tui.engine.sim.models import ModelSpec, resolve_model
 from tui.profile import EngineConfig, Profile
 
@@ -40,7 +40,10 @@ def _machine_gpu(device_label: str, dtype_bytes: int) -> GpuSpec:
 
 def fit_samples(samples: list[StepSample], model: ModelSpec, gpu: GpuSpec) -> tuple[Hardware, Fit]:
     """Fit the cost model to measured steps; the hardware profile it gives and the fit."""
-    prior = CostParams.from_gpu(gpu)
+    # the prior: the device's peaks at its own efficiency factors (a CPU's 1.0), one overhead per step and
+    # none of a GPU stack's fitted terms (per layer, GEMM saturation, sampler): calibration fits its own
+    fl, bw = gpu.peak_flops * gpu.flops_efficiency, gpu.mem_bandwidth * gpu.bandwidth_efficiency
+    prior = CostParams(gpu.step_overhead_s, 0.0, fl, bw, fl * ATTN_FLOPS_FACTOR, bw)
     cm = CostModel(model, gpu, prior)
     works = [cm.work(s.shape, s.sampled) for s in samples]
     f = fit(works, [s.duration_s for s in samples], prior)
@@ -62,6 +65,21 @@ def calibrate(cfg: EngineConfig, *, quick: bool = False, progress=None) -> tuple
     return fit_measurement(measure(cfg, quick=quick, progress=progress), cfg)
 
 
+# Far beyond any device (a CPU or GPU moves at most a few TB/s and computes at most a few PFLOP/s): a
+# fitted rate this high means the fit gave that term no time, not that the hardware is that fast.
+UNBOUNDED_RATE = 1e17
+
+
+def per_second(x: float, unit: str) -> str:
+    """A fitted rate with an SI prefix (``32.6 GB/s``, ``1.20 TFLOP/s``), or what an unbounded one means."""
+    if not x or x >= UNBOUNDED_RATE:
+        return f"{unit}/s not limiting (the fit gave it no time)"
+    for scale, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if x >= scale:
+            return f"{x / scale:.3g} {prefix}{unit}/s"
+    return f"{x:.3g} {unit}/s"
+
+
 def calibrate_main(profile: Profile, out: Path, quick: bool = False) -> int:
     cfg = profile.engine
     if cfg.backend != "torch":
@@ -77,8 +95,8 @@ def calibrate_main(profile: Profile, out: Path, quick: bool = False) -> int:
     print(f"fitted {f.num_samples} steps (MAPE {f.mape:.1f} %, median {f.median_ape:.1f} %): overhead {p.overhead_s * 1e3:.3f} ms/step, "
           f"{p.per_seq_s * 1e6:.1f} us/request, {p.per_prefill_s * 1e6:.0f} us/prefill chunk, "
           f"{p.per_pad_token_s * 1e9:.0f} ns/padded decode slot, "
-          f"{p.flops / 1e9:.1f} GFLOP/s, {p.bandwidth / 1e9:.1f} GB/s; attention {p.attn_flops / 1e9:.1f} GFLOP/s, "
-          f"KV {p.kv_bandwidth / 1e9:.1f} GB/s")
+          f"{per_second(p.flops, 'FLOP')}, {per_second(p.bandwidth, 'B')}; attention {per_second(p.attn_flops, 'FLOP')}, "
+          f"KV {per_second(p.kv_bandwidth, 'B')}")
     print(f"wrote {out}; use it with [engine] backend = \"simulated\", hardware = \"{out}\", "
           f"model = \"{cfg.model_path or cfg.model}\"")
     return 0

@@ -147,6 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("dirs", nargs="+", type=Path, metavar="DIR", help="one run directory, or several to compare")
     report.add_argument("--table", action="store_true",
                         help="print the table instead of opening the review (the default when stdout is not a terminal)")
+    report.add_argument("--wide", action="store_true",
+                        help="with --table: every column in one table even on a narrow terminal (a pipe always gets it)")
     report.add_argument("--html", type=Path, metavar="FILE",
                         help="write a self-contained HTML report with charts (runs overlaid) to FILE")
     report.add_argument("--charts-dir", type=Path, metavar="DIR",
@@ -302,10 +304,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 from tui.report_html import html_main
 
                 return html_main(args.dirs, args.html, args.charts_dir)
-            if args.table or not sys.stdout.isatty():  # pipes and scripts get the printed table, as before
+            if args.table or args.wide or not sys.stdout.isatty():  # pipes and scripts get the printed table
                 from tui.report import report_main
 
-                return report_main(args.dirs)
+                return report_main(args.dirs, wide=args.wide)
             from tui.ui.report_app import report_app_main
 
             return report_app_main(args.dirs)

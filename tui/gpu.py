@@ -17,15 +17,16 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import time
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from tui.clock import now as records_now
+
 
 @dataclass(frozen=True)
 class GpuSample:
-    """One NVML reading of one GPU."""
+    """One NVML reading of one GPU; ``t`` on the records' clock (:mod:`tui.clock`)."""
 
     t: float
     index: int
@@ -132,7 +133,7 @@ class GpuSampler:
         util = nvml.nvmlDeviceGetUtilizationRates(dev.handle)
         mem = nvml.nvmlDeviceGetMemoryInfo(dev.handle)
         return GpuSample(
-            t=time.time(),
+            t=records_now(),  # the records' clock, so samples join steps and requests by time
             index=dev.index,
             name=dev.name,
             sm_util_pct=float(util.gpu),

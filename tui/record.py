@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import signal
 import time
 import uuid
@@ -25,11 +26,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.live import Live
 from rich.text import Text
 
-from tui.engine.sim.backend import memory_of
+from tui.clock import anchor, now
+from tui.engine.sim.backend import kv_cache
 from tui.engine.sim.readings import modelled_gpu_samples
 from tui.errors import api_key_hint, one_line, root_url
 from tui.feasibility import infeasible_cells
@@ -38,21 +40,24 @@ from tui.load.headroom import new_timed_loop
 from tui.load.runner import ClientStats, LoadRunner, make_target, prompt_sizing
 from tui.load.target import OpenAITarget, PreflightError
 from tui.load.workers import WorkerFailed, WorkerRunner
-from tui.load.workload import UNIT_MEANING
+from tui.load.workload import UNIT_MEANING, Workload
 from tui.metrics import stats
 from tui.metrics.capacity import edge_summary_lines, edges_markdown, edges_rich
 from tui.metrics.prom import parse_server_gauges
-from tui.metrics.summary import client_delay_lines, reconciliation_lines, to_markdown, to_rich
+from tui.metrics.summary import to_markdown
+from tui.metrics.table_view import print_summary
 from tui.metrics.types import ServerGauges
 from tui.metrics.window import RollingWindow
 from tui.profile import EngineMode, Profile, ProfileError, Stage, dump_profile
-from tui.records.clock import now
+from tui.provenance import provenance
 from tui.records.parquet import PartWriter, dataclass_rows, read_records
 from tui.records.request import RequestRecord
 from tui.report import load_run, wide_console
+from tui.run_progress import RunProgress, cell_total, run_total
 from tui.serve.control_client import ControlClient, ControlError
 from tui.serve.state_wire import frame_json
 from tui.sweep import CellPlan, FixedCells, cell_plan
+from tui.tokenizer_json import read_tokenizer_json
 
 if TYPE_CHECKING:
     from tui.engine.snapshot import EngineSnapshot
@@ -64,6 +69,7 @@ POLL_EVERY_S = 1.0  # engine steps and GPU samples are fetched this often (local
 WATCH_EVERY_S = 0.25  # the local server and its engine are checked this often while load runs
 DEAD_AFTER_CONNECT_ERRORS = 5  # this many connection failures in a row, none ok between: the server is gone
 REMOTE_MODE = "remote"
+REMOTE_LENGTH_SAMPLE = 32  # requests of a remote run counted against the server's max_model_len
 
 
 class FatalTargetError(Exception):
@@ -83,6 +89,7 @@ class Recorder:
         self.profile = profile
         self.out = Path(out)
         self.run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
+        self.started_t, self.started_wall = anchor()  # the run's start on the records' and the wall clock
         self.err = console_err or Console(stderr=True, soft_wrap=True)
         self.console = console_out or wide_console()
         self.cells: list[dict[str, Any]] = []
@@ -90,6 +97,7 @@ class Recorder:
         self.fatal: str | None = None
         self._stop: asyncio.Event | None = None
         self._connect_errors = 0
+        self._short_outputs = [0, 0]  # this cell's ok requests that ended before max_tokens, and all ok ones
         self._writers: dict[str, PartWriter] = {}
         self._runner: LoadRunner | WorkerRunner | None = None
         self._window: RollingWindow | None = None
@@ -98,6 +106,7 @@ class Recorder:
         self.extra_info: dict[str, Any] = {}  # more for run.json (a subclass's own figures)
         self.seed_drawn = seed_drawn
         self._plan: CellPlan = FixedCells((), ())  # which cells run (set when the run starts)
+        self._bars: RunProgress | None = None  # the progress bars (made with the plan)
 
     # -- entry -------------------------------------------------------------------------------------
 
@@ -180,6 +189,8 @@ class Recorder:
                 raise FatalTargetError(str(e)) from None
             if control is not None:
                 await self._check_feasible(target, control)
+            else:
+                await self._check_remote_lengths(target)
             modes = [m.label for m in self.profile.record.modes] if local else [REMOTE_MODE]
             self._plan = self._make_plan(modes)
             while not self._stop.is_set() and (cell := self._plan.next_cell()) is not None:
@@ -198,7 +209,9 @@ class Recorder:
         return 130 if self.interrupted else 0
 
     def _make_plan(self, modes: list[str]) -> CellPlan:
-        """Every stage x mode, or (``[sweep]``) each mode's capacity edge probe by probe."""
+        """Every stage x mode, or (``[sweep]``) each mode's capacity edge probe by probe (and the
+        progress bars over them)."""
+        self._bars = RunProgress(run_total(self.profile, len(modes)))
         return cell_plan(self.profile, modes, self.out, lambda line: self.err.print(line, markup=False, highlight=False))
 
     @staticmethod
@@ -225,6 +238,7 @@ class Recorder:
                                 "started_t": now()}
         self.cells.append(note)
         step_base = 0
+        self._short_outputs = [0, 0]
         if control is not None:
             step_base = await self._reset_engine(control, mode)
         window = RollingWindow(rec_cfg.window_s)
@@ -311,12 +325,19 @@ class Recorder:
         w = window.stats()  # counts and percentiles from the one place that keeps them
         p99 = (f"{w.ttft.p99 * 1e3:.0f} ms" if w.ttft.p99 is not None else "-") + f" (last {w.window_s:g} s)"
         self.err.print(
-            f"{stage.name} / {mode}: target {stage.rate:g}/s"
+            f"{stage.name} / {mode}: target {stage.rate:.4g}/s"
             + (f", offered {offered:.2f}/s" if offered is not None else "")
             + f": {w.sent} sent, {w.completed} ok, "
             f"{w.failed_total} failed{_failures(w.failed)}, TTFT P99 {p99}"
             + (" (partial)" if note["partial"] else "")
         )
+        short, done = self._short_outputs
+        if short and not self.profile.target.sends_ignore_eos:
+            self.err.print(
+                f"kvtui: warning: {short} of {done} completed requests of {stage.name} / {mode} ended before their "
+                "max_tokens (the model stopped at end-of-sequence): without ignore_eos their output lengths are the "
+                "model's, not the workload's; set target.ignore_eos = true where the server accepts it",
+                markup=False, highlight=False)
 
     def _stop_reason(self) -> str:
         return "run stopped: " + (self.fatal or "interrupted")
@@ -324,10 +345,15 @@ class Recorder:
     def _on_record(self, rec: RequestRecord) -> None:
         self._writers["requests"].add(rec.to_row())
         self._plan.on_record(rec)
+        if self._bars is not None:
+            self._bars.finished(rec)
         if rec.warmup or self._stop is None:
             return
         if rec.ok:
             self._connect_errors = 0
+            self._short_outputs[1] += 1
+            if rec.completion_tokens is not None and rec.completion_tokens < rec.max_tokens:
+                self._short_outputs[0] += 1
         elif rec.status == "connect_error":
             self._connect_errors += 1
             server = self._server
@@ -406,6 +432,37 @@ class Recorder:
                 raise ProfileError(problem.message(self.profile.source))
             self.err.print(f"kvtui: warning: {problem.message(self.profile.source)}", markup=False, highlight=False)
 
+    async def _check_remote_lengths(self, target: OpenAITarget) -> None:
+        """Before any load on a remote target: the first requests of the workload, counted by the
+        server's own tokenizer where it answers vLLM's ``/tokenize`` (``kvtui serve`` does), else as
+        sized here, against the ``max_model_len`` its ``/v1/models`` lists. One that cannot fit is a
+        profile error (exit 2, naming max_model_len): the server would refuse it as too long."""
+        limit = target.max_model_len
+        if limit is None:
+            return
+        unit, ref = prompt_sizing(self.profile)
+        tokenizer = read_tokenizer_json(ref) if unit == "token" and ref else None
+        workload = Workload(self.profile.workload, unit, tokenizer=tokenizer)
+        n = max((s.num_requests or math.ceil(s.rate * (s.duration_s or 0)) or 1) for s in self.profile.run_stages())
+        too_long, counted_by = [], "as sized here"
+        for i in range(min(n, REMOTE_LENGTH_SAMPLE)):
+            spec = workload.spec(i)
+            count = await target.count_tokens(spec.prompt)
+            if count is not None:
+                counted_by = "by the server's /tokenize"
+            tokens = count if count is not None else spec.prompt_len
+            if tokens + spec.max_tokens > limit:
+                too_long.append((tokens + spec.max_tokens, tokens, spec.max_tokens))
+        if too_long:
+            total, tokens, out = max(too_long)
+            sample = min(n, REMOTE_LENGTH_SAMPLE)
+            raise ProfileError(
+                f"{self.profile.source}: {len(too_long)} of the first {sample} requests exceed the server's "
+                f"max_model_len {limit} (the longest: {tokens} prompt tokens {counted_by} + {out} output "
+                f"tokens = {total}); the server would refuse them: lower workload.prompt_len / "
+                "workload.output_len, or set target.tokenizer to the served model's so prompts are sized "
+                "in its tokens")
+
     async def _engine_step(self, control: ControlClient, default: int) -> int:
         with contextlib.suppress(ControlError):
             self._steps_seen = (await control.state()).engine.step
@@ -475,12 +532,16 @@ class Recorder:
     @contextlib.contextmanager
     def _progress(self, stage: Stage, mode: str, offered: float | None):
         planned = f"/{stage.num_requests}" if stage.num_requests else ""
-        target = f"target {stage.rate:g}/s" + (f" (schedule offers {offered:.2f}/s)" if offered is not None else "")
+        target = f"target {stage.rate:.4g}/s" + (f" (schedule offers {offered:.2f}/s)" if offered is not None else "")
 
-        def render() -> Text:
+        bars = self._bars
+        if bars is not None:
+            bars.start_cell(f"{stage.name} / {mode}", cell_total(stage))
+
+        def render() -> RenderableType:
             r, w = self._runner, self._window
             if r is None or w is None:
-                return Text("")
+                return bars.renderable() if bars is not None else Text("")
             s = w.stats()
             p99 = f"{s.ttft.p99 * 1e3:.0f} ms" if s.ttft.p99 is not None else "-"
             line = Text.from_markup(
@@ -489,7 +550,8 @@ class Recorder:
                 f"achieved {s.achieved_rate:.1f}/s · TTFT P99 {p99} · {client_line(r.client_stats())}"
             )
             extra = self._plan.status()  # a sweep's probe and the SLO attainment so far
-            return Text("\n").join([line, Text(extra)]) if extra else line
+            line = Text("\n").join([line, Text(extra)]) if extra else line
+            return bars.renderable(line) if bars is not None else line
 
         if not self.err.is_terminal:
             yield
@@ -506,6 +568,7 @@ class Recorder:
     def _write_run_json(self, finished: bool, code: int | None) -> None:
         info = {
             "run_id": self.run_id,
+            **provenance(),  # which kvtui measured it (the report's header prints it)
             "profile": self.profile.name,
             "target": self.profile.target.kind,
             "base_url": self.profile.target.base_url,
@@ -519,7 +582,11 @@ class Recorder:
                      "drawn_at_random": self.seed_drawn},
             **self._prompt_unit(),
             "cells": self.cells,
-            "written_t": time.time(),
+            # every time in the records is on tui.clock (monotonic, never stepped); this pair dates them:
+            # wall time = started_wall + (t - started_t)
+            "started_t": self.started_t,
+            "started_wall": self.started_wall,
+            "written_wall": time.time(),
         }
         eng = self.profile.engine
         if self.profile.target.kind == "local":
@@ -528,7 +595,8 @@ class Recorder:
                 info.update(simulated=True, clock=self.clock_kind, engine_model=eng.model_path or eng.model,
                             hardware=eng.hardware or "H100-SXM", tensor_parallel_size=eng.tensor_parallel_size)
                 with contextlib.suppress(ValueError):  # a profile that did not build says so in "error"
-                    info["memory_split"] = memory_of(eng)  # bytes per device, as vLLM splits it
+                    split = kv_cache(eng)[1]  # bytes per device, as vLLM splits it (None: a kv_budget_mb)
+                    info["memory_split"] = split.to_dict() if split is not None else None
         info.update(self.extra_info)
         tmp = self.out / "run.json.tmp"
         tmp.write_text(json.dumps(info, indent=2), encoding="utf-8")
@@ -560,9 +628,7 @@ class Recorder:
             + edges_markdown(edges),
             encoding="utf-8")
         if table.height:
-            self.console.print(to_rich(table, title))
-            for line in reconciliation_lines(table) + client_delay_lines(table):
-                self.console.print(line, markup=False, highlight=False)
+            print_summary(self.console, table, title)
         if edges:
             self.console.print(edges_rich(edges))
             for line in edge_summary_lines(edges):

@@ -20,14 +20,8 @@ from rich.table import Table
 
 from tui.metrics.capacity import CapacityEdge, edge_summary_lines, edges_rich, read_capacity_edges
 from tui.metrics.review import RunReview, review_run
-from tui.metrics.summary import (
-    client_delay_lines,
-    compare_table,
-    format_cell,
-    reconciliation_lines,
-    summary_table,
-    to_rich,
-)
+from tui.metrics.summary import compare_table, format_cell, summary_table
+from tui.metrics.table_view import print_summary
 from tui.profile import Profile, ProfileError, SloConfig, load_profile
 from tui.records.parquet import DamagedRecords, read_records
 
@@ -110,11 +104,9 @@ def review_of(run: RunData, edges: dict[str, float] | None = None) -> RunReview:
 def _print_run(console: Console, run: RunData) -> None:
     title = run_title(run)
     if run.summary.height:
-        console.print(to_rich(run.summary, title))
+        print_summary(console, run.summary, title)
     else:
         console.print(f"{title}: no requests recorded")
-    for line in reconciliation_lines(run.summary) + client_delay_lines(run.summary):
-        console.print(line, markup=False, highlight=False)
     if run.edges:  # a sweep's capacity edge per mode
         console.print(edges_rich(run.edges))
         for line in edge_summary_lines(run.edges):
@@ -139,10 +131,15 @@ def _print_compare(console: Console, a: RunData, b: RunData) -> None:
     console.print(table)
 
 
-def wide_console() -> Console:
-    """A stdout console; when stdout is not a terminal, wide enough that the tables never squeeze."""
+# Wide enough for the full comparison table: what a pipe or ``--wide`` gets.
+FULL_TABLE_WIDTH = 220
+
+
+def wide_console(wide: bool = False) -> Console:
+    """A stdout console: a terminal's own width (the table prints compact where it does not fit), or,
+    when stdout is not a terminal or ``wide`` is asked for, wide enough that the full table never squeezes."""
     probe = Console()
-    return probe if probe.is_terminal else Console(width=220)
+    return probe if probe.is_terminal and not wide else Console(width=max(FULL_TABLE_WIDTH, probe.width))
 
 
 class ReportError(Exception):
@@ -167,10 +164,10 @@ def open_runs(dirs: list[Path]) -> list[RunData]:
         raise ReportError(str(e), 1) from None
 
 
-def report_main(dirs: list[Path]) -> int:
+def report_main(dirs: list[Path], wide: bool = False) -> int:
     """The CLI's ``report`` as printed text: each run's table, then every later run compared with the
-    first; returns the exit code."""
-    console = wide_console()
+    first; returns the exit code. ``wide``: the full table even on a narrow terminal."""
+    console = wide_console(wide)
     try:
         runs = open_runs(dirs)
     except ReportError as e:

@@ -7,13 +7,21 @@ no script, no external reference of any kind). Beside the page each chart is als
 (vector, for editing) and PNG (for slides) into a charts folder: ``--charts-dir DIR``, by default
 ``FILE``'s name without ``.html`` plus ``-charts`` (``report.html`` -> ``report-charts/``).
 
-The page, in order: each run's title (a simulated engine's run says SIMULATED), latency against
-offered load per mode (TTFT and TPOT P50/P99 with the SLO lines, goodput and throughput, each mode's
-capacity edge marked where a sweep found one), TTFT and TPOT CDFs per stage, each stage's cells over
-time (KV use and fragmentation, running and waiting requests, preemptions, engine tokens/s), failures
-by kind, then each run's table with the notes ``summary.md`` has (definitions, offered load, client
-delay, token reconciliation) and, for several runs, each later run compared with the first. Several
-runs are overlaid on every chart: colour is the mode, the marker and line style the run.
+The page, in order: each run's header (:mod:`tui.report_facts`: run id, date, kvtui version, target,
+model, KV cache, modes, load, SLOs; the headline against its baseline; the capacity edges; a
+simulated engine's run says SIMULATED), latency against offered load per mode (TTFT and TPOT P50/P99
+with the SLO, goodput and throughput, each mode's capacity edge marked where a sweep found one),
+TTFT and TPOT CDFs per stage, each stage's cells over time (KV use and fragmentation, running and
+waiting requests, preemptions, engine tokens/s), failures by kind, the decomposition, SLO
+sensitivity and tune results where the run directory has them, then each run's table with the notes
+``summary.md`` has (definitions, offered load, client delay, token reconciliation) and, for several
+runs, each later run compared with the first. Several runs are overlaid on every chart: colour is
+the mode, the marker and line style the run.
+
+Axes fit the data: a rate axis is logarithmic when its rates span more than 10x, a latency axis when
+they span more than 100x (one scale for every panel of a chart), each scaled to the data with the SLO
+drawn across it, or marked at the edge when it lies off the data's range; a chart with nothing to
+draw is a sentence, not an empty frame. Every figure is one width, shown at the page's width.
 """
 
 from __future__ import annotations
@@ -31,12 +39,24 @@ import matplotlib
 import numpy as np
 from matplotlib.colors import LogNorm
 from matplotlib.figure import Figure
+from matplotlib.layout_engine import ConstrainedLayoutEngine
 from matplotlib.lines import Line2D
+from matplotlib.ticker import FuncFormatter
 
 from tui.metrics.capacity import EDGE_HEADERS, edge_rows, edge_summary_lines
 from tui.metrics.review import Cdf, CellSeries, LoadCurve, Review, review
 from tui.metrics.summary import compare_table, display_rows, format_cell, reconciliation_lines, to_markdown
 from tui.report import ReportError, RunData, open_runs, review_of, run_title
+from tui.report_facts import (
+    BASELINE_MODE,
+    Analyses,
+    headline,
+    name_only,
+    read_analyses,
+    report_provenance,
+    run_facts,
+    without_local_paths,
+)
 
 # A mode keeps its colour on every chart; the headline pair first (matplotlib's tab10 colours).
 _MODE_COLOURS = {"static+contiguous": "#d62728", "continuous+paged": "#1f77b4",
@@ -63,12 +83,33 @@ def _rc(salt: str | None = None) -> Any:
 @dataclass(frozen=True)
 class Chart:
     """One chart of the report: its id (the element id in the page, the file name in the charts
-    folder), the title shown above it, one sentence saying how to read it, and the figure."""
+    folder), the title shown above it, one sentence saying how to read it, and the figure; a chart
+    with nothing to draw has no figure, and its caption says why (the page shows the sentence, and
+    no file is exported for it)."""
 
     id: str
     title: str
     caption: str
-    figure: Figure
+    figure: Figure | None
+
+    @property
+    def drawn(self) -> bool:
+        """Whether the chart has a figure (else only its sentence)."""
+        return self.figure is not None
+
+
+def _no_data(id: str, title: str, sentence: str) -> Chart:
+    return Chart(id, title, sentence, None)
+
+
+# Every chart is this wide (inches): the page shows it at the page's width (CSS), so one inch of
+# figure is the same size in every chart; printed on a landscape page (the page's @page rule) it
+# keeps about its size, its 9-point text readable.
+FIG_WIDTH = 11.0
+# A rate axis is logarithmic when the rates span more than this factor (static batching's fractions
+# of a request per second beside continuous batching's hundreds); a latency axis when more than this.
+RATE_LOG_SPAN = 10.0
+LATENCY_LOG_SPAN = 100.0
 
 
 class _Style:
@@ -126,11 +167,95 @@ class _Style:
 
 
 # ---------------------------------------------------------------------------------------------------
+# Axes that fit the data
+
+
+def _positive(values: Sequence[float | None]) -> np.ndarray:
+    v = np.asarray([x for x in values if x is not None], dtype=float)
+    return v[np.isfinite(v) & (v > 0)]
+
+
+def scale_for(values: Sequence[float | None], span: float) -> str:
+    """``"log"`` when the positive values span more than ``span`` times, else ``"linear"``."""
+    v = _positive(values)
+    return "log" if v.size and v.max() / v.min() > span else "linear"
+
+
+def _set_scale(ax, axis: str, scale: str) -> None:
+    """Set an axis's scale; a log axis labels its decades as plain numbers (0.1, 1, 10, 100), not powers,
+    and 2 and 5 times them too while it spans at most about three and a half decades."""
+    (ax.set_xscale if axis == "x" else ax.set_yscale)(scale)
+    if scale != "log":
+        return
+    target = ax.xaxis if axis == "x" else ax.yaxis
+
+    def minor(v: float, _pos: int) -> str:
+        lo, hi = sorted(target.get_view_interval())
+        lead = round(v / 10 ** np.floor(np.log10(v)), 6) if v > 0 else 0
+        return f"{v:g}" if lead in (2.0, 5.0) and lo > 0 and hi / lo <= 3000 else ""
+
+    target.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+    target.set_minor_formatter(FuncFormatter(minor))
+
+
+def _limits(values: Sequence[float | None], scale: str) -> tuple[float, float] | None:
+    """The data's range with a margin: from zero on a linear axis, from below the least on a log one."""
+    v = _positive(values)
+    if not v.size:
+        return None
+    lo, hi = float(v.min()), float(v.max())
+    if scale == "log":
+        pad = max(hi / lo, 1.0) ** 0.04 * 1.15
+        return lo / pad, hi * pad
+    return 0.0, hi * 1.08
+
+
+def _latency_axis(ax, values: Sequence[float | None], slo: float | None, what: str, axis: str = "y",
+                  scale: str | None = None) -> str:
+    """A latency axis scaled to ``values`` (log when they span > LATENCY_LOG_SPAN, or ``scale`` given for
+    a row of charts), with the SLO drawn across it as a line when it falls within the data's range
+    (or just above it), else as a labelled marker at the edge it lies beyond. Returns where the SLO
+    went: ``"line"``, ``"above"``, ``"below"`` or ``"none"``."""
+    scale = scale or scale_for(values, LATENCY_LOG_SPAN)
+    _set_scale(ax, axis, scale)
+    lim = _limits(values, scale)
+    if lim is None:
+        return "none"
+    lo, hi = lim
+    label = f"SLO: {what} ≤ {slo:g} ms" if slo is not None else ""
+    where = "none"
+    if slo is not None and lo <= slo <= hi * 1.25:  # in range, or near enough to widen the axis a little for it
+        hi = max(hi, slo * (1.08 if scale == "linear" else 1.15))
+        line = ax.axvline if axis == "x" else ax.axhline
+        line(slo, color="#444444", linestyle="--", linewidth=1.0, label=label)
+        where = "line"
+    elif slo is not None:  # off the data's range: a marker at the end of the axis it lies beyond, in the legend
+        where = "above" if slo > hi else "below"
+        at, marker = {("y", "above"): ((0.0, 1.0), "^"), ("y", "below"): ((0.0, 0.0), "v"),
+                      ("x", "above"): ((1.0, 0.0), ">"), ("x", "below"): ((0.0, 0.0), "<")}[(axis, where)]
+        ax.plot(*at, transform=ax.transAxes, clip_on=False, marker=marker, markersize=9, color="#444444",
+                linestyle="none", zorder=5, label=f"{label}: {where} this axis (the marker at its end)")
+    (ax.set_xlim if axis == "x" else ax.set_ylim)(lo, hi)
+    return where
+
+
+def _rate_axis(ax, rates: Sequence[float | None], axis: str = "x") -> str:
+    """A rate axis: log when the rates span more than RATE_LOG_SPAN, linear from zero otherwise."""
+    scale = scale_for(rates, RATE_LOG_SPAN)
+    _set_scale(ax, axis, scale)
+    lim = _limits(rates, scale)
+    if lim is not None:
+        (ax.set_xlim if axis == "x" else ax.set_ylim)(*lim)
+    return scale
+
+
+# ---------------------------------------------------------------------------------------------------
 # The charts
 
 
-def build_charts(rv: Review) -> list[Chart]:
-    """Every chart of the report, from the runs' chart data."""
+def build_charts(rv: Review, analyses: Sequence[tuple[str, Analyses]] = ()) -> list[Chart]:
+    """Every chart of the report, from the runs' chart data and (``analyses``: run name and its
+    analysis files) the decomposition, SLO sensitivity and tune results where a run has them."""
     style = _Style(rv)
     sim = " (simulated)" if any(r.simulated for r in rv.runs) else ""
     per = "mode" if style.by_mode else "stage"
@@ -146,11 +271,27 @@ def build_charts(rv: Review) -> list[Chart]:
         if cells:
             name = f"{'Mode' if style.by_mode else 'Stage'} {title}"
             charts.append(_time_chart(key, cells, style, f"{name} over time{sim}"))
-    charts.append(_failures_chart(rv, style, "Failures by kind" + sim))
+    charts.append(_failures_chart(rv, "Failures by kind" + sim))
+    several = len(analyses) > 1
+    for name, a in analyses:
+        tag = f" · {name}" if several else ""
+        if a.decomposition:
+            charts.append(_decomposition_chart(a, style, chart_id("decomposition", name if several else ""),
+                                               f"What each change bought{tag}{sim}"))
+        if a.slo_sensitivity:
+            charts.append(_slo_sensitivity_chart(a, style, chart_id("slo-sensitivity", name if several else ""),
+                                                 f"Capacity edge against the TTFT SLO{tag}{sim}"))
+        if a.tune:
+            charts.append(_tune_chart(a, chart_id("tune", name if several else ""), f"Tuned candidates{tag}{sim}"))
     if sim:  # the exported SVG/PNG travels without the page's title, so the drawing itself says it
         for chart in charts:
-            chart.figure.text(0.995, 0.005, "SIMULATED GPU backend: modelled step times", ha="right", va="bottom",
-                              fontsize=7, color="#8a6d00")
+            if chart.figure is not None:
+                engine = chart.figure.get_layout_engine()
+                if isinstance(engine, ConstrainedLayoutEngine):  # a strip at the foot keeps the note off the axes
+                    strip = 0.2 / chart.figure.get_figheight()
+                    engine.set(rect=(0, strip, 1, 1 - strip))
+                chart.figure.text(0.995, 0.005, "SIMULATED GPU backend: modelled step times", ha="right",
+                                  va="bottom", fontsize=7, color="#8a6d00")
     return charts
 
 
@@ -167,15 +308,24 @@ def _edge_marks(ax, curves: Sequence[LoadCurve], style: _Style) -> None:
                        label=style.label(c.mode, c.run, f"capacity edge {c.edge_rate:.3g} req/s"))
 
 
-def _slo_mark(ax, value: float | None, what: str, vertical: bool = False) -> None:
-    if value is None:
-        return
-    line = ax.axvline if vertical else ax.axhline
-    line(value, color="#444444", linestyle="--", linewidth=1.0, label=f"SLO: {what} ≤ {value:g} ms")
+def _all_rates(rv: Review) -> list[float]:
+    return [r for c in rv.curves for r in c.target] + [c.edge_rate for c in rv.curves if c.edge_rate is not None]
+
+
+def _no_load_levels(rv: Review) -> bool:
+    return not _positive(_all_rates(rv)).size
+
+
+_NO_LOAD = "No chart: no load level with a known target rate was recorded, so there is no load axis to draw on."
 
 
 def _latency_chart(rv: Review, style: _Style, metric: str, title: str) -> Chart:
-    fig = Figure(figsize=(8, 4.5), layout="constrained")
+    cid = chart_id("load", metric)
+    values = [v for c in rv.curves for q in ("p50", "p99") for v in getattr(c, f"{metric}_{q}_ms")]
+    if _no_load_levels(rv) or not _positive(values).size:
+        return _no_data(cid, title, _NO_LOAD if _no_load_levels(rv) else
+                        f"No chart: no load level has a {metric.upper()} (no request succeeded with it measured).")
+    fig = Figure(figsize=(FIG_WIDTH, 4.8), layout="constrained")
     ax = fig.add_subplot()
     for c in rv.curves:
         st = style.of(c.mode, c.run)
@@ -183,42 +333,53 @@ def _latency_chart(rv: Review, style: _Style, metric: str, title: str) -> Chart:
             ys = getattr(c, f"{metric}_{q}_ms")
             ax.plot(c.target, ys, color=st["color"], marker=st["marker"], linestyle=st["linestyle"], alpha=alpha,
                     markerfacecolor=fill, label=style.label(c.mode, c.run, q.upper()))
-    _slo_mark(ax, getattr(rv.slo, f"{metric}_ms"), metric.upper())
+    slo_where = _latency_axis(ax, values, getattr(rv.slo, f"{metric}_ms"), metric.upper())
     _edge_marks(ax, rv.curves, style)
-    _log_if_wide(ax, [v for c in rv.curves for q in ("p50", "p99") for v in getattr(c, f"{metric}_{q}_ms")])
-    ax.set_xlabel("offered load: target arrival rate (req/s)")
+    rate_scale = _rate_axis(ax, _all_rates(rv))
+    ax.set_xlabel("offered load: target arrival rate (req/s)" + (", log scale" if rate_scale == "log" else ""))
     ax.set_ylabel(f"{metric.upper()} (ms)")
-    _outside_legend(ax, bool(rv.curves))
-    return Chart(chart_id("load", metric), title,
-                 f"{metric.upper()} P50 (open markers) and P99 (filled) of each mode at each load level; the dashed "
-                 "grey line is the SLO, a dotted line in a mode's colour its capacity edge.", fig)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    slo_text = {"line": "the dashed grey line is the SLO", "above": "the SLO lies above the data (the marker at the top "
+                "of the axis)", "below": "the SLO lies below the data (the marker at the foot of the axis)",
+                "none": "no SLO is set"}[slo_where]
+    return Chart(cid, title, f"{metric.upper()} P50 (open markers) and P99 (filled) of each mode at each load level; "
+                 f"{slo_text}; a dotted line in a mode's colour is its capacity edge.", fig)
 
 
 def _goodput_chart(rv: Review, style: _Style, title: str) -> Chart:
-    fig = Figure(figsize=(8, 4.5), layout="constrained")
+    if _no_load_levels(rv):
+        return _no_data("load-goodput", title, _NO_LOAD)
+    fig = Figure(figsize=(FIG_WIDTH, 4.8), layout="constrained")
     ax = fig.add_subplot()
-    top = 0.0
     for c in rv.curves:
         st = style.of(c.mode, c.run)
         ax.plot(c.target, c.goodput, color=st["color"], marker=st["marker"], linestyle=st["linestyle"],
                 label=style.label(c.mode, c.run, "goodput"))
         ax.plot(c.target, c.throughput, color=st["color"], marker=st["marker"], linestyle=st["linestyle"],
                 alpha=0.45, markerfacecolor="none", label=style.label(c.mode, c.run, "throughput"))
-        top = max(top, np.nanmax([*c.target, *c.offered, 0.0]))
     for c in rv.curves:  # the rate each stage's schedule offered, once per run (it does not depend on the mode)
         if c is next(x for x in rv.curves if x.run == c.run):
             ax.scatter(c.target, c.offered, marker="x", color="#444444", zorder=3,
                        label="offered (the drawn schedule)" + (f" · {c.run}" if len(rv.runs) > 1 else ""))
-    ax.plot([0, top], [0, top], color="#999999", linewidth=0.8, label="= target rate")
+    rates = _all_rates(rv)
+    scale = _rate_axis(ax, rates)
     _edge_marks(ax, rv.curves, style)
-    ax.set_xlabel("offered load: target arrival rate (req/s)")
-    ax.set_ylabel("req/s")
-    ax.set_xlim(left=0)
-    ax.set_ylim(bottom=0)
-    _outside_legend(ax, bool(rv.curves))
+    ys = [v for c in rv.curves for v in (*c.goodput, *c.throughput, *c.offered)]
+    # the same scale on both axes, so the "= target rate" diagonal is a diagonal
+    _set_scale(ax, "y", scale)
+    lim = _limits([*rates, *ys], scale)
+    if lim is not None:
+        ax.set_ylim(*lim)
+        ax.plot(lim, lim, color="#999999", linewidth=0.8, label="= target rate")
+    ax.set_xlabel("offered load: target arrival rate (req/s)" + (", log scale" if scale == "log" else ""))
+    ax.set_ylabel("req/s" + (", log scale" if scale == "log" else ""))
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    zero = scale == "log" and any(v == 0 for c in rv.curves for v in c.goodput)
     return Chart("load-goodput", title,
                  "Goodput (requests meeting every SLO, per second; filled) and throughput (all successful requests; "
-                 "open) against the target rate; x marks the rate each stage's drawn schedule actually offered.", fig)
+                 "open) against the target rate; x marks the rate each stage's drawn schedule actually offered."
+                 + (" A goodput of zero has no place on the log axis and is not drawn (the table has it)." if zero
+                    else ""), fig)
 
 
 def _grid(n: int) -> tuple[int, int]:
@@ -227,32 +388,37 @@ def _grid(n: int) -> tuple[int, int]:
 
 
 def _cdf_chart(rv: Review, style: _Style, metric: str, title: str) -> Chart:
-    panels = style.panels(rv)
-    rows, cols = _grid(len(panels))
-    fig = Figure(figsize=(4.2 * cols, 3.2 * rows + 0.6), layout="constrained")
-    axes = fig.subplots(rows, cols, squeeze=False).ravel()
+    cid = chart_id("cdf", metric)
     slo = getattr(rv.slo, f"{metric}_ms")
-    for ax, (key, panel_title) in zip(axes, panels, strict=False):
-        cdfs = sorted((c for c in rv.cdfs if style.in_panel(key, c.stage, c.mode) and c.metric == metric),
+    found = []
+    empty = []
+    for key, panel_title in style.panels(rv):
+        cdfs = sorted((c for c in rv.cdfs if style.in_panel(key, c.stage, c.mode) and c.metric == metric and c.count),
                       key=style.order)
+        (found.append((panel_title, cdfs)) if cdfs else empty.append(panel_title or "the run"))
+    if not found:
+        return _no_data(cid, title, f"No chart: no cell has a {metric.upper()} value (no request succeeded "
+                                    "with it measured).")
+    rows, cols = _grid(len(found))
+    fig = Figure(figsize=(FIG_WIDTH, 3.4 * rows + 0.6), layout="constrained")
+    axes = fig.subplots(rows, cols, squeeze=False, sharex=True, sharey=True).ravel()
+    values = [v for _, cdfs in found for c in cdfs for v in c.values_ms]
+    scale = scale_for(values, LATENCY_LOG_SPAN)  # one scale for every panel: a row compares like with like
+    for ax, (panel_title, cdfs) in zip(axes, found, strict=False):
         for c in cdfs:
             line, label = style.cell(c.run, c.stage, c.mode)
             ax.plot(c.values_ms, c.fractions, drawstyle="steps-post", label=f"{label} (n={c.count})", **line)
-        _slo_mark(ax, slo, metric.upper(), vertical=True)
-        _log_if_wide(ax, [v for c in cdfs for v in c.values_ms], axis="x")
+        _latency_axis(ax, values, slo, metric.upper(), axis="x", scale=scale)
         ax.set_title(panel_title, fontsize=9)
-        ax.set_xlabel(f"{metric.upper()} (ms)")
+        ax.set_xlabel(f"{metric.upper()} (ms)" + (", log scale" if scale == "log" else ""))
         ax.set_ylabel("share of requests ≤ x")
         ax.set_ylim(0, 1.02)
-        if cdfs:
-            ax.legend(loc="best", fontsize=7)
-        else:
-            _empty(ax, f"no {metric.upper()} values")
-    for ax in axes[len(panels):]:
+        ax.legend(loc="best", fontsize=7)
+    for ax in axes[len(found):]:
         ax.set_visible(False)
-    return Chart(chart_id("cdf", metric), title,
-                 f"The share of each cell's successful requests whose {metric.upper()} is at most x "
-                 "(the table's P50/P90/P99 lie on these curves).", fig)
+    missing = f" Not drawn, with no {metric.upper()} value: {', '.join(empty)}." if empty else ""
+    return Chart(cid, title, f"The share of each cell's successful requests whose {metric.upper()} is at most x "
+                 f"(the table's P50/P90/P99 lie on these curves); every panel on one {scale} axis.{missing}", fig)
 
 
 _TIME_PANELS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
@@ -263,11 +429,20 @@ _TIME_PANELS: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
 )
 
 
+def _has_data(cells: Sequence[CellSeries], fields: Sequence[tuple[str, str]]) -> bool:
+    """Whether any cell has a non-zero value in any of ``fields`` (an all-zero panel draws nothing)."""
+    v = np.asarray([x for c in cells for name, _ in fields for x in getattr(c, name)], dtype=float)
+    return bool(np.any(np.isfinite(v) & (v != 0)))
+
+
 def _time_chart(key: str, cells: Sequence[CellSeries], style: _Style, title: str) -> Chart:
-    fig = Figure(figsize=(9, 8), layout="constrained")
-    axes = fig.subplots(len(_TIME_PANELS), 1, sharex=True)
+    panels = [p for p in _TIME_PANELS if _has_data(cells, p[1])]
+    if not panels:
+        return _no_data(chart_id("timeseries", key), title, "No chart: the engine's steps recorded nothing non-zero.")
+    fig = Figure(figsize=(FIG_WIDTH, 1.7 * len(panels) + 0.4), layout="constrained")  # fits a landscape page
+    axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False).ravel()
     widths = sorted({c.bucket_s for c in cells})
-    for ax, (ylabel, fields) in zip(axes, _TIME_PANELS, strict=True):
+    for ax, (ylabel, fields) in zip(axes, panels, strict=True):
         handles = []
         for c in cells:
             line, label = style.cell(c.run, c.stage, c.mode)
@@ -283,16 +458,22 @@ def _time_chart(key: str, cells: Sequence[CellSeries], style: _Style, title: str
         ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=7)
     axes[-1].set_xlabel("seconds since the cell started (buckets of "
                         + " / ".join(f"{w:g}" for w in widths) + " s)")
+    left_out = [" and ".join(what for _, what in fields) for label, fields in _TIME_PANELS
+                if (label, fields) not in panels]
     return Chart(chart_id("timeseries", key), title,
                  "Each cell of this group over time, from the engine's steps: means per bucket for the gauges "
-                 "(a gap: no step ran), totals per bucket for preemptions, tokens the engine computed per second.",
-                 fig)
+                 "(a gap: no step ran), totals per bucket for preemptions, tokens the engine computed per second."
+                 + (f" Not drawn, zero throughout in every cell: {', '.join(left_out)}." if left_out else ""), fig)
 
 
-def _failures_chart(rv: Review, style: _Style, title: str) -> Chart:
-    cells = rv.failures
+def _failures_chart(rv: Review, title: str) -> Chart:
+    cells = [f for f in rv.failures if f.total]
+    if not cells:
+        sent = sum(f.requests for f in rv.failures)
+        return _no_data("failures", title, f"No chart: no request failed in any of the {len(rv.failures)} cells "
+                                           f"({sent:,} requests sent).")
     kinds = list(dict.fromkeys(k for f in cells for k, _ in f.by_kind))
-    fig = Figure(figsize=(8, 0.45 * max(len(cells), 3) + 1.4), layout="constrained")
+    fig = Figure(figsize=(FIG_WIDTH, 0.3 * max(len(cells), 3) + 1.2), layout="constrained")
     ax = fig.add_subplot()
     labels = [f"{f.stage} / {f.mode}" + (f" · {f.run}" if len(rv.runs) > 1 else "") for f in cells]
     y = np.arange(len(cells))
@@ -308,32 +489,98 @@ def _failures_chart(rv: Review, style: _Style, title: str) -> Chart:
     ax.invert_yaxis()
     ax.set_xlabel("failed requests")
     ax.set_xlim(0, max(1.0, float(left.max(initial=0.0))) * 1.25)
-    if kinds:
-        ax.legend(loc="lower right")
+    ax.legend(loc="lower right")
+    clean = len(rv.failures) - len(cells)
+    return Chart("failures", title, "Failed requests of each cell by kind (the record's status), of all it sent"
+                 + (f"; the {clean} cells without a failure are left out." if clean else "."), fig)
+
+
+def _decomposition_chart(a: Analyses, style: _Style, cid: str, title: str) -> Chart:
+    steps = a.decomposition
+    fig = Figure(figsize=(FIG_WIDTH, 0.38 * max(len(steps), 3) + 1.3), layout="constrained")
+    ax = fig.add_subplot()
+    labels = [f"{s.change}: {s.from_mode} → {s.to_mode}" + (f" ({s.stage})" if s.stage else "") for s in steps]
+    y = np.arange(len(steps))
+    factors = [s.capacity_factor for s in steps]
+    colours = [style.colour.get(s.to_mode, "#555555") for s in steps]
+    ax.barh(y, factors, color=colours, height=0.6)
+    _set_scale(ax, "x", "log")  # a factor: ×2 and ×½ lie as far from ×1
+    ax.axvline(1.0, color="#444444", linewidth=1.0)
+    for yi, f in zip(y, factors, strict=True):
+        ax.text(f, float(yi), f"  ×{f:.3g}", va="center", fontsize=8)
+    lo, hi = min([*factors, 1.0]), max([*factors, 1.0])
+    ax.set_xlim(lo / 1.5 if lo < 1 else 0.8, hi * 2.0)
+    ax.set_yticks(y, labels)
+    ax.invert_yaxis()
+    ax.set_xlabel("capacity factor (edge after the change / edge before; log scale; 1 = no change)")
+    return Chart(cid, title, "The capacity each change multiplied, from the mode before it (decomposition.csv): "
+                 "a bar right of the line bought capacity, one left of it cost some.", fig)
+
+
+def _slo_sensitivity_chart(a: Analyses, style: _Style, cid: str, title: str) -> Chart:
+    points = a.slo_sensitivity
+    modes = list(dict.fromkeys(p.mode for p in points))
+    ratios = [p for p in points if p.ratio_vs_baseline is not None and p.mode != BASELINE_MODE]
+    cols = 2 if ratios else 1
+    fig = Figure(figsize=(FIG_WIDTH, 4.2), layout="constrained")
+    axes = fig.subplots(1, cols, squeeze=False, sharex=True).ravel()
+    slos = [p.ttft_slo_ms for p in points]
+    ax = axes[0]
+    for mode in modes:
+        pts = sorted((p for p in points if p.mode == mode and p.capacity_edge_req_s is not None),
+                     key=lambda p: p.ttft_slo_ms)
+        ax.plot([p.ttft_slo_ms for p in pts], [p.capacity_edge_req_s for p in pts], marker="o",
+                color=style.colour.get(mode, "#555555"), label=mode)
+    _rate_axis(ax, [p.capacity_edge_req_s for p in points], axis="y")
+    ax.set_ylabel("capacity edge (req/s)")
+    ax.set_title("each mode's capacity edge", fontsize=9)
+    ax.legend(loc="best", fontsize=7)
+    if ratios:
+        ax2 = axes[1]
+        for mode in dict.fromkeys(p.mode for p in ratios):
+            pts = sorted((p for p in ratios if p.mode == mode), key=lambda p: p.ttft_slo_ms)
+            ax2.plot([p.ttft_slo_ms for p in pts], [p.ratio_vs_baseline for p in pts], marker="o",
+                     color=style.colour.get(mode, "#555555"), label=f"{mode} / {BASELINE_MODE}")
+        _rate_axis(ax2, [p.ratio_vs_baseline for p in ratios], axis="y")
+        ax2.axhline(1.0, color="#444444", linewidth=0.8)
+        ax2.set_ylabel(f"× {BASELINE_MODE}'s edge")
+        ax2.set_title("against the baseline", fontsize=9)
+        ax2.legend(loc="best", fontsize=7)
+    scale = scale_for(slos, RATE_LOG_SPAN)
+    for axis in axes:
+        _set_scale(axis, "x", scale)
+        axis.set_xlabel("TTFT SLO (ms)" + (", log scale" if scale == "log" else ""))
+    return Chart(cid, title, "Each mode's capacity edge found again under tighter and looser TTFT SLOs "
+                 "(slo_sensitivity.csv), and its ratio to the baseline's: how much the headline depends on the "
+                 "SLO chosen.", fig)
+
+
+def _tune_chart(a: Analyses, cid: str, title: str) -> Chart:
+    rows = [t for t in a.tune if t.capacity_edge_req_s is not None]
+    if not rows:
+        return _no_data(cid, title, "No chart: no tuned candidate has a capacity edge (tune.csv).")
+    costed = [t for t in rows if t.cost_per_mtok is not None]
+    fig = Figure(figsize=(FIG_WIDTH, 4.2), layout="constrained")
+    ax = fig.add_subplot()
+    if costed:
+        xs = np.array([t.capacity_edge_req_s for t in costed], dtype=float)
+        ys = np.array([t.cost_per_mtok for t in costed], dtype=float)
+        ax.scatter(xs, ys, color="#1f77b4", zorder=3)
+        for t in costed[:10]:
+            ax.annotate(f"#{t.rank} {t.candidate}", (t.capacity_edge_req_s, t.cost_per_mtok), fontsize=7,
+                        xytext=(4, 3), textcoords="offset points")
+        _rate_axis(ax, xs.tolist())
+        _rate_axis(ax, ys.tolist(), axis="y")
+        ax.set_ylabel("cost per million tokens")
+        what = "each candidate's capacity edge against its cost per million tokens (the ten best ranks named)"
     else:
-        _empty(ax, "no failed requests in any cell")
-    return Chart("failures", title, "Failed requests of each cell by kind (the record's status), of all it sent.", fig)
-
-
-def _outside_legend(ax, anything: bool) -> None:
-    """The legend right of the axes, or a note in them when there is nothing to draw."""
-    if anything:
-        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    else:
-        _empty(ax, "no load level with a known rate recorded")
-
-
-def _log_if_wide(ax, values: Sequence[float], axis: str = "y") -> None:
-    """A log scale where the values span more than two decades (static batching's seconds beside
-    continuous batching's milliseconds); linear otherwise."""
-    v = np.asarray([x for x in values if x is not None], dtype=float)
-    v = v[np.isfinite(v) & (v > 0)]
-    if v.size and v.max() / v.min() > 100:
-        (ax.set_yscale if axis == "y" else ax.set_xscale)("log")
-
-
-def _empty(ax, text: str) -> None:
-    ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", color="#777777")
+        top = rows[:20]
+        ax.barh(np.arange(len(top)), np.array([t.capacity_edge_req_s for t in top], dtype=float), color="#1f77b4")
+        ax.set_yticks(np.arange(len(top)), [f"#{t.rank} {t.candidate}" for t in top])
+        ax.invert_yaxis()
+        what = "the best-ranked candidates' capacity edges"
+    ax.set_xlabel("capacity edge (req/s)")
+    return Chart(cid, title, f"Tune results (tune.csv): {what}.", fig)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -343,7 +590,9 @@ def _empty(ax, text: str) -> None:
 def render_svg(chart: Chart) -> str:
     """The chart as an SVG document (the file written for slides), ids salted with the chart's id so
     two charts inlined in one page never share a definition's id, and no date in it (same input, same
-    bytes)."""
+    bytes); "" for a chart with nothing to draw."""
+    if chart.figure is None:
+        return ""
     buf = io.StringIO()
     with matplotlib.rc_context(_rc(salt=chart.id)):
         chart.figure.savefig(buf, format="svg", metadata={"Date": None})
@@ -360,7 +609,10 @@ def inline_svg(svg: str, title: str) -> str:
 
 
 def export_chart(chart: Chart, svg: str, charts_dir: Path) -> list[Path]:
-    """``<id>.svg`` (the same drawing the page inlines) and ``<id>.png`` of one chart in ``charts_dir``."""
+    """``<id>.svg`` (the same drawing the page inlines) and ``<id>.png`` of one chart in ``charts_dir``;
+    nothing for a chart with nothing to draw."""
+    if chart.figure is None:
+        return []
     charts_dir.mkdir(parents=True, exist_ok=True)
     svg_path, png_path = charts_dir / f"{chart.id}.svg", charts_dir / f"{chart.id}.png"
     svg_path.write_text(svg, encoding="utf-8")
@@ -378,7 +630,19 @@ body { font-family: system-ui, -apple-system, "Segoe UI", Helvetica, Arial, sans
 h1 { font-size: 1.5rem; } h2 { font-size: 1.2rem; margin-top: 2.5rem; border-bottom: 1px solid #ddd; }
 h3 { font-size: 1rem; margin-bottom: 0.2rem; }
 figure { margin: 1.5rem 0; } figcaption { color: #555; font-size: 0.85rem; margin-bottom: 0.4rem; }
-figure svg { max-width: 100%; height: auto; }
+figure svg { width: 100%; height: auto; display: block; }
+.nodata { color: #555; font-style: italic; }
+.facts { display: grid; grid-template-columns: max-content 1fr; gap: 0.15rem 1rem; margin: 0.5rem 0; font-size: 0.9rem; }
+.facts dt { font-weight: bold; } .facts dd { margin: 0; }
+.headline { font-size: 1.05rem; background: #eef4fb; border-left: 4px solid #1f77b4; padding: 0.5rem 0.8rem; }
+@page { size: landscape; margin: 12mm; }
+@media print {
+  body { max-width: none; margin: 0; padding: 0; font-size: 10pt; }
+  nav { display: none; }
+  figure, .facts, table { break-inside: avoid; }
+  h2, h3 { break-after: avoid; }
+  .scroll { overflow: visible; }
+}
 table { border-collapse: collapse; font-size: 0.8rem; margin: 0.5rem 0; }
 th, td { border: 1px solid #ccc; padding: 2px 6px; text-align: right; white-space: nowrap; }
 th { background: #f3f3f3; } td.text { text-align: left; }
@@ -435,17 +699,16 @@ def _run_section(i: int, run: RunData) -> str:
     # what the recorder said the prompt lengths count (run.json), so the notes read as summary.md's
     unit: dict[str, Any] = {k: run.info[k] for k in ("prompt_len_unit", "prompt_len_counts", "prompt_tokenizer")
                             if k in run.info}
+    if unit.get("prompt_tokenizer"):  # a local tokenizer by its name: the page travels, its paths would not
+        unit["prompt_tokenizer"] = name_only(str(unit["prompt_tokenizer"]))
     parts.append(_markdown_notes_html(to_markdown(run.summary, None, slo, seed=seed,
                                                   prompt_unit=unit if "prompt_len_counts" in unit else None)))
-    if run.edges:  # a sweep's capacity edge per mode, as the printed report shows it
-        parts.append('<div class="notes"><h4>Capacity edge (sweep)</h4>' + _table_html(EDGE_HEADERS, edge_rows(run.edges), 1)
-                     + "".join(f"<p>{html.escape(line)}</p>" for line in edge_summary_lines(run.edges)) + "</div>")
     if not rec:  # say why there is none, rather than leave the reader looking for it
         parts.append('<div class="notes"><h4>Token reconciliation (client vs server /metrics)</h4><p>no server '
                      "token counters were recorded for this run (a virtual-clock run has no server; a remote "
                      "server without /metrics has none)</p></div>")
     if run.info.get("error"):
-        parts.append(f"<p>The run ended with an error: {html.escape(str(run.info['error']))}</p>")
+        parts.append(f"<p>The run ended with an error: {html.escape(without_local_paths(str(run.info['error'])))}</p>")
     parts.append("</section>")
     return "".join(parts)
 
@@ -458,21 +721,51 @@ def _compare_section(a: RunData, b: RunData, n: int) -> str:
             + _table_html(("stage", "mode", "metric", "A", "B", "B vs A"), rows, text_cols=3) + "</section>")
 
 
-def render_html(runs: Sequence[RunData], charts: Sequence[Chart], svgs: Sequence[str], charts_note: str = "") -> str:
-    """The whole page: titles, every chart inline (``svgs``: each chart's :func:`render_svg`), the tables
-    and their notes."""
+def _edges_html(run: RunData) -> str:
+    """A sweep's capacity edge per mode, as the printed report shows it ('' without a sweep)."""
+    if not run.edges:
+        return ""
+    return ('<div class="notes"><h4>Capacity edge (sweep)</h4>' + _table_html(EDGE_HEADERS, edge_rows(run.edges), 1)
+            + "".join(f"<p>{html.escape(line)}</p>" for line in edge_summary_lines(run.edges)) + "</div>")
+
+
+def _header_html(i: int, run: RunData, analyses: Analyses, several: bool) -> str:
+    """What one run measured (its facts), its headline against the baseline, and its capacity edges."""
+    title = f"Run {i + 1}: {run_title(run)}" if several else run_title(run)
+    out = [f'<section id="run-{i + 1}"><h2>{html.escape(title)}</h2><dl class="facts">']
+    out += [f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in run_facts(run)]
+    out.append("</dl>")
+    out.append('<p class="headline">' + html.escape(" ".join(headline(run, analyses))) + "</p>")
+    out.append(_edges_html(run))
+    out += [f'<p class="notes">{html.escape(n)}</p>' for n in analyses.notes]
+    out.append("</section>")
+    return "".join(out)
+
+
+def _figure_html(chart: Chart, svg: str) -> str:
+    body = (f"<figcaption>{html.escape(chart.caption)}</figcaption>{inline_svg(svg, chart.title)}" if chart.drawn
+            else f'<p class="nodata">{html.escape(chart.caption)}</p>')
+    return f'<figure id="chart-{chart.id}"><h3>{html.escape(chart.title)}</h3>{body}</figure>'
+
+
+def render_html(runs: Sequence[RunData], charts: Sequence[Chart], svgs: Sequence[str], charts_note: str = "",
+                analyses: Sequence[Analyses] | None = None) -> str:
+    """The whole page: each run's header (what was measured, the headline, the capacity edges), every
+    chart inline (``svgs``: each chart's :func:`render_svg`; a chart with nothing to draw is its
+    sentence), the tables and their notes. ``analyses``: each run's analysis files, in run order."""
+    analyses = list(analyses) if analyses is not None else [Analyses() for _ in runs]
     names = ", ".join(r.name for r in runs)
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
            '<meta name="viewport" content="width=device-width, initial-scale=1">',
            f"<title>kvtui capacity review: {html.escape(names)}</title>",
            f"<style>{_CSS}</style></head><body>",
            "<h1>kvtui capacity review</h1>"]
-    out += [f"<p>Run {i + 1}: <b>{html.escape(run_title(r))}</b></p>" for i, r in enumerate(runs)]
     sims = [r for r in runs if r.info.get("simulated")]
     if sims:
         out.append('<p class="simulated">Simulated: ' + html.escape(", ".join(r.name for r in sims))
                    + (" was" if len(sims) == 1 else " were") + " recorded on the simulated GPU backend (each step's"
                    " time from a roofline model, not measured on a GPU).</p>")
+    out += [_header_html(i, r, a, len(runs) > 1) for i, (r, a) in enumerate(zip(runs, analyses, strict=True))]
     out.append('<nav><ul>' + "".join(f'<li><a href="#chart-{c.id}">{html.escape(c.title)}</a></li>' for c in charts)
                + '<li><a href="#tables">Tables and reconciliation</a></li></ul></nav>')
     no_steps = [r.name for r in runs if r.steps.height == 0]
@@ -480,14 +773,12 @@ def render_html(runs: Sequence[RunData], charts: Sequence[Chart], svgs: Sequence
         out.append("<p>No engine steps recorded for " + html.escape(", ".join(no_steps)) + " (a remote target "
                    "reports none), so no time series for them.</p>")
     out.append('<h2 id="charts">Charts</h2>')
-    for c, svg in zip(charts, svgs, strict=True):
-        out.append(f'<figure id="chart-{c.id}"><h3>{html.escape(c.title)}</h3>'
-                   f"<figcaption>{html.escape(c.caption)}</figcaption>{inline_svg(svg, c.title)}</figure>")
+    out += [_figure_html(c, svg) for c, svg in zip(charts, svgs, strict=True)]
     out.append('<h2 id="tables">Tables and reconciliation</h2>')
     out += [_run_section(i, r) for i, r in enumerate(runs)]
     out += [_compare_section(runs[0], other, i + 1) for i, other in enumerate(runs[1:])]
-    if charts_note:
-        out.append(f'<p class="notes">{html.escape(charts_note)}</p>')
+    out.append(f'<p class="notes">Report written by {html.escape(report_provenance())}.'
+               + (f" {html.escape(charts_note)}" if charts_note else "") + "</p>")
     out.append("</body></html>")
     return "\n".join(out) + "\n"
 
@@ -497,19 +788,30 @@ def default_charts_dir(html_path: Path) -> Path:
     return html_path.with_name(html_path.stem + "-charts")
 
 
+def _shown_path(path: Path, html_path: Path) -> str:
+    """A folder as the page names it: relative to the page when beside or below it, else by its name
+    alone (no local path in a page that travels)."""
+    try:
+        return path.resolve().relative_to(html_path.resolve().parent).as_posix() + "/"
+    except ValueError:
+        return f"a folder named {path.name}/"
+
+
 def write_report(runs: Sequence[RunData], html_path: Path,
                  charts_dir: Path | None = None) -> tuple[list[Chart], list[Path]]:
     """Write the page to ``html_path`` and each chart as SVG and PNG to ``charts_dir``; returns the
     charts and the exported files."""
     charts_dir = charts_dir or default_charts_dir(html_path)
     rv = review(review_of(r) for r in runs)
-    charts = build_charts(rv)
+    analyses = [read_analyses(r.path) for r in runs]
+    charts = build_charts(rv, [(r.name, a) for r, a in zip(runs, analyses, strict=True)])
     svgs = [render_svg(c) for c in charts]
     exported = [p for c, svg in zip(charts, svgs, strict=True) for p in export_chart(c, svg, charts_dir)]
-    note = f"Each chart is also in {charts_dir} as SVG and PNG ({PNG_DPI} dpi), named by its id."
+    note = (f"Each drawn chart is also in {_shown_path(charts_dir, html_path)} as SVG and PNG ({PNG_DPI} dpi), "
+            "named by its id.")
     html_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = html_path.with_name(html_path.name + ".tmp")
-    tmp.write_text(render_html(runs, charts, svgs, note), encoding="utf-8")
+    tmp.write_text(render_html(runs, charts, svgs, note, analyses), encoding="utf-8")
     tmp.replace(html_path)
     return charts, exported
 

@@ -112,8 +112,8 @@ class Sweep(CellPlan):
         edge = search.edge()
         verdict = "met" if passes(attainment, self.config.target_attainment) else "missed"
         self.say(f"sweep {mode}: {stage.name} at {stage.rate:.4g} req/s: SLO met by {attainment:.1%} of "
-                 f"{len(self._records)} requests ({verdict} the {self.config.target_attainment:.0%} target); "
-                 f"edge {_edge_text(edge.edge_rate, edge.fail_rate, edge.status)}")
+                 f"{len(self._records)} requests ({verdict} the {self.config.target_attainment:.0%} target)"
+                 f"{_probe_tails(self._records)}; edge {_edge_text(edge.edge_rate, edge.fail_rate, edge.status)}")
         self._write(finished=False)
 
     def finish(self, complete: bool) -> None:
@@ -132,6 +132,18 @@ class Sweep(CellPlan):
 
     def _write(self, finished: bool) -> None:
         write_capacity_edges(self.out, [s.edge() for s in self.searches if s.probes], finished=finished)
+
+
+def _probe_tails(records: list[RequestRecord]) -> str:
+    """TTFT and TPOT P99 over the whole probe: the requests its SLO share counts, not a rolling window."""
+    ok = [r for r in records if r.ok]
+    if not ok:
+        return ""
+    ttft, _, tpot = stats.latencies(*(np.array([getattr(r, f) for r in ok], dtype=float) for f in (
+        "send_t", "first_token_t", "last_token_t", "completion_tokens")))
+    p_ttft, p_tpot = stats.percentiles(ttft).p99, stats.percentiles(tpot).p99
+    ms = [f"{name} P99 {v * 1e3:.0f} ms" for name, v in (("TTFT", p_ttft), ("TPOT", p_tpot)) if v is not None]
+    return f", whole probe {', '.join(ms)}" if ms else ""
 
 
 def _edge_text(edge_rate: float | None, fail_rate: float | None, status: str) -> str:

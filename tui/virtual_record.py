@@ -21,12 +21,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from rich.console import RenderableType
 from rich.live import Live
 from rich.text import Text
 
+from tui.clock import now as records_now
 from tui.engine.engine import Engine, RequestRejected
 from tui.engine.params import SamplingParams
 from tui.engine.sim.clock import SimClock, VirtualClock
+from tui.engine.sim.readings import modelled_gpu_samples
 from tui.engine.snapshot import EngineSnapshot, StepTiming
 from tui.gpu import GpuSample
 from tui.load.arrivals import ArrivalProcess, Schedule
@@ -35,9 +38,9 @@ from tui.metrics.capacity import cell_attainment
 from tui.metrics.window import RollingWindow
 from tui.profile import EngineMode, Profile, Stage
 from tui.record import Recorder, frame_row
-from tui.records.clock import mono_to_wall
 from tui.records.parquet import dataclass_rows
 from tui.records.request import RequestRecord
+from tui.run_progress import cell_total
 
 # engine finish reasons -> record statuses (as the HTTP client maps the server's finish_reason)
 _STATUS = {"length": "ok", "stop": "ok", "timeout": "timeout", "aborted": "cancelled"}
@@ -84,24 +87,30 @@ class VirtualClockRecorder(Recorder):
 
     @contextlib.contextmanager
     def _plan_progress(self) -> Iterator[None]:
-        """On a terminal, a live line with the plan's progress (a sweep's probe and its SLO count so far).
+        """On a terminal, the progress bars with their ETAs and a live line with the plan's progress (a
+        sweep's probe and its SLO count so far).
 
         Rich refreshes it from its own thread; it reads only the plan's counters, never the engine.
         """
         if not self.err.is_terminal:
             yield
             return
-        with Live(get_renderable=lambda: Text(self._plan.status()), console=self.err, refresh_per_second=4,
-                  transient=True):
+        def render() -> RenderableType:
+            status = Text(self._plan.status())
+            return self._bars.renderable(status) if self._bars is not None else status
+
+        with Live(get_renderable=render, console=self.err, refresh_per_second=4, transient=True):
             yield
 
     def _run_virtual_cell(self, stage: Stage, mode: EngineMode) -> float:
         """One stage under one mode; returns the simulated seconds it spanned."""
-        # its clock's origin on the monotonic scale (so mono_to_wall maps it): where the last cell ended
-        start = self._t_next if self._t_next is not None else time.monotonic()
+        # its clock's origin on the records' clock: where the last cell ended
+        start = self._t_next if self._t_next is not None else records_now()
         note: dict[str, Any] = {"stage": stage.name, "mode": mode.label, "rate": stage.rate, "partial": True,
-                                "started_t": mono_to_wall(start)}
+                                "started_t": start}
         self.cells.append(note)
+        if self._bars is not None:
+            self._bars.start_cell(f"{stage.name} / {mode.label}", cell_total(stage))
         frames = self._writers.get("frames")
         cell = run_virtual_cell(self.profile, stage, mode, start=start, run_id=self.run_id, on_record=self._on_record,
                                 on_steps=self._write_steps(stage.name, mode.label),
@@ -110,11 +119,11 @@ class VirtualClockRecorder(Recorder):
                                 lambda snap, t: frames.add(frame_row(snap, stage.name, mode.label, t)))
         clock = cell.clock
         note["partial"] = False
-        note["ended_t"] = mono_to_wall(clock.origin + clock.now())
+        note["ended_t"] = clock.origin + clock.now()
         w = cell.window.stats()
         p99 = (f"{w.ttft.p99 * 1e3:.0f} ms" if w.ttft.p99 is not None else "-") + f" (last {w.window_s:g} s)"
         offered = self.offered_rate(stage)
-        rates = f"target {stage.rate:g}/s" + (f", offered {offered:.2f}/s" if offered is not None else "")
+        rates = f"target {stage.rate:.4g}/s" + (f", offered {offered:.2f}/s" if offered is not None else "")
         self.err.print(f"{stage.name} / {mode.label}: {rates}: {w.sent} sent, {w.completed} ok, {w.failed_total} failed, "
                        f"TTFT P99 {p99} (simulated)", highlight=False)
         self._t_next = clock.origin + clock.now()
@@ -154,13 +163,13 @@ class ClockDriver:
         self.fast_forward = fast_forward  # decode-only stretches at once (Engine.fast_forward): same records
         self.run_id = run_id
         self.on_record, self.on_steps, self.on_frame = on_record, on_steps, on_frame
-        self.on_gpu = on_gpu if engine.sim is not None else None
+        self.on_gpu = on_gpu if engine.backend.info() is not None else None  # a modelled device's
         self._next_gpu = clock.now() + GPU_EVERY_S
         rate = profile.record.snapshots_per_s
         self.frame_every = 1.0 / rate if rate > 0 else math.inf
         self.next_frame = math.inf  # no frames during warm-up: run() starts them
         self.workload = Workload(profile.workload, "char")  # the byte tokenizer: one character, one token
-        self.window = RollingWindow(profile.record.window_s, clock=lambda: self._wall(clock.now()))
+        self.window = RollingWindow(profile.record.window_s, clock=lambda: self._stamp(clock.now()))
         self.open: dict[str, RequestRecord] = {}
         self.steps_seen = engine.step_index
         # the stage's arrivals (run() sets them up): what is sent so far, the next arrival, the drain bound
@@ -179,9 +188,9 @@ class ClockDriver:
         self._queued: deque[tuple[int, int, float, bool]] = deque()
         self._in_flight_before = 0  # requests in the engine after the last _send_due (before the step since)
 
-    def _wall(self, t: float) -> float:
-        """A time on the engine's clock on the records' wall-clock scale."""
-        return mono_to_wall(self.clock.origin + t)
+    def _stamp(self, t: float) -> float:
+        """A time on the engine's clock as a records' time (:mod:`tui.clock`)."""
+        return self.clock.origin + t
 
     # -- requests --------------------------------------------------------------------------------
 
@@ -190,9 +199,9 @@ class ClockDriver:
         spec = self.workload.spec(spec_index)
         stage = "warmup" if warmup else self.stage.name
         rid = f"{self.run_id}-{stage}-{self.mode}-{index}"
-        wall = self._wall(sent if sent is not None else t)
+        wall = self._stamp(sent if sent is not None else t)
         r = RequestRecord(request_id=rid, index=index, stage=self.stage.name, mode=self.mode,
-                          scheduled_t=self._wall(t), run_id=self.run_id, warmup=warmup, send_t=wall, wire_t=wall,
+                          scheduled_t=self._stamp(t), run_id=self.run_id, warmup=warmup, send_t=wall, wire_t=wall,
                           prompt_len=spec.prompt_len,
                           max_tokens=spec.max_tokens, shared_prefix=spec.shared_prefix)
         if not warmup:
@@ -219,7 +228,7 @@ class ClockDriver:
     def _step(self) -> bool:
         """One engine step; its outputs become chunks at the step's end. Whether it did anything."""
         out = self.engine.step()
-        t = self._wall(self.clock.now())
+        t = self._stamp(self.clock.now())
         get = self.open.get
         for o in out.outputs:  # every running request, every step: kept lean
             r = get(o.request_id)
@@ -258,7 +267,7 @@ class ClockDriver:
         if self.on_frame is not None and self.clock.now() >= self.next_frame:
             # the next one a whole period after this one: never more than rate x duration + 1 frames
             self.next_frame = self.clock.now() + self.frame_every
-            self.on_frame(self.engine.snapshot(), self._wall(self.clock.now()))
+            self.on_frame(self.engine.snapshot(), self._stamp(self.clock.now()))
 
     def _fast_forward(self) -> bool:
         """A stretch of steps in one go, if the engine is in one (see :meth:`Engine.fast_forward`): between
@@ -283,22 +292,22 @@ class ClockDriver:
             held, self._held = self._held, None
         if run is None:
             return False
-        walls = [self._wall(t) for t in run.ends]
-        gaps = [b - a for a, b in itertools.pairwise(walls)]
+        stamps = [self._stamp(t) for t in run.ends]
+        gaps = [b - a for a, b in itertools.pairwise(stamps)]
         ended = {req.request_id: j for j, req in run.finished}
         get = self.open.get
-        k = len(walls)
+        k = len(stamps)
         for req, first in run.started:
             r = get(req.request_id)
             if r is None:
                 continue
             last = ended.get(req.request_id, k - 1)  # the steps it got a token in: first .. last
             if r.last_token_t is None:
-                r.first_token_t = walls[first]
+                r.first_token_t = stamps[first]
             else:
-                r.chunk_gaps_s.append(walls[first] - r.last_token_t)
+                r.chunk_gaps_s.append(stamps[first] - r.last_token_t)
             r.chunk_gaps_s.extend(gaps[first:last])
-            r.last_token_t = walls[last]
+            r.last_token_t = stamps[last]
             r.num_chunks += last - first + 1
         h = 0
         for j, req in run.finished:  # in the order step() reports them; a record held after step i follows step i's
@@ -307,7 +316,7 @@ class ClockDriver:
                 h += 1
             r = get(req.request_id)
             if r is not None:
-                self._end(r, req.finish_reason, len(req.prompt), len(req.output), walls[j])
+                self._end(r, req.finish_reason, len(req.prompt), len(req.output), stamps[j])
         for _, rec in held[h:]:
             self._done(rec)
         self._after_steps()
@@ -359,11 +368,11 @@ class ClockDriver:
 
     def sample_gpu(self) -> None:
         """Hand the simulated backend's modelled GPU readings now to ``on_gpu``."""
-        sim = self.engine.sim
-        if self.on_gpu is None or sim is None:
+        info = self.engine.backend.info()
+        if self.on_gpu is None or info is None:
             return
         now = self.clock.now()
-        self.on_gpu(sim.gpu_samples(self._wall(now)))
+        self.on_gpu(modelled_gpu_samples(info, self._stamp(now)))
         self._next_gpu = now + GPU_EVERY_S
 
     # -- the loop --------------------------------------------------------------------------------
@@ -403,7 +412,7 @@ class ClockDriver:
             if self.clock.now() > self._drain_deadline:
                 break
         self.collect_steps()
-        t = self._wall(self.clock.now())
+        t = self._stamp(self.clock.now())
         for rid, r in list(self.open.items()):  # past the drain bound: cancelled, as the live recorder does
             self.engine.abort(rid)
             r.status, r.reason, r.end_t = "cancelled", "drain timeout", t
@@ -434,7 +443,7 @@ def probe_attainment(profile: Profile, mode: EngineMode, rate: float) -> float:
     ``mode``, run exactly as the recorder's sweep runs it (its cell, its records, the table's number)."""
     assert profile.sweep is not None
     records: list[RequestRecord] = []
-    run_virtual_cell(profile, profile.sweep.probe_stage(1, rate), mode, start=time.monotonic(),
+    run_virtual_cell(profile, profile.sweep.probe_stage(1, rate), mode, start=records_now(),
                      on_record=lambda r: None if r.warmup else records.append(r))
     return cell_attainment(records, profile.slo) or 0.0
 

@@ -29,13 +29,13 @@ def record_logits(eng: Engine) -> list[tuple[list[int], torch.Tensor]]:
 def reference_greedy(eng: Engine, prompt: list[int], n: int) -> list[int]:
     seq = list(prompt)
     for _ in range(n):
-        seq.append(int(eng.model.forward_full(seq)[-1].argmax()))
+        seq.append(int(eng.backend.model.forward_full(seq)[-1].argmax()))
     return seq[len(prompt):]
 
 
 def check_against_reference(eng: Engine, seen, got, prompts, max_tokens) -> None:
     for tokens, row in seen:
-        ref = eng.model.forward_full(tokens)[-1]
+        ref = eng.backend.model.forward_full(tokens)[-1]
         torch.testing.assert_close(row, ref, atol=2e-4, rtol=1e-4)
     for rid, prompt in prompts.items():
         assert got[rid]["tokens"] == reference_greedy(eng, prompt, max_tokens[rid]), rid
@@ -140,6 +140,6 @@ def test_contiguous_reads_at_the_very_end_of_the_arena(engine_factory, drive):
     eng.step()
     assert eng.kv.reservations["b"].start + eng.kv.reservations["b"].length == 128
     got = drive(eng)
-    got["a"]["tokens"] = [int(eng.model.forward_full(prompts["a"])[-1].argmax()), *got["a"]["tokens"]]
-    got["b"]["tokens"] = [int(eng.model.forward_full(prompts["b"])[-1].argmax()), *got["b"]["tokens"]]
+    got["a"]["tokens"] = [int(eng.backend.model.forward_full(prompts["a"])[-1].argmax()), *got["a"]["tokens"]]
+    got["b"]["tokens"] = [int(eng.backend.model.forward_full(prompts["b"])[-1].argmax()), *got["b"]["tokens"]]
     check_against_reference(eng, seen, got, prompts, max_tokens)

@@ -21,6 +21,7 @@ from tui.engine.kv import (
     PrefixMatch,
     new_kv_manager,
 )
+from tui.engine.model_runner import run_index, slot_index
 from tui.engine.params import SamplingParams
 from tui.engine.runner import StepResult
 from tui.engine.scheduler import ScheduledChunk
@@ -51,8 +52,8 @@ def test_paged_layout_takes_blocks_as_tokens_arrive_and_shares_a_cached_prefix()
     assert hit == PrefixMatch(blocks=(0, 1), num_tokens=8)
     assert kv.admit(b, 10, hit)
     assert [v.block_id for v in kv.holding(b).blocks] == [0, 1, 4]
-    assert kv.slots("b", torch.tensor([0, 7, 8, 9])).tolist() == [0, 7, 16, 17]
-    assert kv.run_index(["b", "a"], [10, 13], 4).tolist() == [0, 1, 4, 0, 0, 1, 2, 3]
+    assert slot_index(kv, "b", torch.tensor([0, 7, 8, 9])).tolist() == [0, 7, 16, 17]
+    assert run_index(kv, ["b", "a"], [10, 13], 4).tolist() == [0, 1, 4, 0, 0, 1, 2, 3]  # block ids
 
     b.num_computed = 8
     t = kv.totals({"a": a, "b": b})
@@ -79,8 +80,8 @@ def test_contiguous_layout_reserves_the_whole_length_at_admission_and_shares_not
     assert kv.never_fits(c) is None
     assert kv.never_fits(request("d", [1] * 60, 10)) == "prompt + max_tokens = 70 tokens can never fit the KV cache (64 slots)"
     assert [kv.slot("b", p) for p in (0, 9)] == [16, 25]
-    assert kv.run_index(["b"], [9], 3).tolist() == [16, 20, 24]
-    assert kv.run_index(["b"], [5], 3).tolist() == [16, 20, 0]  # the run past its context reads slot 0
+    assert run_index(kv, ["b"], [9], 3).tolist() == [16, 20, 24]  # slots: runs of 4 from its start
+    assert run_index(kv, ["b"], [5], 3).tolist() == [16, 20, 0]  # the run past its context reads slot 0
 
     kv.free("a")
     a.num_computed, b.num_computed = 0, 12
@@ -142,11 +143,8 @@ class SlabKV:
     def slot(self, rid: str, pos: int) -> int:
         return self.where[rid] + pos
 
-    def slots(self, rid: str, positions: torch.Tensor) -> torch.Tensor:
-        return positions + self.where[rid]
-
-    def run_index(self, rids: Sequence[str], context: Sequence[int], num_runs: int) -> torch.Tensor:
-        return torch.tensor([self.where[r] + i * self.block_size for r in rids for i in range(num_runs)])
+    def run_starts(self, rid: str, num_runs: int) -> Sequence[int]:
+        return range(self.where[rid], self.where[rid] + num_runs * self.block_size, self.block_size)
 
     def totals(self, holders: Mapping[str, Request], computed: int | None = None) -> KVTotals:
         return contiguous_totals(block_size=self.block_size, total_slots=self.num_slots, reservations=[
@@ -181,7 +179,7 @@ def test_a_third_layout_is_one_class_and_the_engine_runs_on_it(batching, engine_
     for rid, p in prompts.items():  # the same tokens as a plain forward with no cache at all
         seq = list(p)
         for _ in range(6):
-            seq.append(int(eng.model.forward_full(seq)[-1].argmax()))
+            seq.append(int(eng.backend.model.forward_full(seq)[-1].argmax()))
         assert first.get(rid, []) + got[rid]["tokens"] == seq[len(p):], rid
     assert eng.kv.num_holders() == 0
 

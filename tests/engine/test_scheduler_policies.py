@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from tui.engine.control import Control, ControlError
 from tui.engine.engine import RequestRejected
 from tui.engine.params import SamplingParams
 from tui.engine.snapshot import EngineSnapshot
@@ -205,6 +206,38 @@ def test_switch_mode_drains_then_rebuilds_and_keeps_waiting(engine_factory, driv
     assert {r.request_id for r in [*eng.waiting, *eng.scheduler.running]} == {"r2", "r3"}
     got = drive(eng)
     assert {r: x["reason"] for r, x in got.items()} == {"r2": "length", "r3": "length"}
+
+
+def test_a_mode_intent_acts_on_the_target_a_switch_drains_toward(engine_factory):
+    """b then k composes into one switch; a second b cancels the first; the preemption mode toggles."""
+    eng = engine_factory("continuous+paged", max_num_seqs=2)
+    eng.add_request("r0", [1] * 10, SamplingParams.exact(4))
+    eng.step()  # running: a switch has to drain it
+    eng.apply(Control(batching="toggle"))
+    assert (eng.mode.label, eng.draining_to) == ("continuous+paged", EngineMode("static", "paged"))
+    eng.apply(Control(batching="toggle"))
+    assert (eng.draining_to, eng.scheduler.admitting) == (None, True)  # cancelled: admitting again
+    eng.apply(Control(batching="static"))
+    eng.apply(Control(kv="toggle"))
+    assert eng.draining_to == EngineMode("static", "contiguous")
+    eng.apply(Control(preemption_mode="toggle"))
+    assert eng.config.preemption_mode == "swap"  # at once, while the switch still drains
+    while eng.has_unfinished():
+        eng.step()
+    assert (eng.mode.label, eng.draining_to, eng.config.preemption_mode) == ("static+contiguous", None, "swap")
+
+
+def test_a_control_intent_is_validated_once_and_round_trips_as_json():
+    control = Control.from_json({"mode": "static+paged", "defenses": {"backlog_limit": 5}})
+    assert control == Control(batching="static", kv="paged", defenses=DefensesConfig(backlog_limit=5))
+    assert Control.from_json(control.to_json()) == control
+    for body, param in (({"kv": "slab"}, "kv"), ({"speed": 2}, "speed"), ({"mode": "fast"}, "mode"),
+                        ({"defenses": {"backlog_limit": "x"}}, "defenses")):
+        with pytest.raises(ControlError) as bad:
+            Control.from_json(body)
+        assert bad.value.param == param
+    with pytest.raises(ControlError):
+        Control(preemption_mode="drop")  # type: ignore[arg-type]  # built in code: checked the same
 
 
 def test_switching_to_a_layout_that_cannot_hold_a_waiting_request_rejects_it(engine_factory):

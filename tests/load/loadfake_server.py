@@ -29,7 +29,8 @@ class FakeConfig:
     api_key: str | None = None  # when set, requests must carry it as a bearer token
     ttft_s: float = 0.0
     token_delay_s: float = 0.0
-    faults: list[str] = field(default_factory=list)  # cycled, one per generation request ("ragged": CRLF
+    faults: list[str] = field(default_factory=list)  # cycled, one per generation request ("eos": half the
+    # output, ended at end-of-sequence; "ragged": CRLF
     # events split across many small writes)
     slow_s: float = 3.0  # how long a "slow" request stalls
     error_echo_key: bool = False  # a careless server that echoes the key it got in its 401 body
@@ -156,6 +157,8 @@ class FakeServer:
             await asyncio.sleep(self.cfg.slow_s)
         chat = request.url.path.endswith("/chat/completions")
         max_tokens = int(body.get("max_tokens", 16))
+        if fault == "eos":  # the model ends its output halfway, at end-of-sequence
+            max_tokens = max(1, max_tokens // 2)
         prompt = body["messages"][-1]["content"] if chat else body.get("prompt", "")
         usage_on = (body.get("stream_options") or {}).get("include_usage") and fault != "no_usage"
         return StreamingResponse(self._stream(chat, len(prompt), max_tokens, fault, usage_on),
@@ -201,7 +204,7 @@ class FakeServer:
             if fault == "bad_chunk" and i == max_tokens // 2:
                 yield "data: {not json\n\n"
             last = i == max_tokens - 1
-            yield chunk("x", "length" if last else None)
+            yield chunk("x", ("stop" if fault == "eos" else "length") if last else None)
             with self._lock:
                 self.generation_tokens += 1
         with self._lock:

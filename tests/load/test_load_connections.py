@@ -9,9 +9,9 @@ import asyncio
 
 from loadfake_server import FakeConfig
 
+from tui.clock import now
 from tui.load.target import OpenAITarget, env_proxy
 from tui.load.workload import RequestSpec
-from tui.records.clock import now
 from tui.records.request import RequestRecord
 
 SPEC = RequestSpec(index=0, prompt="hello", prompt_len=5, max_tokens=3, shared_prefix=False)

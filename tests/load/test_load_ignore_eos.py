@@ -9,11 +9,11 @@ from __future__ import annotations
 import pytest
 from loadfake_server import FakeConfig
 
+from tui.clock import now
 from tui.load.runner import make_target
 from tui.load.target import PreflightError
 from tui.load.workload import RequestSpec
 from tui.profile import EngineConfig, Profile, ProfileError, TargetConfig, apply_overrides, profile_from_dict
-from tui.records.clock import now
 from tui.records.request import RequestRecord
 
 OPENAI_KEYS = ("model", "prompt", "messages", "max_tokens", "temperature", "stream", "stream_options")

@@ -99,11 +99,69 @@ def test_rolling_window_matches_direct_computation_and_forgets_old_records():
     assert s.itl.p50 == pytest.approx(float(np.percentile(itl, 50)))
     tpot = [(r.last_token_t - r.first_token_t) / (r.completion_tokens - 1) for r in inside if r.completion_tokens > 1]
     assert s.tpot.p90 == pytest.approx(float(np.percentile(tpot, 90)))
-    assert s.output_tokens_per_s == pytest.approx(sum(r.completion_tokens for r in inside) / 10.0)
+    # tokens count when their chunk arrived: every chunk of the last 10 s, whenever its request ended
+    chunk_ts = np.concatenate([r.first_token_t + np.cumsum([0.0, *r.chunk_gaps_s]) for r in recs])
+    assert s.output_tokens_per_s == pytest.approx(np.count_nonzero(chunk_ts >= now - 10.0) / 10.0)
     assert s.failed == {"http_429": 1} and s.completed == 3000 and s.sent == 3000 and s.in_flight == 0
     # an hour later the window is empty, the totals remain
     later = w.stats(3600.0)
     assert later.ttft.count == 0 and later.ttft.p50 is None and later.completed == 3000
+
+
+def test_live_tokens_per_second_counts_tokens_as_they_stream():
+    """40 streams, each one chunk every 20 ms (50 tok/s), none finished in the first 20 s: the window
+    reads 40 x 50 = 2000 tok/s from the stream itself, not 0 until requests complete. At completion
+    the server's usage settles chunks that carried two tokens, and a failed stream's tokens go back."""
+    clock = [0.0]
+    w = RollingWindow(window_s=10.0, clock=lambda: clock[0])
+    recs = [RequestRecord(request_id=f"r{i}", index=i, stage="s", mode="m", scheduled_t=0.0) for i in range(40)]
+    for r in recs:
+        r.send_t = 0.0
+        w.note_sent(r)
+
+    def stream_until(t_end: float) -> None:  # as the target fills a record: one chunk per 20 ms from 0.1 s
+        for r in recs:
+            while True:
+                t = 0.1 + 0.02 * r.num_chunks
+                if t > t_end:
+                    break
+                if r.first_token_t is None:
+                    r.first_token_t = t
+                else:
+                    r.chunk_gaps_s.append(t - r.last_token_t)
+                r.last_token_t, r.num_chunks = t, r.num_chunks + 1
+
+    for t in (5.01, 10.01, 20.01):  # off the chunk grid: no boundary rounding
+        stream_until(t)
+        clock[0] = t
+        span = min(10.0, t)
+        n = sum(sum(1 for k in range(r.num_chunks) if 0.1 + 0.02 * k >= t - 10.0) for r in recs)
+        assert w.stats().output_tokens_per_s == pytest.approx(n / span)
+    assert w.stats().output_tokens_per_s == pytest.approx(2000.0, rel=0.01)
+    assert w.stats().completed == 0 and w.stats().requests_per_s == 0.0
+
+    # 20.05 s: 39 finish ok with usage saying 2 tokens per chunk; one is cut (its tokens withdrawn)
+    stream_until(20.05)
+    clock[0] = 20.05
+    for r in recs:
+        r.end_t = 20.05
+        r.status = "ok" if r.index else "stream_cut"
+        r.completion_tokens = 2 * r.num_chunks
+        w.add(r)
+    later = w.stats(20.05 + 1e-6)  # the window [10.05 s, 20.05 s]
+    per_stream_in_window = sum(1 for k in range(recs[1].num_chunks) if 0.1 + 0.02 * k >= 10.05)
+    settled = sum(r.completion_tokens - r.num_chunks for r in recs[1:])
+    withdrawn = recs[0].num_chunks  # the cut stream's chunks, all of them, taken back at its end
+    expected = (40 * per_stream_in_window + settled - withdrawn) / 10.0
+    assert later.output_tokens_per_s == pytest.approx(expected)
+    # over the whole run, the window's tokens are the successful requests' completion tokens
+    clock[0] = 0.0
+    whole = RollingWindow(window_s=100.0, clock=lambda: clock[0])
+    for r in recs:
+        whole.note_sent(r)
+    for r in recs:
+        whole.add(r)
+    assert whole.stats(20.05).output_tokens_per_s * 20.05 == pytest.approx(sum(r.completion_tokens for r in recs[1:]))
 
 
 def _frame(recs: list[RequestRecord]) -> pl.DataFrame:

@@ -229,3 +229,15 @@ def test_report_on_a_truncated_records_file_is_one_line(tmp_path, capsys):
     assert report_main([run]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "requests.parquet: damaged records" in err and "Traceback" not in err
+
+
+def test_outputs_that_end_before_max_tokens_without_ignore_eos_are_warned_of(fake_server, tmp_path, monkeypatch,
+                                                                             capsys):
+    monkeypatch.setenv("KVTUI_LOADTEST_KEY", KEY)
+    srv = fake_server(FakeConfig(api_key=KEY, faults=["ok", "eos"]))
+    stages = '[[stages]]\nname = "only"\nrate = 50\nnum_requests = 6\n'
+    prof = load_profile(write_profile(tmp_path / "p.toml", srv.base_url, stages))
+    assert record_main(prof, tmp_path / "run") == 0
+    err = capsys.readouterr().err
+    assert "warning: 3 of 6 completed requests of only / remote ended before their max_tokens" in err
+    assert "target.ignore_eos = true" in err

@@ -8,6 +8,7 @@ import socket
 import httpx
 import pytest
 
+from tui.engine.control import Control
 from tui.profile import DefensesConfig, EngineConfig
 from tui.serve.control_client import ControlClient, ControlError
 
@@ -43,9 +44,9 @@ async def test_state_steps_and_controls(fresh_server) -> None:
             assert (await request).status_code == 200
         assert not (await control.resume()).engine.paused
 
-        switched = await control.set_mode(batching="static", kv="contiguous")
+        switched = await control.apply(Control(batching="static", kv="contiguous"))
         assert "static+contiguous" in (switched.engine.draining_to, switched.engine.mode)
-        defended = await control.set_defenses(DefensesConfig(backlog_limit=7))
+        defended = await control.apply(Control(defenses=DefensesConfig(backlog_limit=7)))
         assert defended.engine.defenses["backlog_limit"] == 7
         reset = await control.reset(TEST_ENGINE, DefensesConfig())
         assert reset.engine.mode == "continuous+paged" and reset.engine.defenses.get("backlog_limit") is None

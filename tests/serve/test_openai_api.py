@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
 
@@ -127,8 +128,12 @@ def test_defaults_and_types():
 def test_chat_rendering_and_max_completion_tokens():
     msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": [{"type": "text", "text": "a"},
                                                                             {"type": "text", "text": "b"}]}]
-    assert render_chat(msgs) == "system: s\nuser: ab\nassistant:"
+    assert render_chat(msgs) == "system: s\nuser: a\nb\nassistant:"  # parts joined with "\n", as vLLM joins them
     assert _parse({"messages": msgs, "max_completion_tokens": 5}, chat=True).sampling.max_tokens == 5
+    # vLLM's precedence: max_completion_tokens wins; without either, chat fills the context
+    assert _parse({"messages": msgs, "max_tokens": 9, "max_completion_tokens": 5}, chat=True).sampling.max_tokens == 5
+    prompt = len(encode(render_chat(msgs)))
+    assert _parse({"messages": msgs}, chat=True).sampling.max_tokens == 64 - prompt
 
 
 def test_context_length_error_names_the_numbers():
@@ -173,7 +178,10 @@ def test_the_api_server_side_never_imports_torch_or_textual():
     [
         ({"top_p": 5}, "'top_p' must lie in (0, 1], got 5.0"),
         ({"top_p": 0}, "'top_p' must lie in (0, 1]"),
-        ({"top_p": 0.9}, "'top_p' = 0.9 is not supported: this engine implements no nucleus sampling; omit it or send 1"),
+        ({"skip_special_tokens": False}, "'skip_special_tokens' = false is not supported (only true)"),
+        ({"logprobs": 21}, "'logprobs' must lie in [0, 20], got 21"),
+        ({"stop_token_ids": [1, 999]}, "'stop_token_ids' must be a list of at most 16 token ids in [0, 260)"),
+        ({"min_tokens": 99}, "'min_tokens' (99) must not exceed max_tokens (16)"),
         ({"top_p": float("nan")}, "'top_p' must be a finite number, got nan"),
         ({"presence_penalty": "x"}, "'presence_penalty' must be a number, got str"),
         ({"frequency_penalty": 3}, "'frequency_penalty' must lie in [-2, 2], got 3.0"),
@@ -191,3 +199,34 @@ def test_unsupported_and_malformed_sampling_parameters_are_400(extra, message):
         _parse({"prompt": "hi", **extra})
     assert ei.value.status == 400 and message in ei.value.message
     assert ei.value.param == next(iter(extra))
+
+
+
+def test_byte_fallback_text_streamed_equals_the_one_shot_decode():
+    """SentencePiece byte fallback (Llama's decoder) turns a whole run of byte tokens into text at
+    once, each byte of an invalid run a U+FFFD: an "A" sent early would later have been one."""
+    from tokenizers import Tokenizer, decoders, models
+
+    vocab = {"<unk>": 0, **{f"<0x{b:02X}>": 1 + b for b in range(256)}, "▁s": 257, "s": 258, "▁": 259, "ab": 260}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], byte_fallback=True, unk_token="<unk>"))
+    tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                     decoders.Strip(" ", 1, 0)])
+    rng = random.Random(3)
+    for _ in range(300):
+        ids = [rng.choice([257, 258, 259, 260, 1 + 0x41, 1 + 0xE2, 1 + 0x82, 1 + 0xAC, 1 + 0xFF])
+               for _ in range(rng.randint(1, 6))]
+        for step in (1, 2):
+            d = WindowDecoder(tok.decode, frozenset(range(1, 257)))
+            pieces = [d.decode(ids[i : i + step], final=i + step >= len(ids)) for i in range(0, len(ids), step)]
+            assert "".join(pieces) == tok.decode(ids), [tok.id_to_token(i) for i in ids]
+
+
+def test_logprobs_are_refused_where_the_backend_has_no_logits_and_bad_defaults_are_a_400():
+    with pytest.raises(ApiError) as ei:
+        parse_completion({"prompt": "hi", "logprobs": 1}, chat=False, served_model="m", encode=encode, vocab_size=260,
+                         max_model_len=64, logprobs_available=False)
+    assert ei.value.status == 400 and "simulated backend" in ei.value.message
+    with pytest.raises(ApiError) as ei:
+        parse_completion({"prompt": "hi"}, chat=False, served_model="m", encode=encode, vocab_size=260,
+                         max_model_len=64, sampling_defaults={"top_p": 0.0})
+    assert ei.value.status == 400 and "top_p must lie in (0, 1]" in ei.value.message

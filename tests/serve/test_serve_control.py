@@ -27,6 +27,10 @@ def _ctl(srv, client: httpx.Client, what: str, body: dict | None = None) -> dict
     return r.json()["engine"]
 
 
+def _mode(state: dict) -> str:
+    return f"{state['batching']}+{state['kv']}"
+
+
 def _stream_in_thread(srv, body: dict) -> tuple[threading.Thread, list]:
     """Stream in a thread; ``lines`` gets the ``data:`` lines, or ``"status NNN"`` for an error."""
     lines: list[str] = []
@@ -140,6 +144,32 @@ def test_mode_switch_shows_the_drain(fresh_server, client, poll):
     r = client.post(srv.base_url + "/completions", json={"prompt": "after", "max_tokens": 3, "ignore_eos": True})
     assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 3
     assert _ctl(srv, client, "mode", {"mode": "continuous+paged"})["draining_to"] in (None, "continuous+paged")
+
+
+def test_switches_during_a_drain_compose_cancel_and_survive_a_reset(fresh_server, client, poll):
+    """The engine owns the mode and the target it drains toward: a second switch acts on that target."""
+    srv = fresh_server
+    _ctl(srv, client, "pause")
+    t, lines = _stream_in_thread(srv, {"prompt": "draining", "max_tokens": 5, "stream": True, "ignore_eos": True})
+    poll(lambda: srv.state(client)["num_waiting"] == 1)
+    _ctl(srv, client, "step")  # admitted and running: a switch has to drain it
+    # b twice: the second toggle cancels the first, and the engine admits again
+    assert _ctl(srv, client, "mode", {"batching": "toggle"})["draining_to"] == "static+paged"
+    s = _ctl(srv, client, "mode", {"batching": "toggle"})
+    assert (s["draining_to"], _mode(s)) == (None, "continuous+paged")
+    # b then k: one switch to both halves, not the k alone
+    assert _ctl(srv, client, "mode", {"batching": "static"})["draining_to"] == "static+paged"
+    assert _ctl(srv, client, "mode", {"kv": "toggle"})["draining_to"] == "static+contiguous"
+    bad = client.post(f"{srv.root}/kvtui/v1/mode", json={"batching": "dynamic"})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "batching"
+    _ctl(srv, client, "resume")
+    t.join(30)
+    assert lines[-1] == "data: [DONE]"
+    s = poll(lambda: (st := srv.state(client))["draining_to"] is None and st)
+    assert _mode(s) == "static+contiguous"
+    # reset {} rebuilds the engine in the mode in force, not the one it started in
+    s = _ctl(srv, client, "reset", {})
+    assert (_mode(s), s["step"]) == ("static+contiguous", 0)
 
 
 def test_reset_rebuilds_the_engine_and_ends_open_streams(fresh_server, client, poll):

@@ -35,7 +35,7 @@ BAD_BODIES = [
     ({"prompt": "hi", "stream": "yes"}, "stream"),
     ({"prompt": "hi", "seed": "x"}, "seed"),
     ({"prompt": "hi", "ignore_eos": 1}, "ignore_eos"),
-    ({"prompt": "hi", "n": 2}, "n"),
+    ({"prompt": "hi", "n": 0}, "n"),
     ({"prompt": "hi", "stream_options": []}, "stream_options"),
     ({"prompt": 17}, "prompt"),
     ({"prompt": ""}, "prompt"),
@@ -94,7 +94,8 @@ def test_oversized_body_is_413(server, client):
 def test_control_api_errors(server, client):
     root = server.root + "/kvtui/v1"
     assert _error(client.post(root + "/step"), 409)["code"] == "not_paused"  # running: nothing to step
-    assert "mode" in _error(client.post(root + "/mode", json={"batching": "dynamic", "kv": "paged"}), 400)["message"]
+    bad = _error(client.post(root + "/mode", json={"batching": "dynamic", "kv": "paged"}), 400)
+    assert bad["param"] == "batching" and "'dynamic'" in bad["message"]
     _error(client.post(root + "/mode", json={"speed": 1}), 400)
     msg = _error(client.post(root + "/reset", json={"engine": {"block_size": 0}}), 400)["message"]
     assert "engine.block_size" in msg and "\n" not in msg

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tui.profile import DefensesConfig, to_dict
-from tui.serve.openai_api import UNIMPLEMENTED_KNOBS
+from tui.serve.openai_api import SAMPLING_KNOBS
 
 from .conftest import TEST_ENGINE, ThreadServer
 
@@ -36,7 +36,8 @@ JSON_ANY = st.recursive(HOSTILE, lambda inner: st.lists(inner, max_size=3) | st.
 
 GEN_KEYS = ["model", "prompt", "messages", "max_tokens", "max_completion_tokens", "temperature", "seed", "stop",
             "stream", "stream_options", "ignore_eos", "n", "best_of", "echo", "logprobs", "suffix", "tools",
-            "tool_choice", "logit_bias", "user", "bogus_key", *UNIMPLEMENTED_KNOBS]
+            "tool_choice", "logit_bias", "user", "bogus_key", "top_logprobs", "stop_token_ids",
+            "chat_template_kwargs", "skip_special_tokens", *SAMPLING_KNOBS]
 # Generation bodies: a valid short request with some keys replaced by hostile values (so many reach
 # the engine), or any JSON at all.
 SMALL_OK = {"prompt": "fuzz me", "max_tokens": 2, "ignore_eos": True}

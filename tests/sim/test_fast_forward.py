@@ -21,9 +21,8 @@ def _run(prof, mode: str, rate: float, n: int, fast_forward: bool, pad_s: float 
     clock = VirtualClock(1000.0)
     e = Engine(prof.engine.with_mode(EngineMode.parse(mode)), prof.defenses, sim_clock=clock)
     if pad_s:  # a calibrated CPU runner's cost of padding decode rows to the longest context
-        cost = e.sim.runner.cost
+        cost = e.backend.runner.cost
         cost.params = dataclasses.replace(cost.params, per_pad_token_s=pad_s)
-    e.wall = lambda: 1.7e9 + clock.now()  # (its offset is taken from time.time() when it is made)
     records, steps, gpu, frames = [], [], [], []
     outputs = []  # every request's token ids and finish reason, as it finishes
     mark = e._mark_finished

@@ -6,13 +6,14 @@ import numpy as np
 from rich.console import Console
 
 from tui.engine.snapshot import ArenaSegment, BlockView, EngineSnapshot, KVTotals, RequestView
-from tui.metrics.types import ServerGauges
+from tui.metrics.types import Percentiles, ServerGauges, WindowStats
 from tui.profile import Profile, TargetConfig
 from tui.testing import synthetic as syn
 from tui.ui.app import KVTuiApp
 from tui.ui.backend import FixedBackend, target_info
 from tui.ui.band_chart import BandChart
 from tui.ui.gpu import gpu_text
+from tui.ui.latency import numbers
 from tui.ui.model import DashboardSnapshot, HistoryPoint
 from tui.ui.paint import fmt_s, gauge
 from tui.ui.scheduler_view import RequestTable, arena_cells, arena_map, totals_text
@@ -149,3 +150,10 @@ def test_many_gpus_get_one_line_each():
     text = text_of(gpu_text(syn.dashboard(None, gpu=syn.gpus(8)), 60))
     lines = [ln for ln in text.splitlines() if ln.startswith("GPU")]
     assert len(lines) == 8 and "8 × NVIDIA H100" in text
+
+
+def test_latency_rows_keep_columns_apart_and_say_when_the_client_is_behind():
+    big = Percentiles(p50=0.0123, p90=0.0456, p99=0.211, count=152263)  # was "211ms152263"
+    rows = [t.plain for t in numbers(WindowStats(window_s=30.0, ttft=big, itl=Percentiles(0.0, 0.0, 0.004, 9000)))]
+    assert rows[1] == " TTFT   12.3ms  45.6ms   211ms  152k"
+    assert "client behind" in rows[3] and "0µs" not in rows[3]  # chunks read in bursts, not a 0 µs gap

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from textual import events
 from textual.binding import Binding
 from textual.widgets import Button, Input, Tabs
 
@@ -279,6 +280,29 @@ def timeline_app() -> KVTuiApp:
                     live=False)
 
 
+async def test_tab_then_enter_from_start_opens_a_timeline_and_changes_no_mode():
+    asked: list[tuple] = []
+
+    class Recording(FixedBackend):
+        async def set_mode(self, batching: str | None, kv: str | None) -> None:
+            asked.append((batching, kv))
+
+    app = timeline_app()
+    app.backend.__class__ = Recording  # the same backend, its mode requests recorded
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("tab")
+        table = app.query_one(RequestTable)
+        assert app.focused is table
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, TimelineScreen) and app.screen.request_id == table.selected
+        assert asked == []
+        await pilot.press("escape")
+        await pilot.click("#mode-static")  # the buttons still act on a click
+        await pilot.pause()
+        assert asked == [("static", None)]
+
+
 async def test_keys_select_a_request_and_enter_opens_its_timeline():
     app = timeline_app()
     async with app.run_test(size=(100, 30)) as pilot:
@@ -298,6 +322,25 @@ async def test_keys_select_a_request_and_enter_opens_its_timeline():
         await pilot.press("escape")
         await pilot.pause()
         assert not isinstance(app.screen, TimelineScreen)
+
+
+async def test_a_click_opens_the_request_drawn_there_when_a_new_snapshot_reorders_the_rows():
+    """Between a paint and a click the next snapshot can re-sort the rows: the click opens the request
+    the user saw on that line, not the one that moved under the pointer and is not drawn yet."""
+    app = timeline_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+        table = app.query_one(RequestTable)
+        line = 4 + table.scroll_offset.y
+        seen = table.snapshot.requests[table._rows[line].request].request_id
+        reordered = dataclasses.replace(table.snapshot, requests=table.snapshot.requests[::-1])
+        table.set_snapshot(reordered)  # no paint yet: the handler runs before the next frame
+        assert reordered.requests[table._rows[line].request].request_id != seen
+        region = table.content_region
+        table.on_click(events.Click(table, 3, 4, 0, 0, 1, False, False, False,
+                                    screen_x=region.x + 3, screen_y=region.y + 4))
+        await pilot.pause()
+        assert isinstance(app.screen, TimelineScreen) and app.screen.request_id == seen
 
 
 async def test_a_click_on_a_request_row_opens_its_timeline():

@@ -144,6 +144,32 @@ async def test_keys_switch_the_mode_and_the_defenses(fresh_engine: LocalServer):
         await until(pilot, lambda: engine_of(app).defenses.get("wait_timeout_s") == 30.0)
 
 
+async def test_mode_keys_during_a_drain_compose_and_a_second_b_cancels(fresh_engine: LocalServer):
+    slow = dataclasses.replace(PROFILE, load=dataclasses.replace(PROFILE.load, rate=4.0))  # a short queue
+    app = KVTuiApp(LiveBackend(slow, base_url=fresh_engine.base_url), live=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: engine_of(app) is not None)
+        await pilot.press("p", "space")  # paused, then load: the requests wait
+        await until(pilot, lambda: engine_of(app).paused and engine_of(app).num_waiting > 0)
+        await pilot.press("s")  # one step admits them: a switch has to drain them now
+        await until(pilot, lambda: engine_of(app).num_running > 0)
+        await pilot.press("b")
+        await until(pilot, lambda: engine_of(app).draining_to == "static+paged")
+        await pilot.pause()
+        assert app.query_one("#mode-static").variant == "warning"  # the pending half, beside the current
+        assert "switching continuous+paged → static+paged" in app.backend.latest.status
+        await pilot.press("b")
+        await until(pilot, lambda: engine_of(app).draining_to is None)
+        assert engine_of(app).mode == "continuous+paged"
+        assert "cancelled" in app.backend.latest.status
+        await pilot.press("b", "k")
+        await until(pilot, lambda: engine_of(app).draining_to == "static+contiguous")
+        await pilot.press("p")  # resumed: the running requests finish, then the switch completes
+        await until(pilot, lambda: engine_of(app).mode == "static+contiguous" and not engine_of(app).draining_to)
+        await pilot.press("space")
+        await until(pilot, lambda: not app.backend.load.running)
+
+
 async def test_rate_keys_change_the_running_load(fresh_engine: LocalServer):
     app = KVTuiApp(LiveBackend(PROFILE, base_url=fresh_engine.base_url), live=True)
     async with app.run_test(size=SIZE) as pilot:
@@ -345,3 +371,15 @@ async def test_a_workload_the_engine_can_never_serve_is_refused_before_any_load(
         assert "engine.max_model_len" in status and "exceeds max_model_len 256" in status
         assert app.backend.latest.status_level == "error" and not app.backend.load.running
         assert app.backend.window.stats().sent == 0
+
+
+async def test_space_while_the_engine_starts_is_answered_and_remembered():
+    """Before the local engine answers, space is not dropped: the status line says the engine is
+    starting and the load will start when it is ready; a second press takes that back."""
+    backend = LiveBackend(PROFILE)  # not run: the engine is still "starting"
+    await backend.toggle_load()
+    assert backend.start_when_ready and backend.latest.status.startswith("engine starting: the load starts")
+    await backend.toggle_load()
+    assert not backend.start_when_ready and "will not start" in backend.latest.status
+    await backend.toggle_pause()
+    assert backend.latest.status == "engine starting: pause waits until it is ready; press again then"

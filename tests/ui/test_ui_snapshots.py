@@ -36,7 +36,7 @@ def test_first_screen(snap_compare):
 def test_running_experiment(snap_compare):
     """Continuous+paged under load: percentiles, charts, one GPU, a full block table."""
     engine = syn.paged_engine(3, n_requests=40, n_waiting=6, total_blocks=1024)
-    snap = syn.dashboard(engine, seed=3, gpu=syn.gpus(1), status="load running at 4 req/s")
+    snap = syn.dashboard(engine, seed=3, gpu=syn.gpus(1), status="load started")
     assert snap_compare(fixed_app(snap), terminal_size=WIDE)
 
 
@@ -113,16 +113,18 @@ def test_remote_target_without_metrics(snap_compare):
     assert snap_compare(fixed_app(snap, REMOTE), terminal_size=(160, 50))
 
 
-SIZES = [(80, 24), (100, 30), (160, 50), (200, 60)]
+SIZES = [(80, 24), (100, 30), (120, 40), (160, 50), (200, 60)]
 
 
 @pytest.mark.parametrize("size", SIZES, ids=[f"{w}x{h}" for w, h in SIZES])
 def test_terminal_sizes(snap_compare, size):
     """Under 120×40 the scheduler's pool and request rows are the first screen (the tabs and z switch
-    to the other panes); from 160×50 every pane fits. The NVML reason wraps, never clips."""
+    to the other panes), TTFT and TPOT P50/P99 on its border and q in the footer; from 120×40 every
+    pane fits. The NVML reason wraps, never clips; the status line and the latency columns never run
+    together or wrap."""
     engine = syn.paged_engine(19, n_requests=30, n_waiting=4, shared_prefix_blocks=2, total_blocks=1024)
     snap = syn.dashboard(engine, seed=19, gpu_note="no NVIDIA driver (NVML Shared Library Not Found)",
-                         status="load running at 4 req/s")
+                         status="load started")
     assert snap_compare(fixed_app(snap), terminal_size=size)
 
 
@@ -183,5 +185,5 @@ def test_mode_switch_draining(snap_compare):
     engine = dataclasses.replace(syn.contiguous_engine(23, n_requests=8, paused=False),
                                  draining_to="continuous+paged")
     snap = syn.dashboard(engine, seed=23, gpu_note="no NVIDIA driver",
-                         status="switching to continuous+paged: draining the running requests first")
+                         status="switching static+contiguous → continuous+paged: draining the running requests first")
     assert snap_compare(fixed_app(snap), terminal_size=WIDE)

@@ -46,16 +46,25 @@ class ChatTemplate:
             self._compiled = compile_template(self.source)
         return self._compiled
 
-    def render(self, messages: list[Message]) -> str:
-        """The prompt for ``messages`` with the assistant's turn opened (``add_generation_prompt=True``)."""
+    def render(self, messages: list[Message], template_kwargs: dict[str, Any] | None = None) -> str:
+        """The prompt for ``messages`` with the assistant's turn opened (``add_generation_prompt=True``).
+
+        ``template_kwargs`` (a request's ``chat_template_kwargs``, as vLLM passes them: Qwen3's
+        ``enable_thinking``) join the variables the template sees. Any failure of the template —
+        its ``raise_exception`` or a Python error inside it — is a :class:`ChatTemplateError`: the
+        request's fault, as vLLM answers it (400).
+        """
         import jinja2
 
+        context: dict[str, Any] = {"messages": messages, "tools": None, "documents": None,
+                                   "add_generation_prompt": True, **self.special_tokens}
+        context.update(template_kwargs or {})
         try:
-            return self.compile().render(
-                messages=messages, tools=None, documents=None, add_generation_prompt=True, **self.special_tokens
-            )
+            return self.compile().render(**context)
         except jinja2.TemplateError as e:
             raise ChatTemplateError(f"the chat template refused the messages: {e}") from None
+        except Exception as e:  # a Python error in the template (a missing key, a wrong type)
+            raise ChatTemplateError(f"the chat template failed on the messages: {type(e).__name__}: {e}") from None
 
 
 def compile_template(source: str) -> Any:

@@ -31,8 +31,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-import torch
-
 from tui.engine.capacity import contiguous_never_fits, paged_never_fits, reservation_slots
 from tui.engine.sequence import Request
 from tui.engine.snapshot import ArenaSegment, BlockView, KVTotals, contiguous_totals, paged_totals
@@ -287,7 +285,7 @@ class KVManager(Protocol):
     layout: str  # the name in profiles and snapshots ("paged", "contiguous")
     num_slots: int
     block_size: int  # the unit of the paged pool; every layout is read in runs of this many slots
-    aligned_runs: bool  # run_index gives block ids (runs start at multiples of block_size), else slots
+    aligned_runs: bool  # every run starts at a multiple of block_size (a block), so a reader may index by block
 
     # -- admission and growth (the scheduler) --------------------------------------------------------
 
@@ -353,15 +351,10 @@ class KVManager(Protocol):
         """The slot of token ``pos`` of held request ``rid``."""
         ...
 
-    def slots(self, rid: str, positions: torch.Tensor) -> torch.Tensor:
-        """The slots of tokens ``positions`` (int64, CPU) of held request ``rid``, vectorised."""
-        ...
-
-    def run_index(self, rids: Sequence[str], context: Sequence[int], num_runs: int) -> torch.Tensor:
-        """Where to read each request's first ``context[i]`` tokens, as ``num_runs`` runs of ``block_size``.
-
-        ``[len(rids) * num_runs]`` int64 on the CPU: block ids when :attr:`aligned_runs`, else each run's
-        first slot. Runs past a request's context may point anywhere inside the pool (they are masked).
+    def run_starts(self, rid: str, num_runs: int) -> Sequence[int]:
+        """The first slot of each of the first ``num_runs`` runs of ``block_size`` slots that hold held
+        request ``rid``'s tokens in order (token ``pos`` is at ``run_starts[pos // block_size] + pos %
+        block_size``). The model runner turns these into its tensors' indices; this module stays torch-free.
         """
         ...
 
@@ -535,18 +528,9 @@ class PagedKV:
         bs = self.block_size
         return self.tables[rid][pos // bs] * bs + pos % bs
 
-    def slots(self, rid: str, positions: torch.Tensor) -> torch.Tensor:
+    def run_starts(self, rid: str, num_runs: int) -> Sequence[int]:
         bs = self.block_size
-        table = torch.tensor(self.tables[rid], dtype=torch.long)
-        return table[positions // bs] * bs + positions % bs
-
-    def run_index(self, rids: Sequence[str], context: Sequence[int], num_runs: int) -> torch.Tensor:
-        rows: list[int] = []
-        for rid in rids:
-            t = self.tables[rid][:num_runs]
-            rows += t
-            rows += [0] * (num_runs - len(t))  # padding points at block 0 and is masked off
-        return torch.tensor(rows, dtype=torch.long)
+        return [b * bs for b in self.tables[rid][:num_runs]]
 
     def totals(self, holders: Mapping[str, Request], computed: int | None = None) -> KVTotals:
         pool = self.pool
@@ -724,17 +708,11 @@ class ContiguousKV:
     def slot(self, rid: str, pos: int) -> int:
         return self.reservations[rid].start + pos
 
-    def slots(self, rid: str, positions: torch.Tensor) -> torch.Tensor:
-        return positions + self.reservations[rid].start
-
-    def run_index(self, rids: Sequence[str], context: Sequence[int], num_runs: int) -> torch.Tensor:
-        # runs of block_size slots from each reservation's start: one copy per run, like a block
+    def run_starts(self, rid: str, num_runs: int) -> Sequence[int]:
+        # runs of block_size slots from the reservation's start: read like a block table
         bs = self.block_size
-        starts = torch.tensor([self.reservations[rid].start for rid in rids], dtype=torch.long)
-        offsets = torch.arange(0, num_runs * bs, bs)
-        held = offsets[None, :] < torch.tensor(context, dtype=torch.long)[:, None]
-        # runs past a row's own context (shorter rows of the group) read slot 0 and are masked off
-        return torch.where(held, starts[:, None] + offsets, 0).view(-1)
+        start = self.reservations[rid].start
+        return range(start, start + num_runs * bs, bs)
 
     def totals(self, holders: Mapping[str, Request], computed: int | None = None) -> KVTotals:
         if computed is not None:  # a reservation is private: its holder's tokens are in it

@@ -174,7 +174,7 @@ class GridWalker:
         self.runs = list(runs) if runs is not None else grid(quick=quick)
         self.passes = passes
         self.engine = engine = Engine(measurement_config(cfg, max(r.context for r in self.runs)))
-        if engine.device.type == "cpu":
+        if engine.device_label == "cpu":
             engine.timer = time.process_time
         self._mode = engine.mode
         self._rec = ShapeRecorder(engine.runner)

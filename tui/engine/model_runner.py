@@ -15,10 +15,11 @@ for both layouts (the paged view is ``[num_blocks, block_size, kv_heads, head_di
    - each prefill chunk on its own: a fresh prompt attends over its own K/V (causal), a later chunk
      over the context gathered from the cache;
 3. takes the logits of the last token of every request whose chunk reaches its end and samples
-   (greedy, or from the request's own seeded generator).
+   (:mod:`tui.engine.sampling`: greedy, or from the request's own generator).
 
-The layout is only ever asked for addresses (:class:`tui.engine.kv.KVManager`: ``slot``, ``slots``,
-``run_index``), so any layout works; ``aligned_runs`` picks the cheaper read for block-aligned runs.
+The layout is only ever asked for addresses (:class:`tui.engine.kv.KVManager`: ``slot`` and
+``run_starts``, plain ints), so any layout works; this module turns them into index tensors
+(:func:`slot_index`, :func:`run_index`), and ``aligned_runs`` picks the cheaper read for block-aligned runs.
 
 Padding rows (finished members of a static batch) attend over their context like any decode, write
 their K/V to one scratch slot past the pool, and are never sampled.
@@ -43,6 +44,7 @@ import torch.nn.functional as F
 from tui.engine.kv import KVManager, SwapPlan, cdiv
 from tui.engine.model import DecoderModel
 from tui.engine.runner import StepResult
+from tui.engine.sampling import sample
 from tui.engine.scheduler import ScheduledChunk
 from tui.engine.sequence import Request
 
@@ -90,6 +92,27 @@ def _length_groups(ctx: list[int]) -> list[tuple[int, int]]:
             start = j
     groups.append((start, n))
     return groups
+
+
+def slot_index(kv: KVManager, rid: str, positions: torch.Tensor) -> torch.Tensor:
+    """The slots of tokens ``positions`` (int64, CPU, ascending) of held request ``rid``."""
+    bs = kv.block_size
+    starts = torch.tensor(kv.run_starts(rid, int(positions[-1]) // bs + 1), dtype=torch.long)
+    return starts[positions // bs] + positions % bs
+
+
+def run_index(kv: KVManager, rids: Sequence[str], context: Sequence[int], num_runs: int) -> torch.Tensor:
+    """Where to read each request's first ``context[i]`` tokens, as ``num_runs`` runs of ``block_size``:
+    ``[len(rids) * num_runs]`` int64 on the CPU, block ids when ``kv.aligned_runs``, else each run's first
+    slot. Runs past a request's context read slot 0 (they are masked off)."""
+    bs = kv.block_size
+    rows: list[int] = []
+    for rid, ctx in zip(rids, context, strict=True):
+        held = min(num_runs, cdiv(ctx, bs))
+        rows += kv.run_starts(rid, held)
+        rows += [0] * (num_runs - held)
+    index = torch.tensor(rows, dtype=torch.long)
+    return index // bs if kv.aligned_runs else index
 
 
 class TorchModelRunner:
@@ -166,7 +189,8 @@ class TorchModelRunner:
     def execute(self, chunks: Sequence[ScheduledChunk], kv: KVManager) -> StepResult:
         """Run one step: forward, then sample one token for every request whose chunk reached its end."""
         reqs, logits = self.forward(chunks, kv)
-        return StepResult(reqs, self._sample(reqs, logits))
+        tokens, logprobs = sample(reqs, logits)
+        return StepResult(reqs, tokens, logprobs=logprobs)
 
     def forward(self, chunks: Sequence[ScheduledChunk], kv: KVManager) -> tuple[list[Request], torch.Tensor]:
         """Run the model over one step; the requests that sample a token now and their logits ``[N, vocab]``."""
@@ -198,7 +222,7 @@ class TorchModelRunner:
             tokens.extend(r.all_tokens[s : s + n])
             pos = torch.arange(s, s + n)
             pre_pos.append(pos)
-            pre_slots.append(kv.slots(r.request_id, pos))
+            pre_slots.append(slot_index(kv, r.request_id, pos))
             if s + n == r.num_tokens:
                 sample_reqs.append(r)
                 sample_idx.append(len(tokens) - 1)
@@ -218,17 +242,6 @@ class TorchModelRunner:
         """Run a traced step's forward again: the model and attention work alone, no bookkeeping."""
         return self.model(input_ids, positions, lambda i, q, k, v: self._attend(meta, i, q, k, v), idx)
 
-    @staticmethod
-    def _sample(reqs: list[Request], logits: torch.Tensor) -> list[int]:
-        if not reqs:
-            return []
-        tokens: list[int] = logits.argmax(dim=-1).tolist()
-        for i, req in enumerate(reqs):
-            if req.temperature > 0:
-                probs = torch.softmax(logits[i].float().cpu() / req.temperature, dim=-1)
-                tokens[i] = int(torch.multinomial(probs, 1, generator=req.generator))
-        return tokens
-
     # -- metadata ------------------------------------------------------------------------------------
 
     def _meta(self, decodes: list[ScheduledChunk], prefills: list[ScheduledChunk], kv: KVManager,
@@ -245,7 +258,7 @@ class TorchModelRunner:
             s, n = c.request.num_computed, c.num_new
             index = None
             if s > 0:  # a later chunk (or a recompute) reads the context already in the cache
-                index = kv.slots(c.request.request_id, torch.arange(s + n)).to(dev)
+                index = slot_index(kv, c.request.request_id, torch.arange(s + n)).to(dev)
             pre.append(_Prefill(offset, n, s, index))
             offset += n
         return _StepMeta(slot_all.to(dev), groups, pre, kv.aligned_runs)
@@ -255,7 +268,7 @@ class TorchModelRunner:
         bs = self.block_size  # both layouts are read in runs of block_size slots (see _gather)
         nb = cdiv(ctx[0], bs)
         length = nb * bs
-        index = kv.run_index([c.request.request_id for c in decodes], ctx, nb)
+        index = run_index(kv, [c.request.request_id for c in decodes], ctx, nb)
         mask = None
         windowed = self.window is not None and ctx[0] > self.window
         if ctx[-1] != length or windowed:

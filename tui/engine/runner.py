@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from tui.engine.kv import KVManager, SwapPlan
+from tui.engine.params import TokenLogprobs
 from tui.engine.scheduler import ScheduledChunk
 from tui.engine.sequence import Request
 
@@ -31,6 +32,8 @@ class StepResult:
     requests: list[Request] = field(default_factory=list)
     token_ids: list[int] = field(default_factory=list)
     elapsed_s: float | None = None
+    # per request, (its token's logprob, the top tokens') where its params ask; None: nobody asked
+    logprobs: list[TokenLogprobs | None] | None = None
 
 
 class ModelRunner(Protocol):

@@ -54,13 +54,18 @@ class Request:
     block_hashes: list[int] = field(default_factory=list)  # full blocks of all_tokens, chained
     generator: torch.Generator | None = None
     events: list[RequestEvent] = field(default_factory=list)  # its transitions, oldest first
+    plain: bool = field(init=False)  # params.plain, read once (the sampler asks it every step)
 
     def __post_init__(self) -> None:
+        self.plain = self.params.plain
         if not self.original_prompt_len:
             self.original_prompt_len = len(self.prompt)
         if self.params.temperature > 0:
             self.generator = torch.Generator()
-            self.generator.manual_seed(self.params.seed if self.params.seed is not None else 0)
+            if self.params.seed is not None:
+                self.generator.manual_seed(self.params.seed)
+            else:  # vLLM: an unseeded request samples independently of every other one
+                self.generator.seed()
 
     def record(self, t: float, kind: str, *, tokens: int = 0, blocks: int = 0, detail: str = "") -> None:
         """Note a transition (the kinds and fields are described on :class:`RequestEvent`)."""
@@ -114,8 +119,12 @@ class Request:
         """Add an output token; the finish reason if that ends the request."""
         self.output.append(token)
         params = self.params
-        if not params.ignore_eos and token in self.eos_token_ids:
-            return "stop"
-        if len(self.output) >= params.max_tokens:
+        n = len(self.output)
+        if n >= params.min_tokens:  # vLLM: no stop before min_tokens outputs
+            if not params.ignore_eos and token in self.eos_token_ids:
+                return "stop"
+            if token in params.stop_token_ids:
+                return "stop"
+        if n >= params.max_tokens:
             return "length"
         return None

@@ -12,6 +12,7 @@ all of those in ``config.json``, ``generation_config.json`` and the tokenizer's 
 from __future__ import annotations
 
 import codecs
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -27,11 +28,15 @@ class Tokenizer(Protocol):
     eos_token_id: int  # the first of eos_token_ids (-1: none)
     eos_token_ids: frozenset[int]  # every id that ends a request unless it ignores EOS
     vocab_size: int
+    # the checkpoint's generation_config.json sampling defaults, by SamplingParams' names (vLLM applies
+    # them to a request that does not set them); empty for the byte tokenizer
+    sampling_defaults: dict[str, float]
 
     def encode(self, text: str) -> list[int]: ...
 
-    def encode_chat(self, messages: list[Message]) -> list[int]:
-        """The prompt ids of a chat (``ValueError`` if the chat template refuses it)."""
+    def encode_chat(self, messages: list[Message], template_kwargs: dict[str, Any] | None = None) -> list[int]:
+        """The prompt ids of a chat (``ValueError`` if the chat template refuses it); ``template_kwargs``
+        are more variables for the chat template (none without one)."""
         ...
 
     def decode(self, ids: list[int]) -> str: ...
@@ -53,10 +58,17 @@ class IncrementalDecoder(Protocol):
 class WindowDecoder:
     """Any tokenizer's ``decode`` made incremental with vLLM's prefix/read window: each call decodes
     the window since the last emitted text twice (with and without the new tokens) and emits the
-    difference once it no longer ends in U+FFFD; O(n) over an output."""
+    difference once it no longer ends in U+FFFD; O(n) over an output.
 
-    def __init__(self, decode: Callable[[list[int]], str]) -> None:
+    ``byte_ids``: SentencePiece byte-fallback tokens (``<0xNN>``). Their decoder turns a whole run of
+    them into text at once, each byte of an invalid run a U+FFFD (so an "A" already sent would
+    become one when an invalid byte follows); text is held back while the output ends in such a run,
+    so a request's text equals one ``decode`` of its tokens whatever steps they came in.
+    """
+
+    def __init__(self, decode: Callable[[list[int]], str], byte_ids: frozenset[int] = frozenset()) -> None:
         self._decode = decode
+        self._byte_ids = byte_ids
         self._ids: list[int] = []
         self._prefix = 0  # token offsets of the decode window
         self._read = 0
@@ -69,6 +81,8 @@ class WindowDecoder:
     def _pending(self, flush: bool) -> str:
         if self._read == len(self._ids):
             return ""
+        if not flush and self._ids[-1] in self._byte_ids:
+            return ""  # a byte run still open: its text depends on the bytes to come
         prefix_text = self._decode(self._ids[self._prefix : self._read])
         new_text = self._decode(self._ids[self._prefix :])
         if not flush and (len(new_text) <= len(prefix_text) or new_text.endswith("\ufffd")):
@@ -112,11 +126,12 @@ class ByteTokenizer:
         self.eos_token_id = self.EOS
         self.eos_token_ids = frozenset((self.EOS,))
         self.bos_token_id = self.BOS
+        self.sampling_defaults: dict[str, float] = {}
 
     def encode(self, text: str) -> list[int]:
         return list(text.encode("utf-8"))
 
-    def encode_chat(self, messages: list[Message]) -> list[int]:
+    def encode_chat(self, messages: list[Message], template_kwargs: dict[str, Any] | None = None) -> list[int]:
         return self.encode(plain_prompt(messages))
 
     def decode(self, ids: list[int]) -> str:
@@ -138,8 +153,13 @@ class HFTokenizer:
             raise CheckpointError(str(e)) from None
         tc_path = model_dir / "tokenizer_config.json"
         tc = read_json(tc_path, "tokenizer settings") if tc_path.is_file() else {}
+        # special tokens: tokenizer_config.json's, and special_tokens_map.json's where it names none
+        # (older checkpoints keep BOS/EOS only there, and transformers reads both)
+        map_path = model_dir / "special_tokens_map.json"
+        stm = read_json(map_path, "special tokens") if map_path.is_file() else {}
         self.special_tokens = {k: v for k in ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token",
-                                              "cls_token", "mask_token") if (v := _token_text(tc.get(k))) is not None}
+                                              "cls_token", "mask_token")
+                               if (v := _token_text(tc.get(k)) or _token_text(stm.get(k))) is not None}
         n = self._tok.get_vocab_size(with_added_tokens=True)
         if n > vocab_size:
             raise CheckpointError(f"{path}: the tokenizer has {n} ids but config.json's vocab_size is {vocab_size}")
@@ -148,6 +168,7 @@ class HFTokenizer:
         eos_ids: list[int] = []
         gen_path = model_dir / "generation_config.json"
         gen = read_json(gen_path, "generation settings") if gen_path.is_file() else {}
+        self.sampling_defaults = sampling_defaults(gen)
         for source, value in (("config.json", config_eos), (str(gen_path), gen.get("eos_token_id"))):
             for i in [value] if not isinstance(value, list) else value:
                 if i is None:
@@ -161,22 +182,45 @@ class HFTokenizer:
         self.eos_token_ids = frozenset(eos_ids)
         self.eos_token_id = eos_ids[0] if eos_ids else -1
 
+    @functools.cached_property
+    def _byte_ids(self) -> frozenset[int]:
+        """The byte-fallback tokens ``<0x00>`` .. ``<0xFF>`` the vocabulary has (none for byte-level BPE)."""
+        ids = (self._tok.token_to_id(f"<0x{b:02X}>") for b in range(256))
+        return frozenset(i for i in ids if i is not None)
+
     def encode(self, text: str) -> list[int]:
         """Ids of a completion prompt, with the special tokens the checkpoint's tokenizer adds (BOS)."""
         return self._tok.encode(text, add_special_tokens=True).ids
 
-    def encode_chat(self, messages: list[Message]) -> list[int]:
+    def encode_chat(self, messages: list[Message], template_kwargs: dict[str, Any] | None = None) -> list[int]:
         """The chat template's text, tokenized without adding special tokens again (it wrote them)."""
         if self.chat_template is None:
             return self.encode(plain_prompt(messages))
-        return self._tok.encode(self.chat_template.render(messages), add_special_tokens=False).ids
+        return self._tok.encode(self.chat_template.render(messages, template_kwargs), add_special_tokens=False).ids
 
     def decode(self, ids: list[int]) -> str:
         return self._tok.decode(list(ids), skip_special_tokens=True)
 
     def incremental_decoder(self) -> IncrementalDecoder:
         # BPE and SentencePiece pieces join with context (spaces, byte fallback): vLLM's window
-        return WindowDecoder(self.decode)
+        return WindowDecoder(self.decode, self._byte_ids)
+
+
+# generation_config.json's sampling keys vLLM reads as request defaults, and SamplingParams' names for them
+_GENERATION_DEFAULTS = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "min_p": "min_p",
+                        "repetition_penalty": "repetition_penalty"}
+
+
+def sampling_defaults(gen: dict[str, Any]) -> dict[str, float]:
+    """A generation_config.json's sampling defaults (vLLM's ``generation_config="auto"``): its
+    temperature, top_p, top_k, min_p and repetition_penalty where it sets them. With
+    ``do_sample: false`` transformers decodes greedily, but vLLM still takes the values; so do we."""
+    out: dict[str, float] = {}
+    for key, name in _GENERATION_DEFAULTS.items():
+        value = gen.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[name] = value
+    return out
 
 
 def _token_text(value: Any) -> str | None:

@@ -16,12 +16,12 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from tui.clock import now
 from tui.load.arrivals import ArrivalProcess, Schedule
 from tui.load.headroom import LoopBusyMeter
 from tui.load.target import OpenAITarget
 from tui.load.workload import TextUnit, Workload
 from tui.profile import Profile, WorkloadConfig
-from tui.records.clock import mono_to_wall, now
 from tui.records.request import RequestRecord
 from tui.tokenizer_json import read_tokenizer_json
 
@@ -363,7 +363,7 @@ class LoadRunner:
             sched.advance()
             index = self._position
             self._position += 1
-            self._launch(self.workload.spec(index), self._new_record(index, mono_to_wall(due)))
+            self._launch(self.workload.spec(index), self._new_record(index, due))
             i += 1
             # Behind schedule the next deadline is already due, and without a yield nothing else (the
             # requests themselves, a Ctrl-C handler) would run. A pacer slightly behind catches up in

@@ -30,9 +30,9 @@ import aiohttp
 import httpx
 import orjson
 
+from tui.clock import now
 from tui.errors import address_of, one_line, root_url, unauthorized_message
 from tui.load.workload import RequestSpec
-from tui.records.clock import now
 from tui.records.request import RequestRecord
 
 
@@ -151,6 +151,7 @@ class OpenAITarget:
     ):
         self.base_url = base_url.rstrip("/")
         self.model = model
+        self.max_model_len: int | None = None  # the server's, from /models (vLLM and kvtui list it)
         self.endpoint = endpoint
         self.api_key_env = api_key_env
         self.timeout_s = timeout_s
@@ -341,7 +342,11 @@ class OpenAITarget:
             )
         if resp.status_code == 200:
             with contextlib.suppress(ValueError, TypeError, AttributeError):
-                models = [str(m["id"]) for m in resp.json().get("data", []) if isinstance(m, dict) and "id" in m]
+                data = [m for m in resp.json().get("data", []) if isinstance(m, dict) and "id" in m]
+                models = [str(m["id"]) for m in data]
+                for m in data:
+                    if m["id"] == self.model and isinstance(m.get("max_model_len"), int):
+                        self.max_model_len = m["max_model_len"]
             if models and self.model not in models:
                 raise PreflightError(self._model_message(models))
         elif resp.status_code == 404 and not self.base_url.endswith("/v1"):
@@ -372,6 +377,22 @@ class OpenAITarget:
             hint = ("; it carried vLLM's ignore_eos (target.ignore_eos = true), which a server that does not know "
                     "it refuses: try --set target.ignore_eos=false")
         raise PreflightError(f"a test request to {self.url} failed ({rec.status}): {rec.reason}{hint}")
+
+    async def count_tokens(self, prompt: str) -> int | None:
+        """The server's token count of ``prompt`` from its ``/tokenize`` (vLLM's, which ``kvtui serve``
+        also answers); None where the server has none or it fails."""
+        body: dict[str, Any] = {"model": self.model}
+        if self.endpoint == "chat":
+            body["messages"] = [{"role": "user", "content": prompt}]
+        else:
+            body["prompt"] = prompt
+        with contextlib.suppress(httpx.HTTPError, ValueError, TypeError, AttributeError):
+            resp = await self.client.post(f"{root_url(self.base_url)}/tokenize", json=body,
+                                          timeout=min(self.timeout_s, 15.0))
+            if resp.status_code == 200:
+                count = resp.json().get("count")
+                return count if isinstance(count, int) and not isinstance(count, bool) else None
+        return None
 
     def _connect_message(self, e: Exception) -> str:
         return (

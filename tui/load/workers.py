@@ -11,7 +11,7 @@ rate. Request contents are a function of the position, so they match too.
 
 Each worker is ``python -m tui.load.workers --fd N`` (like the engine process of ``kvtui serve``) with
 its own HTTP client; its finished records come back over a socket pair in batches, stamped on the
-parent's records clock, and go to the parent's ``on_record`` and window exactly as a single runner's
+records' clock (the machine's monotonic one, which the parent reads too), and go to the parent's ``on_record`` and window exactly as a single runner's
 do, so the records files and the table cannot tell how many processes sent them. The parent keeps each
 worker's dispatch lag and event-loop busy share: the recorder shows them per cell, and the busiest
 worker's share is the cell's ``client_busy_pct``.
@@ -29,24 +29,20 @@ Messages (pickled over a ``multiprocessing.connection.Connection``):
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import dataclasses
-import os
-import socket
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from pathlib import Path
 from typing import Any
 
+from tui.child_process import child_connection, spawn_child
 from tui.load.headroom import new_timed_loop
 from tui.load.runner import ClientStats, LoadRunner, RecordCallback, RecordWindow
 from tui.profile import Profile
-from tui.records.clock import set_wall_offset, wall_offset
 from tui.records.request import RequestRecord
 
 FLUSH_S = 0.05  # a worker sends its finished records this often (and its progress with them)
@@ -67,7 +63,6 @@ class WorkerSpec:
     run_id: str
     worker: int
     workers: int
-    wall_offset: float  # the parent's records clock
 
 
 class WorkerFailed(RuntimeError):
@@ -78,16 +73,8 @@ class _Worker:
     """The parent's end of one worker process."""
 
     def __init__(self, spec: WorkerSpec, on_message: Any) -> None:
-        ours, theirs = socket.socketpair()
-        env = dict(os.environ)
-        root = str(Path(__file__).resolve().parents[2])  # so `-m tui.load.workers` finds this checkout
-        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        fd = theirs.fileno()
         self.index = spec.worker
-        self.proc = subprocess.Popen([sys.executable, "-m", "tui.load.workers", "--fd", str(fd)],
-                                     pass_fds=(fd,), stdin=subprocess.DEVNULL, env=env)
-        theirs.close()
-        self.conn = Connection(ours.detach())
+        self.proc, self.conn = spawn_child("tui.load.workers")
         self.conn.send(spec)
         self.state = ClientStats()
         self._on_message = on_message
@@ -140,9 +127,8 @@ class WorkerRunner:
         self._events: dict[str, asyncio.Event] = {}
         self._answered: dict[str, set[int]] = {}  # per awaited reply, the workers that gave it
         self.failure: str | None = None
-        offset = wall_offset()
         self._procs = [
-            _Worker(WorkerSpec(profile, base_url, model, rate, stage, mode, run_id, k, workers, offset), self._message)
+            _Worker(WorkerSpec(profile, base_url, model, rate, stage, mode, run_id, k, workers), self._message)
             for k in range(workers)
         ]
         self._started = False
@@ -349,16 +335,12 @@ class _WorkerMain:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description="kvtui load worker (started by the recorder with load.workers > 1)")
-    p.add_argument("--fd", type=int, required=True, help="file descriptor of the socket to the parent")
-    args = p.parse_args(argv)
+    conn = child_connection(argv, "kvtui load worker (started by the recorder with load.workers > 1)")
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent owns Ctrl-C: it stops us with a command
-    conn = Connection(args.fd)
     try:
         spec: WorkerSpec = conn.recv()
-        set_wall_offset(spec.wall_offset)
         with asyncio.Runner(loop_factory=new_timed_loop) as runner:
             runner.run(_WorkerMain(conn, spec).run())
     except (EOFError, OSError):

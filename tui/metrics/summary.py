@@ -281,7 +281,30 @@ def reconciliation_lines(df: pl.DataFrame) -> list[str]:
 CLIENT_BOUND_BUSY = 0.9
 
 
-def client_delay_lines(df: pl.DataFrame, min_ms: float = 5.0, share: float = 0.1) -> list[str]:
+# A client delay counts when it is above both of these: then it is a visible part of the TTFT measured.
+CLIENT_SLOW_MIN_MS = 5.0
+CLIENT_SLOW_SHARE = 0.1  # of the cell's TTFT P50
+
+
+def client_delay_ms(row: dict[str, Any]) -> float:
+    """The client's own delay in a cell: the larger P99 of dispatch lag and time inside the HTTP client."""
+    return max(row.get("dispatch_lag_p99_ms") or 0.0, row.get("client_wait_p99_ms") or 0.0)
+
+
+def client_slow(row: dict[str, Any], min_ms: float = CLIENT_SLOW_MIN_MS, share: float = CLIENT_SLOW_SHARE) -> bool:
+    """Whether a cell's client delay is above ``min_ms`` and ``share`` of its TTFT P50."""
+    worst = client_delay_ms(row)
+    return worst > min_ms and worst > share * (row.get("ttft_p50_ms") or 0.0)
+
+
+def client_bound(row: dict[str, Any]) -> bool:
+    """Whether a cell's load client was busy :data:`CLIENT_BOUND_BUSY` of the wall time or more."""
+    busy = row.get("client_busy_pct")
+    return busy is not None and busy >= 100 * CLIENT_BOUND_BUSY
+
+
+def client_delay_lines(df: pl.DataFrame, min_ms: float = CLIENT_SLOW_MIN_MS,
+                       share: float = CLIENT_SLOW_SHARE) -> list[str]:
     """Warnings for cells where the client itself was slow (late sends, or queueing inside the HTTP client)
     or client-bound (its event loop busy :data:`CLIENT_BOUND_BUSY` of the wall time or more).
 
@@ -292,15 +315,14 @@ def client_delay_lines(df: pl.DataFrame, min_ms: float = 5.0, share: float = 0.1
     for row in df.iter_rows(named=True):
         ttft = row.get("ttft_p50_ms") or 0.0
         lag, wait = row.get("dispatch_lag_p99_ms") or 0.0, row.get("client_wait_p99_ms") or 0.0
-        worst = max(lag, wait)
-        if worst > min_ms and worst > share * ttft:
+        if client_slow(row, min_ms, share):
             lines.append(
                 f"{row['stage']} / {row['mode']}: the client was slow (dispatch lag P99 {lag:.1f} ms, time inside "
                 f"the HTTP client before sending P99 {wait:.1f} ms, vs TTFT P50 {ttft:.1f} ms); latencies include it"
             )
         busy = row.get("client_busy_pct")
         workers = row.get("client_workers") or 1
-        if busy is not None and busy >= 100 * CLIENT_BOUND_BUSY:
+        if busy is not None and client_bound(row):
             who = "the load client's event loop" if workers == 1 else f"the busiest of {workers} load-client processes"
             lines.append(
                 f"{row['stage']} / {row['mode']}: CLIENT-BOUND: {who} was busy {busy:.0f}% "

@@ -3,6 +3,12 @@
 Raw columns live in growable numpy arrays; ``stats()`` masks the window and calls the same
 functions the summary table uses (``tui.metrics.stats``), so it costs a few vectorised passes over
 the records of one window: cheap at 10 Hz with many thousands of records.
+
+Output tokens per second count tokens as they stream, not when their request completes: a request
+sent with its record (``note_sent(rec)``) is watched while in flight, and each output chunk counts at
+the time it arrived. At completion the server's ``usage.completion_tokens`` settles the difference
+(several tokens in one chunk), and a failed request's chunks are taken back, so over a whole run the
+tokens counted are the summary table's (output tokens of successful requests).
 """
 
 from __future__ import annotations
@@ -11,9 +17,9 @@ from collections.abc import Callable
 
 import numpy as np
 
+from tui.clock import now
 from tui.metrics import stats
 from tui.metrics.types import WindowStats
-from tui.records.clock import now
 from tui.records.request import RequestRecord
 
 
@@ -33,6 +39,15 @@ class _Columns:
         for name, v in zip(self.names, values, strict=True):
             self.data[name][self.n] = v
         self.n += 1
+
+    def extend_rows(self, ts: list[float], name: str, values: list[float]) -> None:
+        """Many rows, each with its own time, one value column."""
+        k = len(ts)
+        if self.n + k > len(self.data["t"]):
+            self._grow(k)
+        self.data["t"][self.n : self.n + k] = ts
+        self.data[name][self.n : self.n + k] = values
+        self.n += k
 
     def extend(self, t: float, name: str, values: list[float]) -> None:
         """Many rows at one time, one value column (the other columns are unused)."""
@@ -64,6 +79,41 @@ class _Columns:
         return {k: v[self.start : self.n][mask] for k, v in self.data.items()}
 
 
+class _Stream:
+    """A request in flight as the window last saw it: how many of its chunks counted, the last one's time."""
+
+    __slots__ = ("last_t", "rec", "seen")
+
+    def __init__(self, rec: RequestRecord):
+        self.rec = rec
+        self.seen = 0
+        self.last_t = 0.0
+
+    def take(self, until: float, ts: list[float]) -> int:
+        """Append the times of chunks not yet counted that arrived by ``until``; how many."""
+        rec = self.rec
+        if rec.first_token_t is None:
+            return 0
+        gaps = rec.chunk_gaps_s
+        have = 1 + len(gaps)  # chunk 0 at first_token_t, chunk i at first_token_t + sum(gaps[:i])
+        k = 0
+        if self.seen == 0:
+            if rec.first_token_t > until:
+                return 0
+            self.last_t = rec.first_token_t
+            ts.append(self.last_t)
+            self.seen = k = 1
+        while self.seen < have:
+            t = self.last_t + gaps[self.seen - 1]
+            if t > until:
+                break
+            ts.append(t)
+            self.last_t = t
+            self.seen += 1
+            k += 1
+        return k
+
+
 class RollingWindow:
     """``add(record)`` as requests finish, ``note_sent(record)`` as they are sent, ``stats(now)`` to read."""
 
@@ -78,6 +128,8 @@ class RollingWindow:
         self._itl = _Columns(("gap",))
         self._lags = _Columns(("lag",))  # dispatch lag of every finished request, whatever its status
         self._sends = _Columns(())
+        self._tokens = _Columns(("n",))  # output tokens at the time their chunk arrived
+        self._streams: dict[int, _Stream] = {}  # id(record) -> its stream, while in flight
         self._first_t: float | None = None
         self.sent = 0
         self.finished = 0
@@ -89,6 +141,29 @@ class RollingWindow:
         self._first_t = t if self._first_t is None else self._first_t
         self._sends.append(t)
         self.sent += 1
+        if rec is not None and not rec.warmup:
+            self._streams[id(rec)] = _Stream(rec)
+
+    def _take_streamed(self, until: float) -> None:
+        """Count the chunks that arrived by ``until`` on every request in flight."""
+        ts: list[float] = []
+        for stream in self._streams.values():
+            stream.take(until, ts)
+        if ts:
+            self._tokens.extend_rows(ts, "n", [1.0] * len(ts))
+
+    def _settle(self, rec: RequestRecord, t: float) -> None:
+        """A finished request's tokens: chunks not counted yet, then the usage's difference (or, for a
+        failed request, every chunk counted taken back), at its end."""
+        stream = self._streams.pop(id(rec), None) or _Stream(rec)
+        ts: list[float] = []
+        stream.take(float("inf"), ts)
+        if ts:
+            self._tokens.extend_rows(ts, "n", [1.0] * len(ts))
+        counted = stream.seen
+        settle = float(rec.completion_tokens or 0) - counted if rec.ok else -float(counted)
+        if settle:
+            self._tokens.append(t, settle)
 
     def add(self, rec: RequestRecord) -> None:
         """A finished record (any status); latencies count only successful ones."""
@@ -97,6 +172,7 @@ class RollingWindow:
         t = rec.end_t if rec.end_t is not None else self.clock()
         self._first_t = t if self._first_t is None else self._first_t
         self.finished += 1
+        self._settle(rec, t)
         lag = rec.dispatch_lag_s
         if lag is not None:
             self._lags.append(t, lag)
@@ -119,6 +195,7 @@ class RollingWindow:
         """Percentiles and rates over the last ``window_s`` seconds (counts since start)."""
         t_now = self.clock() if t_now is None else t_now
         cutoff = t_now - self.window_s
+        self._take_streamed(t_now)
         done = self._done.window(cutoff)
         ttft, e2el, tpot = stats.latencies(done["send"], done["first"], done["last"], done["out"])
         itl = self._itl.window(cutoff)["gap"]
@@ -130,7 +207,7 @@ class RollingWindow:
             tpot=stats.percentiles(tpot),
             itl=stats.percentiles(itl),
             e2el=stats.percentiles(e2el),
-            output_tokens_per_s=stats.rate(float(done["out"].sum()), span),
+            output_tokens_per_s=stats.rate(float(self._tokens.window(cutoff)["n"].sum()), span),
             requests_per_s=stats.rate(len(done["t"]), span),
             sent=self.sent,
             completed=self.completed,

@@ -1,7 +1,7 @@
 """The per-request record: raw timestamps of one request, its status, and its Parquet schema.
 
-A record keeps raw timestamps (wall-clock seconds on the records' clock, :mod:`tui.records.clock`,
-so they line up with the engine's step records) and nothing derived: TTFT, TPOT and the rest are
+A record keeps raw timestamps (seconds on the records' clock, :mod:`tui.clock`, shared by every
+process, so they line up with the engine's step records) and nothing derived: TTFT, TPOT and the rest are
 computed in one place, ``tui.metrics.stats``, from these columns.
 """
 
@@ -32,7 +32,7 @@ FAILURE_STATUSES = STATUSES[1:]
 
 @dataclass(slots=True)
 class RequestRecord:
-    """Everything measured about one request. Times are wall-clock seconds; None where it never happened."""
+    """Everything measured about one request. Times are on :mod:`tui.clock`; None where it never happened."""
 
     request_id: str
     index: int  # position in its stage's schedule (0, 1, 2, ...)

@@ -42,10 +42,10 @@ from starlette.responses import JSONResponse as StarletteJSONResponse
 from starlette.responses import Response
 from starlette.routing import Route
 
+from tui.engine.control import Control, ControlError, Reset
 from tui.engine.snapshot import EngineSnapshot
 from tui.gpu import GpuSampler
 from tui.profile import (
-    EngineMode,
     Profile,
     ProfileError,
     check_env_name,
@@ -60,9 +60,9 @@ from tui.serve.engine_loop import (
     EngineUnavailable,
     NotPausedError,
 )
-from tui.serve.generate import ClientGone, Counters, Generation, error_response
+from tui.serve.generate import ClientGone, Counters, error_response, generate
 from tui.serve.heap import settle_heap
-from tui.serve.openai_api import ApiError, models_body, parse_completion, parse_json
+from tui.serve.openai_api import ApiError, models_body, parse_completion, parse_json, tokenize_body
 from tui.serve.prom import CONTENT_TYPE, ServerMetrics
 from tui.serve.state_wire import ENCODING, StateCache, View
 
@@ -198,14 +198,22 @@ async def _generate(request: Request, *, chat: bool) -> Response:
     info = st.info
     params = parse_completion(body, chat=chat, served_model=info.model_name, encode=info.tokenizer.encode,
                               encode_chat=info.tokenizer.encode_chat,
-                              vocab_size=info.vocab_size, max_model_len=info.max_model_len)
+                              vocab_size=info.vocab_size, max_model_len=info.max_model_len,
+                              sampling_defaults=info.tokenizer.sampling_defaults,
+                              logprobs_available=info.computes_logits)
     request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
-    sink = st.engine.add_request(request_id, params.prompt_token_ids, params.sampling)
-    gen = Generation(st.engine, st.metrics, st.counters, info, request_id, params, sink, received)
     try:
-        return await gen.respond(request.receive)
+        return await generate(st.engine, st.metrics, st.counters, info, request_id, params, received,
+                              request.receive)
     except ClientGone:
         return Response(status_code=499)  # nobody reads it; the request is already aborted
+
+
+async def tokenize(request: Request) -> Response:
+    _check_auth(request)
+    info = _state(request).info
+    return JSONResponse(tokenize_body(await _read_json(request), encode=info.tokenizer.encode,
+                                      encode_chat=info.tokenizer.encode_chat, max_model_len=info.max_model_len))
 
 
 async def models(request: Request) -> Response:
@@ -297,31 +305,12 @@ async def post_step(request: Request) -> Response:
 
 
 async def post_mode(request: Request) -> Response:
+    """A control intent: ``batching`` / ``kv`` (a value or ``"toggle"``, acting on the target a switch
+    already drains toward), ``preemption_mode``, ``defenses`` — whichever are sent."""
     _check_auth(request)
     st = _state(request)
-    body = await _json_object(request)
-    preemption = body.pop("preemption_mode", None)
-    if preemption is not None and preemption not in ("recompute", "swap"):
-        raise ApiError(400, f"preemption_mode = {preemption!r}: expected 'recompute' or 'swap'",
-                       param="preemption_mode")
-    if preemption is not None and not body:  # only the preemption mode: nothing drains
-        return JSONResponse(_state_body(await st.engine.set_preemption_mode(preemption), await st.gpu_samples()))
-    if "mode" in body:
-        text = body["mode"]
-    else:
-        unknown = set(body) - {"batching", "kv"}
-        if unknown:
-            raise ApiError(400, f"unknown key '{sorted(unknown)[0]}'; send {{\"batching\": ..., \"kv\": ..., "
-                                f"\"preemption_mode\": ...}}")
-        current = await st.engine.snapshot()
-        text = f"{body.get('batching', current.batching)}+{body.get('kv', current.kv)}"
-    try:
-        mode = EngineMode.parse(text) if isinstance(text, str) else EngineMode.parse(repr(text))
-    except ValueError as e:
-        raise ApiError(400, str(e), param="mode") from None
-    if preemption is not None:
-        await st.engine.set_preemption_mode(preemption)
-    return JSONResponse(_state_body(await st.engine.switch_mode(mode), await st.gpu_samples()))
+    control = _control(await _json_object(request))
+    return JSONResponse(_state_body(await st.engine.apply(control), await st.gpu_samples()))
 
 
 async def post_defenses(request: Request) -> Response:
@@ -330,29 +319,33 @@ async def post_defenses(request: Request) -> Response:
     body = await _json_object(request)
     if set(body) == {"defenses"} and isinstance(body["defenses"], dict):
         body = body["defenses"]
+    control = _control({"defenses": body})
+    return JSONResponse(_state_body(await st.engine.apply(control), await st.gpu_samples()))
+
+
+def _control(body: dict[str, Any]) -> Control:
     try:
-        defenses = defenses_from_dict(body)
-    except ProfileError as e:
-        raise ApiError(400, str(e), param="defenses") from None
-    return JSONResponse(_state_body(await st.engine.set_defenses(defenses), await st.gpu_samples()))
+        return Control.from_json(body)
+    except ControlError as e:
+        raise ApiError(400, str(e), param=e.param) from None
 
 
 async def post_reset(request: Request) -> Response:
-    """A fresh engine; a missing ``engine`` or ``defenses`` key keeps the current one's config."""
+    """A fresh engine; a missing ``engine`` or ``defenses`` key keeps the engine's own (its mode the one
+    it is in or drains toward)."""
     _check_auth(request)
     st = _state(request)
     body = await _json_object(request)
     unknown = set(body) - {"engine", "defenses"}
     if unknown:
         raise ApiError(400, f"unknown key '{sorted(unknown)[0]}'; send {{\"engine\": {{...}}, \"defenses\": {{...}}}}")
-    info = st.info
     try:
-        config = engine_config_from_dict(body["engine"]) if "engine" in body else info.config
-        defenses = defenses_from_dict(body["defenses"]) if "defenses" in body else info.defenses
+        reset = Reset(engine_config_from_dict(body["engine"]) if "engine" in body else None,
+                      defenses_from_dict(body["defenses"]) if "defenses" in body else None)
     except ProfileError as e:
         raise ApiError(400, str(e)) from None
     try:
-        snap = await st.engine.reset(config, defenses)
+        snap = await st.engine.reset(reset)
     except EngineUnavailable:
         raise  # no engine to reset (it died): 503, not a refused config
     except Exception as e:  # the engine refused the config; the old engine keeps running
@@ -431,6 +424,7 @@ def create_app(
         Route(routes.COMPLETIONS, completions, methods=["POST"]),
         Route(routes.CHAT_COMPLETIONS, chat_completions, methods=["POST"]),
         Route(routes.MODELS, models, methods=["GET"]),
+        Route(routes.TOKENIZE, tokenize, methods=["POST"]),
         Route(routes.HEALTH, health, methods=["GET"]),
         Route(routes.METRICS, get_metrics, methods=["GET"]),
         Route(routes.STATE, get_state, methods=["GET"]),
@@ -599,7 +593,7 @@ def serve_main(profile: Profile, host: str = "127.0.0.1", port: int = 8000, api_
     info = engine.info
     assert info is not None
     print(f"{LISTENING_PREFIX}http://{shown}:{bound} (model {info.model_name}, "
-          f"{info.config.mode.label}, max_model_len {info.max_model_len})", flush=True)
+          f"{profile.engine.mode.label}, max_model_len {info.max_model_len})", flush=True)
     try:
         server.run(sockets=[sock])
     finally:

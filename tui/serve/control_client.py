@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx
 
+from tui.engine.control import Control
 from tui.engine.snapshot import EngineSnapshot, StepTiming
 from tui.errors import describe_http_error
 from tui.gpu import GpuSample
@@ -151,16 +152,11 @@ class ControlClient:
         """One iteration of a paused engine; a running one answers 409 (``code`` "not_paused")."""
         return await self._post(routes.STEP)
 
-    async def set_mode(self, *, batching: str | None = None, kv: str | None = None,
-                       preemption_mode: str | None = None) -> EngineState:
-        """Switch the batching and/or KV layout (the running requests drain first) and/or the
-        preemption mode (recompute or swap; at once)."""
-        body = {k: v for k, v in (("batching", batching), ("kv", kv), ("preemption_mode", preemption_mode))
-                if v is not None}
-        return await self._post(routes.MODE, body)
-
-    async def set_defenses(self, defenses: DefensesConfig) -> EngineState:
-        return await self._post(routes.DEFENSES, to_dict(defenses))
+    async def apply(self, control: Control) -> EngineState:
+        """Send a control intent: a mode switch (a value or ``"toggle"`` per half, applied to the target
+        a switch already drains toward; the running requests drain first), the preemption mode or the
+        defenses (at once)."""
+        return await self._post(routes.MODE, control.to_json())
 
     async def reset(self, engine: EngineConfig, defenses: DefensesConfig, *,
                     timeout_s: float = RESET_TIMEOUT_S) -> EngineState:

@@ -3,8 +3,10 @@
 :meth:`EngineLoop.start` spawns the engine process and waits until its engine is built (raising what
 building it raised). :meth:`EngineLoop.attach` then plugs the process's socket into the asyncio loop:
 replies resolve the awaiting commands, and each step's outputs land straight in the per-request
-:class:`OutputSink` — no thread hop, no lock, and at most one wake-up per request per step. Pausing, single steps, mode switches, defenses and resets
-are commands like any other, so they always happen at a step boundary.
+:class:`OutputSink` — no thread hop, no lock, and at most one wake-up per request per step. Pausing, single steps, control intents and resets are
+requests like any other (:mod:`tui.serve.engine_messages`), so they always happen at a step boundary.
+This process keeps no copy of the engine's config: the engine owns its mode, the target a switch
+drains toward, and what a reset that leaves them unset keeps.
 
 If the engine process dies, every open stream ends with reason ``"error"``, commands raise
 ``RuntimeError`` and :attr:`EngineLoop.running` turns False (``/health`` reports it).
@@ -14,24 +16,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import os
 import signal
-import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from tui.engine.params import SamplingParams
+from tui.child_process import spawn_child
+from tui.engine.control import Control, Reset
+from tui.engine.params import SamplingParams, TokenLogprobs
 from tui.engine.snapshot import EngineSnapshot, StepTiming
-from tui.profile import DefensesConfig, EngineConfig, EngineMode, PreemptionMode
+from tui.profile import DefensesConfig, EngineConfig
+from tui.serve import engine_messages as m
 
 if TYPE_CHECKING:  # the tokenizer module loads torch, which lives in the engine process only
     from tui.engine.tokenizer import Tokenizer
@@ -84,6 +85,7 @@ class Output(NamedTuple):
     output_tokens: int = 0
     t: float = 0.0  # time.perf_counter() when it reached the API server
     message: str = ""  # why, for a refused request
+    logprobs: list[TokenLogprobs] | None = None  # per new token, where the request asked
 
 
 class OutputSink:
@@ -128,7 +130,8 @@ class OutputSink:
 
 @dataclass(frozen=True)
 class EngineInfo:
-    """What the HTTP side reads without asking the engine (replaced whole on every reset)."""
+    """What the HTTP side reads without asking the engine (replaced whole on every reset); never the
+    engine's config, which only the engine holds."""
 
     model_name: str
     max_model_len: int
@@ -136,19 +139,17 @@ class EngineInfo:
     eos_token_id: int | None
     tokenizer: Tokenizer
     dtype: str  # what the weights and KV cache are held in (engine.dtype resolved: "auto" never appears)
-    config: EngineConfig
-    defenses: DefensesConfig
+    computes_logits: bool  # the backend has logits to report logprobs from (torch; not a modelled device)
 
 
-def _rebuild_error(payload: tuple[str, str, str, str | None]) -> Exception:
-    kind, type_name, message, reason = payload
-    if kind == "rejected":
-        return EngineRejected(reason or "rejected", message)
-    if kind == "not_paused":
-        return NotPausedError(message)
-    if kind == "value":
-        return ValueError(message)
-    return EngineCommandError(f"{type_name}: {message}")
+def _rebuild_error(payload: m.ErrorPayload) -> Exception:
+    if payload.category == "rejected":
+        return EngineRejected(payload.reason or "rejected", payload.message)
+    if payload.category == "not_paused":
+        return NotPausedError(payload.message)
+    if payload.category == "value":
+        return ValueError(payload.message)
+    return EngineCommandError(f"{payload.type_name}: {payload.message}")
 
 
 def describe_exit(code: int | None) -> str:
@@ -174,7 +175,7 @@ class EngineLoop:
         on_step: Callable[[int, EngineInfo], None] | None = None,
         start_timeout_s: float = 300.0,
     ) -> None:
-        self._initial = (config, defenses or DefensesConfig())
+        self._start = m.Start(config, defenses or DefensesConfig())
         self.on_step = on_step  # called with the step's preemption count
         self.start_timeout_s = start_timeout_s
         self.info: EngineInfo | None = None
@@ -195,37 +196,23 @@ class EngineLoop:
         """Spawn the engine process and wait for its engine; raises :class:`EngineStartError`."""
         if self._proc is not None:
             return
-        ours, theirs = socket.socketpair()
-        for sock in (ours, theirs):  # roomy buffers: neither side should ever block on a full pipe
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
-        env = dict(os.environ)
-        root = str(Path(__file__).resolve().parents[2])  # so `-m tui.serve.engine_proc` finds this checkout
-        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        fd = theirs.fileno()
-        self._proc = subprocess.Popen(
-            [sys.executable, "-m", "tui.serve.engine_proc", "--fd", str(fd)],
-            pass_fds=(fd,), stdin=subprocess.DEVNULL, env=env,
-        )
-        theirs.close()
-        self._conn = Connection(ours.detach())
-        config, defenses = self._initial
+        # roomy buffers: neither side should ever block on a full pipe
+        self._proc, self._conn = spawn_child("tui.serve.engine_proc", buffer_bytes=4 << 20)
         try:
-            self._conn.send((config, defenses))
+            self._conn.send(self._start)
             if not self._conn.poll(self.start_timeout_s):
                 raise EngineStartError(f"the engine was not ready after {self.start_timeout_s:.0f} s")
-            kind, payload = self._conn.recv()
+            answer: m.Ready | m.Failed = self._conn.recv()
         except (EOFError, OSError) as e:
             self._reap()
             raise EngineStartError(f"the engine process exited while starting ({type(e).__name__})") from None
         except EngineStartError:
             self._reap()
             raise
-        if kind != "ready":
+        if isinstance(answer, m.Failed):
             self._reap()
-            why, message = payload
-            raise EngineStartError(message, config_refused=why == "config")
-        self.info = self._make_info(payload, config, defenses)
+            raise EngineStartError(answer.message, config_refused=answer.config_refused)
+        self.info = EngineInfo(**answer.info)
         self._alive = True
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -258,7 +245,7 @@ class EngineLoop:
             return
         if self._proc.poll() is None:
             with contextlib.suppress(OSError, ValueError):
-                self._send(("cmd", None, "stop", ()))
+                self._send(m.Stop())
         self._reap(timeout)
 
     def _reap(self, timeout: float = 10.0) -> None:
@@ -276,7 +263,7 @@ class EngineLoop:
 
     # -- messages ------------------------------------------------------------------------------------
 
-    def _send(self, msg: tuple) -> None:
+    def _send(self, msg: m.Call | m.EngineRequest | m.Start) -> None:
         if self._conn is None or self._conn.closed:
             raise RuntimeError("the engine process is not running")
         with self._send_lock:
@@ -292,37 +279,38 @@ class EngineLoop:
         except (EOFError, OSError):
             self._engine_died()
 
-    def _handle(self, msg: tuple) -> None:
-        kind = msg[0]
-        if kind == "out":
-            _, outputs, preempted = msg
+    def _handle(self, msg: m.Outputs | m.Reply | m.Refused | m.ErrorAll) -> None:
+        kind = msg.kind
+        if kind is m.Kind.OUTPUTS:
+            assert isinstance(msg, m.Outputs)
             sinks = self._sinks
             now = time.perf_counter()
-            for rid, ids, finished, reason, prompt_tokens, output_tokens in outputs:
+            for rid, ids, finished, reason, prompt_tokens, output_tokens, logprobs in msg.outputs:
                 sink = sinks.get(rid)
                 if sink is None:
                     continue  # aborted here, or never ours
                 if finished:
                     del sinks[rid]
-                sink.put(Output(rid, ids, finished, reason, prompt_tokens, output_tokens, now))
-            if self.on_step is not None and preempted and self.info is not None:
-                self.on_step(preempted, self.info)
-        elif kind == "reply":
-            _, seq, ok, payload = msg
-            fut = self._pending.pop(seq, None)
+                sink.put(Output(rid, ids, finished, reason, prompt_tokens, output_tokens, now, "", logprobs))
+            if self.on_step is not None and msg.preempted and self.info is not None:
+                self.on_step(msg.preempted, self.info)
+        elif kind is m.Kind.REPLY:
+            assert isinstance(msg, m.Reply)
+            fut = self._pending.pop(msg.seq, None)
             if fut is None or fut.done():
                 return
-            if ok:
-                fut.set_result(payload)
+            if msg.ok:
+                fut.set_result(msg.payload)
             else:
-                fut.set_exception(_rebuild_error(payload))
-        elif kind == "refused":
-            _, rid, reason, message = msg
-            sink = self._sinks.pop(rid, None)
+                fut.set_exception(_rebuild_error(msg.payload))
+        elif kind is m.Kind.REFUSED:
+            assert isinstance(msg, m.Refused)
+            sink = self._sinks.pop(msg.request_id, None)
             if sink is not None:
-                sink.put(Output(rid, [], True, reason, t=time.perf_counter(), message=message))
-        elif kind == "error_all":
-            log.error("the engine failed a step (%s); ended every open request", msg[1])
+                sink.put(Output(msg.request_id, [], True, msg.reason, t=time.perf_counter(), message=msg.message))
+        elif kind is m.Kind.ERROR_ALL:
+            assert isinstance(msg, m.ErrorAll)
+            log.error("the engine failed a step (%s); ended every open request", msg.message)
             self._finish_all("error")
 
     def _engine_died(self) -> None:
@@ -359,7 +347,7 @@ class EngineLoop:
         """The error for a request that finds no engine: how it died, when it did."""
         return EngineUnavailable(self.death or "the engine process is not running")
 
-    async def _call(self, name: str, *args: Any) -> Any:
+    async def _call(self, request: m.EngineRequest) -> Any:
         if not self.running or self._loop is None:
             raise self.unavailable()
         self._seq += 1
@@ -367,14 +355,11 @@ class EngineLoop:
         fut = self._loop.create_future()
         self._pending[seq] = fut
         try:
-            self._send(("cmd", seq, name, args))
+            self._send(m.Call(seq, request))
         except (OSError, ValueError, RuntimeError) as e:
             self._pending.pop(seq, None)
             raise EngineUnavailable(f"the engine process is not reachable: {e}") from None
         return await fut
-
-    def _make_info(self, payload: dict[str, Any], config: EngineConfig, defenses: DefensesConfig) -> EngineInfo:
-        return EngineInfo(config=config, defenses=defenses, **payload)
 
     # -- the commands ----------------------------------------------------------------------------------
 
@@ -394,7 +379,7 @@ class EngineLoop:
             # Sent with when it left (both processes read the same monotonic clock), as vLLM's front
             # end stamps a request's arrival: the engine reads commands between steps, and a request
             # that came in during a step arrived then, not when the engine got to it.
-            self._send(("cmd", None, "add", (request_id, prompt_token_ids, params, time.monotonic())))
+            self._send(m.Add(request_id, prompt_token_ids, params, time.monotonic()))
         except (OSError, ValueError, RuntimeError) as e:
             self._sinks.pop(request_id, None)
             raise EngineUnavailable(f"the engine process is not reachable: {e}") from None
@@ -405,52 +390,40 @@ class EngineLoop:
         self._sinks.pop(request_id, None)
         if self.running:
             with contextlib.suppress(OSError, ValueError, RuntimeError):
-                self._send(("cmd", None, "abort", (request_id,)))
+                self._send(m.Abort(request_id))
 
     def abort_all(self) -> None:
         """Abort every open request; their streams end ("aborted"). Does not wait."""
         self._finish_all("aborted")
         if self.running:
             with contextlib.suppress(OSError, ValueError, RuntimeError):
-                self._send(("cmd", None, "abort_all", ()))
+                self._send(m.AbortAll())
 
     async def snapshot(self) -> EngineSnapshot:
-        return await self._call("snapshot")
+        return await self._call(m.Snapshot())
 
     async def pause(self) -> EngineSnapshot:
-        return await self._call("pause")
+        return await self._call(m.Pause())
 
     async def resume(self) -> EngineSnapshot:
-        return await self._call("resume")
+        return await self._call(m.Resume())
 
     async def step_once(self) -> EngineSnapshot:
         """One engine step while paused; returns the new state. Raises NotPausedError when running."""
-        return await self._call("step")
+        return await self._call(m.Step())
 
-    async def switch_mode(self, mode: EngineMode) -> EngineSnapshot:
-        return await self._call("mode", mode)
+    async def apply(self, control: Control) -> EngineSnapshot:
+        """Apply a control intent in the engine (a mode switch drains first; the rest is at once)."""
+        return await self._call(m.ApplyControl(control))
 
-    async def set_preemption_mode(self, mode: PreemptionMode) -> EngineSnapshot:
-        """Recompute or swap from the next preemption on (no reset, nothing drains)."""
-        snap = await self._call("preemption", mode)
-        if self.info is not None:  # a later reset without an engine config keeps it
-            self.info = dataclasses.replace(self.info, config=dataclasses.replace(self.info.config, preemption_mode=mode))
-        return snap
-
-    async def set_defenses(self, defenses: DefensesConfig) -> EngineSnapshot:
-        snap = await self._call("defenses", defenses)
-        if self.info is not None:
-            self.info = dataclasses.replace(self.info, defenses=defenses)
-        return snap
-
-    async def reset(self, config: EngineConfig, defenses: DefensesConfig) -> EngineSnapshot:
+    async def reset(self, reset: Reset | None = None) -> EngineSnapshot:
         """A fresh engine; open streams end ("aborted"). If building fails the old engine stays."""
         self._epoch += 1
         epoch = self._epoch
-        snap, payload = await self._call("reset", config, defenses)
+        snap, payload = await self._call(m.ResetEngine(reset or Reset()))
         self._finish_all("aborted", before_epoch=epoch)
-        self.info = self._make_info(payload, config, defenses)
+        self.info = EngineInfo(**payload)
         return snap
 
     async def steps_since(self, step: int) -> list[StepTiming]:
-        return await self._call("steps_since", step)
+        return await self._call(m.StepsSince(step))

@@ -1,39 +1,30 @@
 """The engine core process: the one place the (not thread-safe) Engine runs.
 
 ``kvtui serve`` starts ``python -m tui.serve.engine_proc --fd N`` with one end of a socket pair. This
-process builds the engine, then loops: run the commands that arrived (add, abort, pause, step, mode,
-defenses, reset, snapshot, ...), then one engine step, whose outputs go back as one message. Keeping
+process builds the engine, then loops: run the requests that arrived (add, abort, pause, step, control
+intents, reset, snapshot, ...), then one engine step, whose outputs go back as one message. Keeping
 the engine out of the API server's interpreter means tokenizing, JSON and HTTP never wait for the
 interpreter lock behind a step, and a step never waits behind them — the split vLLM makes between its
 API server and its engine core, for the same reason.
 
-Messages (pickled over a ``multiprocessing.connection.Connection``):
-
-- parent → here: ``(config, defenses)`` once, then ``("cmd", seq | None, name, args)``; ``seq`` None
-  wants no reply. ``add`` carries ``(request_id, prompt_token_ids, SamplingParams, sent_at)``: when the
-  API process sent it, on the machine's monotonic clock (the request's arrival).
-- here → parent: ``("ready", info)`` or ``("failed", (kind, message))`` once (kind ``config``
-  when the engine refused its config); then ``("out", outputs,
-  preempted)`` after each step that produced something, with outputs as ``(request_id,
-  new_token_ids, finished, finish_reason, prompt_tokens, output_tokens)`` tuples;
-  ``("reply", seq, ok, payload)``; ``("refused", request_id, reason, message)`` when an ``add`` (sent
-  without a reply, so a request costs no extra round trip) was refused — ``reason`` is the engine's
-  ``rejected_*`` reason, or ``invalid``; ``("error_all", message)`` when a step failed and every open
-  request was ended.
+The messages are the dataclasses of :mod:`tui.serve.engine_messages`: a ``Start`` once, answered by
+``Ready`` or ``Failed``; then requests, each handled by the method :attr:`EngineCore.handlers` maps its
+kind to (a ``Call`` is answered by a ``Reply``; an ``Add`` only by ``Refused`` when refused); after each
+step that produced something, ``Outputs``; ``ErrorAll`` when a step failed and every open request ended.
 """
 
 from __future__ import annotations
 
-import argparse
 import signal
 import sys
 import traceback
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
-from tui.engine.params import SamplingParams
+from tui.child_process import child_connection
 from tui.engine.snapshot import EngineSnapshot, StepTiming
-from tui.profile import DefensesConfig, EngineConfig, EngineMode, PreemptionMode
+from tui.serve import engine_messages as m
 from tui.serve.heap import settle_heap
 
 if TYPE_CHECKING:  # imported where it is built: the engine module loads torch
@@ -53,19 +44,20 @@ def engine_info(engine: Engine) -> dict[str, Any]:
         "eos_token_id": getattr(tok, "eos_token_id", None),
         "dtype": str(engine.dtype).removeprefix("torch."),
         "tokenizer": tok,
+        "computes_logits": engine.backend.info() is None,  # a modelled device samples no logits
     }
 
 
-def error_payload(e: BaseException) -> tuple[str, str, str, str | None]:
-    """(kind, type name, message, reason) — exceptions are rebuilt by the parent, not unpickled."""
+def error_payload(e: BaseException) -> m.ErrorPayload:
+    """The exception as data: the parent rebuilds it, never unpickles it."""
     reason = getattr(e, "reason", None)
     if reason is not None:
-        return ("rejected", type(e).__name__, getattr(e, "message", str(e)), reason)
+        return m.ErrorPayload("rejected", type(e).__name__, getattr(e, "message", str(e)), reason)
     if isinstance(e, NotPaused):
-        return ("not_paused", type(e).__name__, str(e), None)
+        return m.ErrorPayload("not_paused", type(e).__name__, str(e), None)
     if isinstance(e, ValueError):
-        return ("value", type(e).__name__, str(e), None)
-    return ("other", type(e).__name__, str(e), None)
+        return m.ErrorPayload("value", type(e).__name__, str(e), None)
+    return m.ErrorPayload("other", type(e).__name__, str(e), None)
 
 
 class NotPaused(Exception):
@@ -79,85 +71,85 @@ class EngineCore:
         self.conn = conn
         self.engine = engine
         self.stopping = False
+        # The one dispatch table: a message's kind -> its handler (a test checks every request kind has one).
+        self.handlers: dict[m.Kind, Callable[[Any], Any]] = {
+            m.Kind.ADD: self.add,
+            m.Kind.ABORT: self.abort,
+            m.Kind.ABORT_ALL: self.abort_all,
+            m.Kind.PAUSE: lambda _: self._set_paused(True),
+            m.Kind.RESUME: lambda _: self._set_paused(False),
+            m.Kind.STEP: self.step_paused,
+            m.Kind.CONTROL: self.control,
+            m.Kind.RESET: self.reset,
+            m.Kind.SNAPSHOT: lambda _: self.engine.snapshot(),
+            m.Kind.STEPS_SINCE: self.steps_since,
+            m.Kind.STOP: self.stop,
+        }
 
     @property
     def paused(self) -> bool:
         """The engine's own flag (it reports it in snapshots), so a reset cannot leave two to disagree."""
         return self.engine.paused
 
-    # -- commands --------------------------------------------------------------------------------
-
-    def _snapshot(self) -> EngineSnapshot:
-        return self.engine.snapshot()
+    # -- requests --------------------------------------------------------------------------------
 
     def _set_paused(self, paused: bool) -> EngineSnapshot:
         self.engine.paused = paused
-        return self._snapshot()
+        return self.engine.snapshot()
 
-    def cmd_add(self, rid: str, ids: list[int], params: SamplingParams, sent_at: float) -> None:
-        self.engine.add_request(rid, ids, params, arrival_time=sent_at)
+    def add(self, msg: m.Add) -> None:
+        self.engine.add_request(msg.request_id, msg.prompt_token_ids, msg.params, arrival_time=msg.sent_at)
 
-    def cmd_abort(self, rid: str) -> None:
-        self.engine.abort(rid)
+    def abort(self, msg: m.Abort) -> None:
+        self.engine.abort(msg.request_id)
 
-    def cmd_abort_all(self) -> None:
+    def abort_all(self, msg: m.AbortAll) -> None:
         for rid in list(self.engine.requests):
             self.engine.abort(rid)
 
-    def cmd_pause(self) -> EngineSnapshot:
-        return self._set_paused(True)
-
-    def cmd_resume(self) -> EngineSnapshot:
-        return self._set_paused(False)
-
-    def cmd_step(self) -> EngineSnapshot:
+    def step_paused(self, msg: m.Step) -> EngineSnapshot:
         if not self.paused:
             raise NotPaused("the engine is running; pause it before stepping")
         self.step()
-        return self._snapshot()
+        return self.engine.snapshot()
 
-    def cmd_mode(self, mode: EngineMode) -> EngineSnapshot:
-        self.engine.switch_mode(mode)
-        return self._snapshot()
+    def control(self, msg: m.ApplyControl) -> EngineSnapshot:
+        self.engine.apply(msg.control)
+        return self.engine.snapshot()
 
-    def cmd_preemption(self, mode: PreemptionMode) -> EngineSnapshot:
-        self.engine.set_preemption_mode(mode)
-        return self._snapshot()
-
-    def cmd_defenses(self, defenses: DefensesConfig) -> EngineSnapshot:
-        self.engine.set_defenses(defenses)
-        return self._snapshot()
-
-    def cmd_reset(self, config: EngineConfig, defenses: DefensesConfig) -> tuple[EngineSnapshot, dict[str, Any]]:
+    def reset(self, msg: m.ResetEngine) -> tuple[EngineSnapshot, dict[str, Any]]:
         from tui.engine.engine import Engine
 
-        fresh = Engine(config, defenses)  # may raise: the old engine stays
+        old = self.engine
+        # What the reset leaves unset is the engine's own: its config in the mode it drains toward.
+        config = msg.reset.engine or old.config.with_mode(old.target_mode)
+        fresh = Engine(config, msg.reset.defenses or old.defenses)  # may raise: the old engine stays
         self.engine = fresh  # a fresh engine starts unpaused
         settle_heap()  # the old engine's objects unfrozen and collected, the new one's frozen
-        return self._snapshot(), engine_info(fresh)
+        return fresh.snapshot(), engine_info(fresh)
 
-    def cmd_snapshot(self) -> EngineSnapshot:
-        return self._snapshot()
+    def steps_since(self, msg: m.StepsSince) -> list[StepTiming]:
+        return list(self.engine.steps_since(msg.step))
 
-    def cmd_steps_since(self, step: int) -> list[StepTiming]:
-        return list(self.engine.steps_since(step))
-
-    def cmd_stop(self) -> None:
+    def stop(self, msg: m.Stop) -> None:
         self.stopping = True
 
-    def handle(self, msg: tuple) -> None:
-        _, seq, name, args = msg
-        try:
-            result = getattr(self, f"cmd_{name}")(*args)
-        except Exception as e:
-            if seq is not None:
-                self.conn.send(("reply", seq, False, error_payload(e)))
-            elif name == "add":  # adds are not answered; a refusal is the request's only output
-                kind, _, message, reason = error_payload(e)
-                self.conn.send(("refused", args[0], reason or ("invalid" if kind == "value" else "error"), message))
+    def handle(self, msg: m.Call | m.EngineRequest) -> None:
+        if isinstance(msg, m.Call):
+            try:
+                result = self.handlers[msg.request.kind](msg.request)
+            except Exception as e:
+                self.conn.send(m.Reply(msg.seq, False, error_payload(e)))
+                return
+            self.conn.send(m.Reply(msg.seq, True, result))
             return
-        if seq is not None:
-            self.conn.send(("reply", seq, True, result))
+        try:
+            self.handlers[msg.kind](msg)
+        except Exception as e:
+            if isinstance(msg, m.Add):  # adds are not answered; a refusal is the request's only output
+                err = error_payload(e)
+                self.conn.send(m.Refused(msg.request_id, err.reason or ("invalid" if err.category == "value" else "error"),
+                                         err.message))
 
     # -- stepping --------------------------------------------------------------------------------
 
@@ -176,15 +168,14 @@ class EngineCore:
                     engine.abort(rid)
                 except Exception:
                     engine.requests.pop(rid, None)
-            self.conn.send(("error_all", message.strip().splitlines()[-1]))
+            self.conn.send(m.ErrorAll(message.strip().splitlines()[-1]))
             return True
         timing = out.timing
         preempted = timing.preempted if timing is not None else 0
         if out.outputs or preempted:
-            self.conn.send((
-                "out",
-                [(o.request_id, o.new_token_ids, o.finished, o.finish_reason, o.prompt_tokens, o.output_tokens)
-                 for o in out.outputs],
+            self.conn.send(m.Outputs(
+                [(o.request_id, o.new_token_ids, o.finished, o.finish_reason, o.prompt_tokens, o.output_tokens,
+                  o.logprobs) for o in out.outputs],
                 preempted,
             ))
         return bool(out.outputs) or (timing is not None and timing.batch_size > 0)
@@ -210,28 +201,25 @@ class EngineCore:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description="kvtui engine core (started by kvtui serve)")
-    p.add_argument("--fd", type=int, required=True, help="file descriptor of the socket to the API server")
-    args = p.parse_args(argv)
+    conn = child_connection(argv, "kvtui engine core (started by kvtui serve)")
     # The API server owns shutdown: a Ctrl-C reaching the whole process group must not kill the engine
     # before the server has drained. If the server dies, the socket closes and this process ends.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    conn = Connection(args.fd)
     try:
-        config, defenses = conn.recv()
+        start: m.Start = conn.recv()
         try:
             from tui.engine.engine import Engine
 
-            engine = Engine(config, defenses)
+            engine = Engine(start.config, start.defenses)
         except ValueError as e:  # the engine refused the config (e.g. a budget that holds no block)
-            conn.send(("failed", ("config", str(e))))
+            conn.send(m.Failed(str(e), config_refused=True))
             return 1
         except Exception as e:
-            conn.send(("failed", ("error", f"{type(e).__name__}: {e}")))
+            conn.send(m.Failed(f"{type(e).__name__}: {e}", config_refused=False))
             return 1
         settle_heap()  # the engine is built: out of every later collection (see tui.serve.heap)
-        conn.send(("ready", engine_info(engine)))
+        conn.send(m.Ready(engine_info(engine)))
         EngineCore(conn, engine).run()
     except (EOFError, OSError, BrokenPipeError):
         return 0  # the API server went away

@@ -20,9 +20,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
+from tui.engine.params import TokenLogprobs
 from tui.serve.engine_loop import EngineInfo, EngineLoop, Output, OutputSink
 from tui.serve.openai_api import (
     SSE_DONE,
@@ -30,6 +31,8 @@ from tui.serve.openai_api import (
     GenerationParams,
     ResponseHead,
     TextAssembler,
+    chat_logprobs,
+    completion_logprobs,
     openai_finish_reason,
     sse,
 )
@@ -77,6 +80,7 @@ class Generation:
         params: GenerationParams,
         sink: OutputSink,
         received: float,
+        index: int = 0,
     ) -> None:
         self.engine = engine
         self.metrics = metrics
@@ -86,8 +90,18 @@ class Generation:
         self.params = params
         self.sink = sink
         self.received = received
+        self.index = index  # the choice this request answers
         self.head = ResponseHead.new(request_id, info.model_name, params.chat)
-        self.text = TextAssembler(info.tokenizer.incremental_decoder(), params.stop, info.tokenizer.eos_token_ids)
+        self.tokenizer = info.tokenizer
+        # vLLM leaves the text of the token that stopped a request (EOS or a stop token id) out
+        self._stop_ids = frozenset(params.sampling.stop_token_ids)
+        self.text = TextAssembler(info.tokenizer.incremental_decoder(), params.stop,
+                                  info.tokenizer.eos_token_ids | self._stop_ids)
+        self.logprobs: list[TokenLogprobs] = []  # every token's, where the request asked
+        self.token_ids: list[int] = []  # the output so far (the last one says what stopped it)
+        self._logprobs_sent = 0
+        self.early: list[Output] = []
+        self.siblings: list[Generation] = []  # every choice of the request (set on the first; n > 1)  # outputs taken from the sink before the response began
         self.prompt_tokens = len(params.prompt_token_ids)
         self.finish_reason: str | None = None  # the engine's reason (or "stop" for our stop strings)
         self.message = ""  # the engine's words for a refusal
@@ -109,13 +123,17 @@ class Generation:
 
     async def _watch(self, receive: Receive) -> None:
         await _wait_disconnect(receive)
-        if not self.done:
-            self.gone = True
-            self.sink.wake()
+        for gen in self.siblings or [self]:
+            if not gen.done:
+                gen.gone = True
+                gen.sink.wake()
 
     async def _outputs(self) -> list[Output]:
         """The outputs that arrived since the last call, waiting for at least one; raises
         :class:`ClientGone` when the client disconnects first."""
+        if self.early:
+            outs, self.early = self.early, []
+            return outs
         while True:
             outs = await self.sink.take()
             if outs:
@@ -133,6 +151,9 @@ class Generation:
                     self._itl.observe(out.t - self._last_token_t)
                 self._last_token_t = out.t
                 ids.extend(out.new_token_ids)
+                if out.logprobs:
+                    self.logprobs.extend(out.logprobs)
+        self.token_ids.extend(ids)
         last = outs[-1]
         if last.prompt_tokens:
             self.prompt_tokens = last.prompt_tokens  # the engine may have truncated the prompt
@@ -148,6 +169,34 @@ class Generation:
             self.message = last.message
         self.done = final
         return text, final
+
+    @property
+    def stop_reason(self) -> int | str | None:
+        """vLLM's ``stop_reason``: the stop string or stop token id that ended the output (None: EOS,
+        length, or still running)."""
+        if self.text.stop_string is not None:
+            return self.text.stop_string
+        if self.finish_reason == "stop" and self.token_ids and self.token_ids[-1] in self._stop_ids:
+            return self.token_ids[-1]
+        return None
+
+    def logprobs_body(self, final: bool = False) -> dict[str, Any] | None:
+        """The logprobs of the tokens not yet sent (all, for a whole response), in the endpoint's
+        shape; None when the request asked for none."""
+        if self.params.sampling.logprobs is None:
+            return None
+        start = self._logprobs_sent
+        end = min(len(self.logprobs), self.text.tokens) if final or self.text.stopped else len(self.logprobs)
+        end = max(end, start)
+        self._logprobs_sent = end
+        lps = self.logprobs[start:end]
+        ids = self.token_ids[start:end]
+        decode = self.tokenizer.decode
+        texts = [decode([t]) for t in ids]
+        tops = [[decode([t]) for t, _ in top] for _, top in lps]
+        if self.params.chat:
+            return chat_logprobs(texts, lps, tops)
+        return completion_logprobs(texts, lps, tops)
 
     def error(self) -> ApiError | None:
         """The HTTP error for a request that ended before producing any token, else None."""
@@ -201,12 +250,16 @@ class Generation:
             if err is not None:
                 return error_response(err)
             self.served = True
-            body = self.head.response("".join(parts), openai_finish_reason(self.finish_reason),
-                                      self.prompt_tokens, self.text.tokens)
+            body = self.head.response_of([self.whole_choice(parts)], self.prompt_tokens, self.text.tokens)
             return JSONResponse(body)
         finally:
             if not self.params.stream or not self.served:
                 self.close()
+
+    def whole_choice(self, parts: list[str]) -> dict[str, Any]:
+        """This request's choice of a whole (non-streamed) response."""
+        return self.head.choice(self.index, "".join(parts), openai_finish_reason(self.finish_reason),
+                                logprobs=self.logprobs_body(final=True), stop_reason=self.stop_reason)
 
     async def _collect(self) -> list[str]:
         parts = []
@@ -216,11 +269,12 @@ class Generation:
             parts.append(text)
         return parts
 
-    def sse_events(self, outs: Sequence[Output], *, first: bool = False) -> bytes:
+    def sse_events(self, outs: Sequence[Output], *, first: bool = False, last: bool = True) -> bytes:
         """The events for ``outs``, one per output that carries text or ends the request (the first
         event of a stream always goes out, and the finish reason rides on the last); after the last,
-        the usage chunk (when asked for) and ``[DONE]``."""
+        the usage chunk (when asked for) and ``[DONE]`` (``last``: this is the stream's only choice)."""
         head = self.head
+        index = self.index
         parts: list[bytes] = []
         for out in outs:
             text, done = self.consume((out,))
@@ -229,15 +283,116 @@ class Generation:
                 if text:
                     parts.append(head.sse_chunk(text))
                 parts.append(sse(_ERRORS["error"].body()).encode())
-            elif text or done or (first and not parts):
+            elif text or done or (first and not parts) or (out.logprobs and not self.text.stopped):
                 finish = openai_finish_reason(self.finish_reason) if done else None
-                parts.append(head.sse_chunk(text, finish, first=first and not parts))
+                parts.append(head.sse_chunk(text, finish, first=first and not parts, index=index,
+                                            logprobs=self.logprobs_body(final=done),
+                                            stop_reason=self.stop_reason if done else None))
+            if done and not last:
+                break
             if done:
                 if self.params.include_usage and self.finish_reason != "error":
                     parts.append(sse(head.usage_chunk(self.prompt_tokens, self.text.tokens)).encode())
                 parts.append(SSE_DONE.encode())
                 break
         return b"".join(parts)
+
+
+async def generate(engine: EngineLoop, metrics: ServerMetrics, counters: Counters, info: EngineInfo,
+                   request_id: str, params: GenerationParams, received: float, receive: Receive) -> Any:
+    """The response to one validated request: one engine request per choice.
+
+    With ``n`` > 1 on a paged cache with prefix caching on, the other choices are sent once the first
+    has its first token: its prompt's full blocks are in the prefix cache then, so the others reuse
+    them (shared blocks, drawn so in the block view) and compute only the partial last block. Without
+    prefix caching each choice computes its prompt (vLLM's parallel sampling relies on the prefix
+    cache the same way).
+    """
+    if params.n == 1:
+        sink = engine.add_request(request_id, params.prompt_token_ids, params.sampling)
+        return await Generation(engine, metrics, counters, info, request_id, params, sink, received).respond(receive)
+    gens: list[Generation] = []
+
+    def add(i: int) -> Generation:
+        rid = f"{request_id}-{i}"
+        sink = engine.add_request(rid, params.prompt_token_ids, params.child_sampling(i))
+        gen = Generation(engine, metrics, counters, info, rid, params, sink, received, index=i)
+        gen.head = gens[0].head if gens else ResponseHead.new(request_id, info.model_name, params.chat)
+        gens.append(gen)
+        return gen
+
+    first = add(0)
+    try:
+        first.watch(receive)  # one watcher reads the client's messages; it wakes every choice
+        if params.n > 1:  # the other choices join once the prompt is computed: a prefix cache shares it
+            first.early = await first._outputs()
+        for i in range(1, params.n):
+            add(i)
+        first.siblings = gens
+        if params.stream:
+            return await _stream_choices(gens)
+        parts = await asyncio.gather(*(g._collect() for g in gens))
+        for g in gens:
+            err = g.error()
+            if err is not None:
+                return error_response(err)
+        for g in gens:
+            g.served = True
+        body = first.head.response_of([g.whole_choice(p) for g, p in zip(gens, parts, strict=True)],
+                                      first.prompt_tokens, sum(g.text.tokens for g in gens))
+        return JSONResponse(body)
+    except ClientGone:
+        return Response(status_code=499)
+    finally:
+        if not params.stream or not all(g.served for g in gens):
+            for g in gens:
+                g.close()
+
+
+async def _stream_choices(gens: list[Generation]) -> Any:
+    """The first events of every choice, then a stream of each choice's events as they come."""
+    pieces = [g.sse_events(await g._outputs(), first=True, last=False) for g in gens]
+    for g in gens:
+        err = g.error()
+        if err is not None:
+            return error_response(err)
+    for g in gens:
+        g.served = True
+    return ChoicesStream(gens, b"".join(pieces))
+
+
+class ChoicesStream:
+    """A streamed response of several choices: each choice's events as its outputs arrive (each
+    chunk names its choice's index); the usage chunk and ``[DONE]`` once every choice is done."""
+
+    def __init__(self, gens: list[Generation], first: bytes) -> None:
+        self.gens = gens
+        self.first = first
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        gens = self.gens
+        try:
+            await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
+            if self.first:
+                await send({"type": "http.response.body", "body": self.first, "more_body": True})
+            while not all(g.done for g in gens) and not gens[0].gone:
+                live = [g for g in gens if not g.done]
+                waits = {asyncio.ensure_future(g.sink.take()): g for g in live}
+                done, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                for task in pending:
+                    task.cancel()  # its outputs stay in the sink for the next round
+                body = b"".join(waits[t].sse_events(t.result(), last=False) for t in done)
+                if body:
+                    await send({"type": "http.response.body", "body": body, "more_body": True})
+            if not gens[0].gone:
+                tail = b""
+                if gens[0].params.include_usage:
+                    usage = gens[0].head.usage_chunk(gens[0].prompt_tokens, sum(g.text.tokens for g in gens))
+                    tail = sse(usage).encode()
+                await send({"type": "http.response.body", "body": tail + SSE_DONE.encode(), "more_body": False})
+        finally:
+            for g in gens:
+                g.close()
 
 
 async def _wait_disconnect(receive: Receive) -> None:

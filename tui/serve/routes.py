@@ -10,6 +10,7 @@ from __future__ import annotations
 COMPLETIONS = "/v1/completions"
 CHAT_COMPLETIONS = "/v1/chat/completions"
 MODELS = "/v1/models"
+TOKENIZE = "/tokenize"  # POST {"prompt"} or {"messages"} -> {"count", "max_model_len", "tokens"} (vLLM's)
 HEALTH = "/health"
 METRICS = "/metrics"
 

@@ -109,7 +109,8 @@ ACTIONS: tuple[DashboardAction, ...] = (
                     keys="question_mark", label="help", key_display="?", footer_first=True),
     DashboardAction("unfocus", "View", "View: give the keys back", "leave the rate box or a button",
                     keys="escape", priority=False),
-    DashboardAction("quit", "View", "Quit", "stop the load and leave kvtui", keys="q", label="quit"),
+    DashboardAction("quit", "View", "Quit", "stop the load and leave kvtui", keys="q", label="quit",
+                    footer_first=True),
 )
 
 BY_ID: dict[str, DashboardAction] = {a.id: a for a in ACTIONS}

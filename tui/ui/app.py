@@ -26,12 +26,12 @@ from tui.ui.backend import Backend, FixedBackend
 from tui.ui.commands import DashboardCommands
 from tui.ui.gpu import GpuPane
 from tui.ui.help_screen import HelpScreen
-from tui.ui.latency import LatencyPane
+from tui.ui.latency import LatencyPane, headline
 from tui.ui.load_control import LoadControl
 from tui.ui.messages import OpenRequest, RunAction, SetRate, SnapshotReady, ViewChanged
 from tui.ui.mode_bar import ModeBar
 from tui.ui.model import DashboardSnapshot
-from tui.ui.scheduler_view import SchedulerView
+from tui.ui.scheduler_view import RequestTable, SchedulerView
 from tui.ui.server_view import ServerView
 from tui.ui.status_line import StatusLine
 from tui.ui.timeline import TimelineScreen
@@ -152,6 +152,12 @@ class KVTuiApp(App[int]):
             scheduler.apply(snap.engine, "waiting for the engine…")
         else:
             server.apply(snap)
+        # The headline latencies on the main pane's bottom border: on a small terminal the latency pane
+        # is a tab away, and TTFT and TPOT belong on the first screen.
+        main_pane = scheduler if snap.target.controllable else server
+        line = f" {headline(snap.stats)} "
+        if main_pane.border_subtitle != line:  # setting it repaints the pane, even to the same text
+            main_pane.border_subtitle = line
         status.apply(snap)
         if isinstance(self.screen, TimelineScreen):
             self.screen.apply(snap)
@@ -189,6 +195,17 @@ class KVTuiApp(App[int]):
             self._controls.put_nowait(partial(method, *entry.args))
         else:
             method(*entry.args)
+
+    def action_focus_next(self) -> None:
+        """Tab from nowhere lands on the request table (arrows and enter there select a request and
+        open its timeline); the mode and defense buttons take no focus, so an enter meant for the
+        table can never press one."""
+        if self.focused is None and self.screen is self.screen_stack[0]:
+            tables = [t for t in self.screen.query(RequestTable) if t.region.area]  # on screen now
+            if tables:
+                tables[0].focus()
+                return
+        super().action_focus_next()
 
     def action_unfocus(self) -> None:
         self.screen.set_focus(None)

@@ -12,6 +12,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import get_args
 
+from tui.engine.control import TOGGLE
 from tui.errors import root_url
 from tui.load.arrivals import ArrivalKind
 from tui.profile import DefensesConfig, LengthDist, Profile, WorkloadConfig
@@ -154,22 +155,16 @@ class Backend:
         self.set_status("no engine connected: the mode cannot change", "warn")
 
     async def toggle_batching(self) -> None:
-        """Static if the engine batches continuously, else continuous."""
-        engine = self.latest.engine
-        current = engine.batching if engine is not None else self.profile.engine.batching
-        await self.set_mode("static" if current == "continuous" else "continuous", None)
+        """Flip the batching of the mode the engine is in, or drains toward (the engine resolves it)."""
+        await self.set_mode(TOGGLE, None)
 
     async def toggle_kv(self) -> None:
-        """Contiguous if the engine's KV is paged, else paged."""
-        engine = self.latest.engine
-        current = engine.kv if engine is not None else self.profile.engine.kv
-        await self.set_mode(None, "contiguous" if current == "paged" else "paged")
+        """Flip the KV layout of the mode the engine is in, or drains toward (the engine resolves it)."""
+        await self.set_mode(None, TOGGLE)
 
     async def toggle_preemption(self) -> None:
-        """Swap if the engine preempts by recompute, else recompute."""
-        engine = self.latest.engine
-        current = engine.preemption_mode if engine is not None else self.profile.engine.preemption_mode
-        await self.set_preemption_mode("recompute" if current == "swap" else "swap")
+        """Swap if the engine preempts by recompute, else recompute (the engine resolves it)."""
+        await self.set_preemption_mode(TOGGLE)
 
     async def set_preemption_mode(self, mode: str) -> None:
         self.set_status("no engine connected: the preemption mode cannot change", "warn")

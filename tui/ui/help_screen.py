@@ -54,7 +54,7 @@ METRICS: tuple[tuple[str, str], ...] = (
 )
 
 EXTRA_KEYS: tuple[tuple[str, str], ...] = (
-    ("tab", "move the focus (the rate box, buttons, the request table)"),
+    ("tab", "move the focus: the request table first, then the rate box and the load buttons"),
     ("↑ ↓ enter", "in the focused request table: select a request, open its timeline"),
     ("ctrl+p", "the command palette: every action by name"),
 )

@@ -16,7 +16,7 @@ from tui.metrics.types import Percentiles, WindowStats
 from tui.ui.band_chart import BandChart, Series
 from tui.ui.lines import TextLines
 from tui.ui.model import HistoryPoint
-from tui.ui.paint import fmt_rate, fmt_s
+from tui.ui.paint import fmt_count, fmt_rate, fmt_s
 
 SERIES: tuple[Series[HistoryPoint], ...] = (
     Series("TTFT P50", lambda p: p.ttft_p50, fmt_s, "#61afef"),
@@ -29,7 +29,25 @@ SERIES: tuple[Series[HistoryPoint], ...] = (
 
 
 def _row(name: str, p: Percentiles, colour: str) -> Text:
-    return Text(f" {name:<5}{fmt_s(p.p50):>8}{fmt_s(p.p90):>8}{fmt_s(p.p99):>8}{p.count:>6}", style=colour)
+    # Every column keeps a space before it, whatever the values: a six-digit count never runs into P99.
+    return Text(f" {name:<5}{fmt_s(p.p50):>8}{fmt_s(p.p90):>8}{fmt_s(p.p99):>8} {fmt_count(p.count):>5}", style=colour)
+
+
+# Below this median gap the chunks were read in bursts (one timestamp per socket read): the load client
+# fell behind the stream, so the gaps measure the client, not the server.
+CLIENT_BEHIND_ITL_S = 1e-6
+
+
+def _itl_row(p: Percentiles) -> Text:
+    if p.p50 is not None and p.p50 < CLIENT_BEHIND_ITL_S:
+        return Text(f" {'ITL':<5}client behind: chunks read in bursts", style="bold #e5c07b")
+    return _row("ITL", p, "#56b6c2")
+
+
+def headline(stats: WindowStats) -> str:
+    """TTFT and TPOT P50/P99 in one line, for a pane's border on a terminal too small for this pane."""
+    t, p = stats.ttft, stats.tpot
+    return f"TTFT P50 {fmt_s(t.p50)} P99 {fmt_s(t.p99)} · TPOT P50 {fmt_s(p.p50)} P99 {fmt_s(p.p99)}"
 
 
 def numbers(stats: WindowStats) -> list[Text]:
@@ -47,7 +65,7 @@ def numbers(stats: WindowStats) -> list[Text]:
         head,
         _row("TTFT", stats.ttft, "#61afef"),
         _row("TPOT", stats.tpot, "#98c379"),
-        _row("ITL", stats.itl, "#56b6c2"),
+        _itl_row(stats.itl),
         _row("E2EL", stats.e2el, "#abb2bf"),
         tput,
         note,

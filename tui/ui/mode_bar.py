@@ -1,5 +1,5 @@
-"""The mode bar: batching policy and KV layout buttons, pause/step, the drain in progress, and the
-defense toggles; against a remote target, which has none of these, a line saying so instead."""
+"""The mode bar: batching policy and KV layout buttons (the mode in force, and the one a switch drains
+toward), pause/step, the drain in progress, and the defense toggles; against a remote target, which has none of these, a line saying so instead."""
 
 from __future__ import annotations
 
@@ -50,6 +50,14 @@ def defense_states(engine: EngineSnapshot | None, asked: DefensesConfig) -> dict
     }
 
 
+def _button(label: str, id: str) -> Button:
+    """A mode bar button: pressed by a click or its key, never focused, so an enter meant for the
+    request table cannot press it."""
+    button = Button(label, id=id, compact=True)
+    button.can_focus = False
+    return button
+
+
 class ModeBar(Horizontal):
     """One line of buttons; every press becomes a typed message the app acts on."""
 
@@ -58,6 +66,7 @@ class ModeBar(Horizontal):
     ModeBar > Horizontal { width: auto; height: 1; margin-right: 2; }
     ModeBar Label.group { color: $text-muted; }
     ModeBar Button { margin: 0 1 0 0; min-width: 6; }
+    ModeBar Button:disabled { opacity: 0.7; }  /* as Textual fades a disabled focusable widget */
     ModeBar #engine-pause { width: 10; }  /* fixed: "pause p" and "resume p" must not shift the bar */
     ModeBar Label { padding: 0 1 0 0; }
     ModeBar #drain { color: $text; background: $accent-darken-1; text-style: bold; }
@@ -74,18 +83,18 @@ class ModeBar(Horizontal):
     def compose(self) -> ComposeResult:
         with Horizontal(id="mode-group"):
             yield Label("batching b", classes="group")
-            yield Button("static", id="mode-static", compact=True)
-            yield Button("continuous", id="mode-continuous", compact=True)
+            yield _button("static", "mode-static")
+            yield _button("continuous", "mode-continuous")
             yield Label("KV k", classes="group")
-            yield Button("contiguous", id="mode-contiguous", compact=True)
-            yield Button("paged", id="mode-paged", compact=True)
-            yield Button("pause p", id="engine-pause", compact=True)
-            yield Button("step s", id="engine-step", compact=True)
+            yield _button("contiguous", "mode-contiguous")
+            yield _button("paged", "mode-paged")
+            yield _button("pause p", "engine-pause")
+            yield _button("step s", "engine-step")
             yield Label("", id="drain", classes="-idle")
         with Horizontal(id="defense-group"):
             yield Label("defenses", classes="group")
             for name, label, key in DEFENSES:
-                yield Button(f"{label} {key}", id=f"def-{name}", compact=True)
+                yield _button(f"{label} {key}", f"def-{name}")
         yield Label(REMOTE_NOTE, id="remote-note")
 
     def apply(self, snap: DashboardSnapshot) -> None:
@@ -99,9 +108,11 @@ class ModeBar(Horizontal):
         self._key = key
         self.set_class(not snap.target.controllable, "-remote")
         current = {engine.batching, engine.kv} if engine is not None else set()
+        pending = set(engine.draining_to.split("+")) - current if engine is not None and engine.draining_to else set()
         for mode in ("static", "continuous", "contiguous", "paged"):
             button = self.query_one(f"#mode-{mode}", Button)
-            button.variant = "primary" if mode in current else "default"
+            # the mode in force, and (while a switch drains) the half it switches to
+            button.variant = "primary" if mode in current else "warning" if mode in pending else "default"
             button.disabled = not snap.target.controllable
         paused = engine is not None and engine.paused
         pause = self.query_one("#engine-pause", Button)

@@ -105,6 +105,15 @@ def fmt_bytes(n: float) -> str:
     return f"{n:.1f} TiB"  # pragma: no cover
 
 
+def fmt_count(n: int) -> str:
+    """A count in at most five characters: 52100, 152k, 1.52M."""
+    if n < 100_000:
+        return f"{n}"
+    if n < 10_000_000:
+        return f"{n / 1e3:.0f}k" if n < 1_000_000 else f"{n / 1e6:.2f}M"
+    return f"{n / 1e6:.0f}M"
+
+
 def fmt_rate(x: float) -> str:
     """A rate with sensible precision: 0.25, 2.5, 25, 250."""
     if x < 10:

@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx
 
+from tui.engine.control import Control
 from tui.engine.snapshot import EngineSnapshot
 from tui.errors import describe_http_error, one_line, root_url
 from tui.metrics.types import ServerGauges
@@ -82,6 +83,7 @@ class LiveBackend(Backend):
         self.runner: Any | None = None
         self.client: httpx.AsyncClient | None = None
         self.control: ControlClient | None = None  # the local engine's control API
+        self.start_when_ready = False  # space pressed while the engine starts: the load starts once it answers
         self.served_model: str | None = None  # the local server's model name, asked once
         self._history: deque[HistoryPoint] = deque(maxlen=HISTORY_LEN)
         self._server_history: deque[ServerPoint] = deque(maxlen=HISTORY_LEN)
@@ -113,6 +115,9 @@ class LiveBackend(Backend):
         self._t0 = loop.time()
         if not await self._connect():
             return
+        if self.start_when_ready:
+            self.start_when_ready = False
+            await self.toggle_load()
         period = 1.0 / POLL_HZ
         while True:
             started = loop.time()
@@ -284,7 +289,7 @@ class LiveBackend(Backend):
     def _make_runner(self) -> Any:
         from tui.load.runner import LoadRunner
 
-        load = dataclasses.replace(self.profile.load, arrival=self.load.arrival)  # type: ignore[arg-type]
+        load = dataclasses.replace(self.profile.load, arrival=self.load.arrival)
         profile = dataclasses.replace(self.profile, load=load, workload=self.presets[self.load.workload])
         return LoadRunner(
             profile,
@@ -310,8 +315,10 @@ class LiveBackend(Backend):
             self.set_status(f"request failed: {rec.status}: {rec.reason}", "warn")
 
     async def toggle_load(self) -> None:
-        if self.base_url is None:
-            self.set_status("not connected yet: the load starts once the target answers", "warn")
+        if self.base_url is None:  # still starting: remembered, and a second press takes it back
+            self.start_when_ready = not self.start_when_ready
+            self.set_status("engine starting: the load starts when it is ready (space again: don't)"
+                            if self.start_when_ready else "engine starting: the load will not start when it is ready")
             return
         if self.runner is not None and self.runner.running:
             self.publish(load=dataclasses.replace(self.load, running=False))
@@ -345,9 +352,9 @@ class LiveBackend(Backend):
         await self.runner.start()
         self.publish(load=dataclasses.replace(self.load, running=True))
         if warning:
-            self.set_status(f"load running at {self.load.rate:g} req/s; {warning}", "warn")
+            self.set_status(f"load started; {warning}", "warn")
         else:
-            self.set_status(f"load running at {self.load.rate:g} req/s")
+            self.set_status("load started")
 
     async def _feasible(self) -> tuple[bool, str]:
         """Before load on the local engine: can it serve the chosen workload in its current mode?
@@ -415,7 +422,7 @@ class LiveBackend(Backend):
             self.set_status(f"{self.root_url} is not a kvtui engine: {what} needs the local engine", "warn")
             return None
         if self.control is None:
-            self.set_status("not connected to the engine yet", "warn")
+            self.set_status(f"engine starting: {what} waits until it is ready; press again then", "warn")
             return None
         try:
             state = await call(self.control)
@@ -429,15 +436,16 @@ class LiveBackend(Backend):
         return state.engine
 
     async def set_mode(self, batching: str | None, kv: str | None) -> None:
-        engine = await self._control("mode", lambda c: c.set_mode(batching=batching, kv=kv))
+        """Ask the engine for a mode (a value or ``"toggle"`` per half); the engine applies it to the
+        target a switch already drains toward, so switches compose and a second toggle cancels."""
+        before = self.latest.engine
+        engine = await self._control("mode", lambda c: c.apply(Control(batching=batching, kv=kv)))
         if engine is not None:
-            if engine.draining_to:
-                self.set_status(f"switching to {engine.draining_to}: draining the running requests first")
-            else:
-                self.set_status(f"engine mode {engine.mode}")
+            self.set_status(mode_change_line(before, engine))
 
     async def set_preemption_mode(self, mode: str) -> None:
-        engine = await self._control("preemption mode", lambda c: c.set_mode(preemption_mode=mode))
+        engine = await self._control("preemption mode",
+                                     lambda c: c.apply(Control(preemption_mode=mode)))
         if engine is not None:
             self.set_status(f"preemption by {engine.preemption_mode}"
                             + (" (KV copied to host memory and back)" if engine.preemption_mode == "swap" else ""))
@@ -462,10 +470,19 @@ class LiveBackend(Backend):
         if not self.local:
             self.set_status("defenses are the local engine's: a remote target has its own", "warn")
             return
-        engine = await self._control("defenses", lambda c: c.set_defenses(wanted))
+        engine = await self._control("defenses", lambda c: c.apply(Control(defenses=wanted)))
         if engine is not None:
             self.publish(defenses=wanted)
             self.set_status(f"defenses: {_defenses_label(wanted)}")
+
+
+def mode_change_line(before: EngineSnapshot | None, after: EngineSnapshot) -> str:
+    """The status line after a mode intent: the switch now pending, one cancelled, or the mode now."""
+    if after.draining_to:
+        return f"switching {after.mode} → {after.draining_to}: draining the running requests first"
+    if before is not None and before.draining_to and before.mode == after.mode:
+        return f"switch to {before.draining_to} cancelled: staying {after.mode}"
+    return f"engine mode {after.mode}"
 
 
 def _defenses_label(d: DefensesConfig) -> str:

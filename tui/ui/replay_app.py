@@ -72,7 +72,7 @@ class ReplayApp(App[int]):
                 yield LatencyPane(id="latency")
                 yield GpuPane(id="gpu")
             yield SchedulerView(id="scheduler")
-        yield StatusLine(id="status")
+        yield StatusLine(id="status", state=False)
         yield Footer(compact=True)
 
     def on_mount(self) -> None:

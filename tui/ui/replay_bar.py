@@ -19,21 +19,38 @@ def _speed(x: float) -> str:
     return f"{x:g}×" if x >= 1 else f"1/{1 / x:g}×"
 
 
+def _status_parts(c: CursorView) -> list[tuple[int, str, str]]:
+    """The first line's pieces as (priority: 0 always shown, higher dropped first on a narrow terminal,
+    text, style), in the order they print."""
+    parts = [
+        (0, " ▶ playing " if c.playing else " ‖ paused ",
+         "bold #282c34 on #98c379" if c.playing else "bold #282c34 on #e5c07b"),
+        (0, f" {_speed(c.speed)}  ", "bold"),
+        (3, f"cell {c.cell.index + 1}/{c.cells} ", "dim"),
+        (0, f"{c.cell.stage} · {c.cell.mode}", "bold #61afef"),
+        (2, f" · {c.cell.rate:g} req/s" if c.cell.rate else "", ""),
+        (0, "  ", ""),
+        (2, "run time", "dim"),
+        (0, f"{c.run_time:7.2f} s", "bold"),
+        (1, f" of {c.span:.1f} s", "dim"),
+        (4, f"   step {c.step:,}", "dim"),
+        (5, f"   frame {c.frame + 1}/{c.frames}", "dim"),
+    ]
+    if c.simulated:  # a simulated run says so on every screen
+        parts.append((0, "   SIMULATED", "bold #c678dd"))
+    return parts
+
+
 def bar_text(c: CursorView, width: int) -> Text:
-    """The two lines for ``width`` columns."""
-    t = Text()
-    t.append(" ▶ playing " if c.playing else " ‖ paused ", style="bold #282c34 on #98c379" if c.playing
-             else "bold #282c34 on #e5c07b")
-    t.append(f" {_speed(c.speed)}  ", style="bold")
-    t.append(f"cell {c.cell.index + 1}/{c.cells} ", style="dim")
-    t.append(f"{c.cell.stage} · {c.cell.mode}", style="bold #61afef")
-    if c.cell.rate:
-        t.append(f" · {c.cell.rate:g} req/s")
-    t.append("   run time ", style="dim")
-    t.append(f"{c.run_time:7.2f} s", style="bold")
-    t.append(f" of {c.span:.1f} s   step {c.step:,}   frame {c.frame + 1}/{c.frames}", style="dim")
-    if c.simulated:
-        t.append("   SIMULATED", style="bold #c678dd")
+    """The two lines for ``width`` columns; the first drops its least needed pieces rather than wrap."""
+    parts = _status_parts(c)
+    for level in (5, 4, 3, 2, 1, 0):
+        if sum(len(text) for prio, text, _ in parts if prio <= level) <= width:
+            break
+    t = Text(no_wrap=True, overflow="crop")
+    for prio, text, style in parts:
+        if prio <= level and text:
+            t.append(text, style=style)
     t.append("\n")
     n = max(10, width - 2)
     cells: list[tuple[str, str]] = [("─", "#5c6370")] * n

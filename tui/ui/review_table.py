@@ -1,8 +1,9 @@
 """The review's table view: each run's comparison table, its warnings, and runs compared with the first.
 
-The rows and their formatting are the printed report's (``display_rows``, ``compare_table``,
-``format_cell`` in ``tui.metrics.summary``); this view only puts them in ``DataTable``s, with the
-stage and mode columns fixed while the rest scroll sideways.
+The sections, headers and cells are the printed report's compact table (``compact_rows`` in
+``tui.metrics.table_view``: each section fits 80 columns, the unit under each header), and the
+comparison rows its ``compare_rows``; this view only puts them in ``DataTable``s, with the stage and
+mode columns fixed while the rest scroll sideways.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Static
 
 from tui.metrics.capacity import EDGE_HEADERS, edge_rows, edge_summary_lines
-from tui.metrics.summary import client_delay_lines, display_rows, reconciliation_lines
+from tui.metrics.table_view import client_verdict, compact_rows, mode_legend, reconciliation_verdict
 from tui.report import RunData, compare_rows
 from tui.ui.review_plots import run_letter
 
@@ -36,14 +37,19 @@ def run_heading(run: RunData, letter: str | None) -> Text:
     return text
 
 
-def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], left: int, id: str) -> DataTable:
+def _table(headers: Sequence[str | tuple[str, str]], rows: Sequence[Sequence[str]], left: int, id: str) -> DataTable:
     """A DataTable of printed cells: the first ``left`` columns (names) fixed and left-aligned, the
-    numbers right-aligned under their headers."""
-    table: DataTable = DataTable(id=id, classes="review-table", zebra_stripes=True, cursor_type="row")
+    numbers right-aligned under their headers (a header of two lines: the name above its unit)."""
+    lines = [(h, "") if isinstance(h, str) else h for h in headers]
+    two = any(bottom for _, bottom in lines)
+    table: DataTable = DataTable(id=id, classes="review-table", zebra_stripes=True, cursor_type="row",
+                                 header_height=2 if two else 1)
     table.fixed_columns = left
-    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
-    for i, (h, w) in enumerate(zip(headers, widths, strict=True)):
-        table.add_column(Text(h.ljust(w) if i < left else h.rjust(w)), key=f"c{i}")
+    widths = [max([len(top), len(bottom), *(len(r[i]) for r in rows)]) for i, (top, bottom) in enumerate(lines)]
+    for i, ((top, bottom), w) in enumerate(zip(lines, widths, strict=True)):
+        just = str.ljust if i < left else str.rjust
+        label = just(top, w) + ("\n" + just(bottom, w) if two else "")
+        table.add_column(Text(label), key=f"c{i}", width=w)
     for row in rows:  # Text, not str: a DataTable reads a str as markup
         table.add_row(*[Text(c.ljust(w) if i < left else c.rjust(w))
                         for i, (c, w) in enumerate(zip(row, widths, strict=True))])
@@ -63,14 +69,18 @@ class TableView(VerticalScroll):
             if many:  # one run is named above the views already
                 yield Static(run_heading(run, run_letter(i)), classes="review-heading")
             if run.summary.height:
-                headers, rows = display_rows(run.summary)
-                yield _table(headers, rows, 2, f"table-{i}")
+                for k, (name, headers, rows) in enumerate(compact_rows(run.summary)):
+                    yield Static(Text(name, style="bold"), classes="review-section")
+                    yield _table(headers, rows, 2, f"table-{i}" if k == 0 else f"table-{i}-{k}")
+                legend = mode_legend(run.summary)
+                if legend:
+                    yield Static(Text(legend), classes="review-note")
             else:
                 yield Static("no requests recorded", classes="review-note")
             if run.edges:  # a sweep's capacity edge per mode, as the printed report has it
                 yield Static(Text("capacity edge (sweep)", style="bold"), classes="review-heading")
                 yield _table(EDGE_HEADERS, edge_rows(run.edges), 1, f"edges-{i}")
-            notes = reconciliation_lines(run.summary) + client_delay_lines(run.summary) + edge_summary_lines(run.edges)
+            notes = reconciliation_verdict(run.summary) + client_verdict(run.summary) + edge_summary_lines(run.edges)
             if run.info.get("error"):
                 notes.append(f"the run ended with an error: {run.info['error']}")
             if notes:

@@ -399,6 +399,9 @@ class RequestTable(ScrollView, can_focus=True):
         self._seg_used: dict[str, int] = {}
         self._base: Style | None = None
         self.selected: str | None = None  # the request under the cursor, by id (rows move between steps)
+        # The request each line last showed: a click opens what the user saw there, even when a newer
+        # snapshot has re-sorted the rows and the line has not been repainted yet.
+        self._drawn: dict[int, str] = {}
         self._reported_view: tuple[int, int, frozenset[str]] | None = None
 
     def set_snapshot(self, snap: EngineSnapshot | None) -> None:
@@ -552,8 +555,10 @@ class RequestTable(ScrollView, can_focus=True):
         if offset is None or self.snapshot is None:
             return
         line = offset.y + self.scroll_offset.y
-        if 0 <= line < len(self._rows):
+        request_id = self._drawn.get(line)
+        if request_id is None and 0 <= line < len(self._rows):
             request_id = self.snapshot.requests[self._rows[line].request].request_id
+        if request_id is not None:
             self.select(request_id)
             self.post_message(OpenRequest(request_id))
 
@@ -563,10 +568,12 @@ class RequestTable(ScrollView, can_focus=True):
         if self._base is None:  # the widget's style walks the DOM: once per snapshot, not per line
             self._base = self.rich_style
         if index >= len(self._rows) or self.snapshot is None:
+            self._drawn.pop(index, None)
             return Strip.blank(width, self._base)
+        row = self._rows[index]
+        self._drawn[index] = self.snapshot.requests[row.request].request_id
         strip = self._cache.get(index)
         if strip is None:
-            row = self._rows[index]
             segments = self._row_segments(self.snapshot.requests[row.request], row.chunk)
             strip = line_strip(segments, width, self._base)
             self._cache[index] = strip

@@ -101,3 +101,64 @@ def test_served_name_from_the_hub_cache_layout(tmp_path):
     snap.mkdir(parents=True)
     assert served_name(snap) == "Qwen/Qwen3-0.6B"
     assert served_name(tmp_path / "my-finetune") == "my-finetune"
+
+
+PROBE_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}{{ m.role }}{% if m.name %}({{ m.name }}){% endif %}: {{ m.content }}"
+    "{% if m.reasoning_content %} [thought: {{ m.reasoning_content }}]{% endif %}"
+    "{% if m.tool_calls %} [calls {{ m.tool_calls[0].function.name }}]{% endif %}\n{% endfor %}"
+    "{% if enable_thinking is defined and not enable_thinking %}<no-think>{% endif %}"
+    "{% if add_generation_prompt %}assistant:{% endif %}"
+)
+
+
+def test_template_kwargs_and_message_fields_reach_the_template_as_in_transformers(copy_checkpoint):
+    path = copy_checkpoint("llama")
+    (path / "chat_template.jinja").write_text(PROBE_TEMPLATE)
+    # BOS named only in special_tokens_map.json (older checkpoints): transformers reads it there too
+    tc = json.loads((path / "tokenizer_config.json").read_text())
+    bos = tc.pop("bos_token", "<s>")
+    (path / "tokenizer_config.json").write_text(json.dumps(tc))
+    (path / "special_tokens_map.json").write_text(json.dumps({"bos_token": bos}))
+    chat = [{"role": "user", "content": "hi", "name": "ann"},
+            {"role": "assistant", "content": "", "reasoning_content": "hmm",
+             "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "look", "arguments": "{}"}}]},
+            {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]
+    tok = ours(path)
+    body = {"messages": chat, "chat_template_kwargs": {"enable_thinking": False}, "max_tokens": 2}
+    got = parse_completion(body, chat=True, served_model="m", encode=tok.encode, encode_chat=tok.encode_chat,
+                           vocab_size=384, max_model_len=512).prompt_token_ids
+    joined = [*chat[:2], {"role": "user", "content": "a\nb"}]  # vLLM joins text parts with "\n"
+    want = ids_of(hf_tokenizer(path).apply_chat_template(joined, add_generation_prompt=True, tokenize=True,
+                                                         enable_thinking=False))
+    assert got == want
+    text = tok.chat_template.render(joined, {"enable_thinking": False})
+    assert text.startswith(bos) and "user(ann): hi" in text and "[thought: hmm] [calls look]" in text
+    assert text.endswith("<no-think>assistant:")
+
+
+def test_a_python_error_inside_the_template_is_a_400(copy_checkpoint):
+    path = copy_checkpoint("llama")
+    (path / "chat_template.jinja").write_text("{{ messages[0].content + 1 }}")
+    tok = ours(path)
+    with pytest.raises(ApiError) as ei:
+        parse_completion({"messages": [{"role": "user", "content": "a"}]}, chat=True, served_model="m",
+                         encode=tok.encode, encode_chat=tok.encode_chat, vocab_size=384, max_model_len=512)
+    assert ei.value.status == 400 and "TypeError" in ei.value.message
+
+
+def test_generation_config_sampling_defaults_apply_where_the_request_is_silent(copy_checkpoint):
+    path = copy_checkpoint("llama")
+    (path / "generation_config.json").write_text(json.dumps({"temperature": 0.6, "top_p": 0.9, "top_k": 20,
+                                                             "do_sample": True}))
+    tok = ours(path)
+    assert tok.sampling_defaults == {"temperature": 0.6, "top_p": 0.9, "top_k": 20}
+
+    def sampling(body):
+        return parse_completion({"prompt": "hi", **body}, chat=False, served_model="m", encode=tok.encode,
+                                vocab_size=384, max_model_len=512, sampling_defaults=tok.sampling_defaults).sampling
+
+    s = sampling({})
+    assert (s.temperature, s.top_p, s.top_k, s.min_p) == (0.6, 0.9, 20, 0.0)
+    s = sampling({"temperature": 0, "top_p": 1.0})
+    assert (s.temperature, s.top_p, s.top_k) == (0.0, 1.0, 20)

@@ -1,25 +1,32 @@
 """The simulated backend put together: model, hardware, memory split, cost model, runner, tokenizer.
 
-:func:`build` turns an ``[engine]`` config with ``backend = "simulated"`` into the parts the engine
-needs (it builds no tensors); :func:`validate` checks the simulated keys of a profile up front so a
-bad name is a profile error (exit 2) rather than a failed engine start.
+:func:`build` turns an ``[engine]`` config with ``backend = "simulated"`` into the engine's
+:class:`tui.engine.backend.Backend` (it builds no tensors); :func:`validate` checks the simulated keys
+of a profile up front so a bad name is a profile error (exit 2) rather than a failed engine start.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
+import torch
+
+from tui.engine.kv import slots_for_budget
 from tui.engine.sim.clock import SimClock
 from tui.engine.sim.cost import CostModel
 from tui.engine.sim.hardware import Hardware, load_hardware
 from tui.engine.sim.memory import MemorySplit, memory_split
 from tui.engine.sim.models import ModelSpec, resolve_model
-from tui.engine.sim.readings import modelled_gpu_samples
 from tui.engine.sim.runner import SimulatedRunner
+from tui.engine.sim.stretch import fast_forward
 from tui.engine.tokenizer import ByteTokenizer
-from tui.gpu import GpuSample
 from tui.profile import EngineConfig, ProfileError
+
+if TYPE_CHECKING:
+    from tui.engine.engine import Engine
+    from tui.engine.sim.stretch import DecodeRun
 
 DEFAULT_HARDWARE = "H100-SXM"
 BYTE_VOCAB = 260  # the byte tokenizer's ids; the cost model uses the simulated model's own vocabulary
@@ -27,7 +34,8 @@ BYTE_VOCAB = 260  # the byte tokenizer's ids; the cost model uses the simulated 
 
 @dataclass
 class SimulatedBackend:
-    """Everything the engine takes from the simulated backend."""
+    """A modelled GPU as the engine's backend (:class:`tui.engine.backend.Backend`): every time is on
+    the runner's clock, real or virtual."""
 
     model: ModelSpec
     hardware: Hardware
@@ -37,6 +45,52 @@ class SimulatedBackend:
     runner: SimulatedRunner
     tokenizer: ByteTokenizer
     max_model_len: int
+    model_name: str
+    block_size: int
+    swap_space_gb: float
+    sliding_window: int | None = None  # the simulated presets attend over the whole context
+    clock: Callable[[], float] = field(init=False)
+    timer: Callable[[], float] = field(init=False)
+    stamp: Callable[[], float] = field(init=False)
+
+    def __post_init__(self) -> None:
+        clock = self.runner.clock
+        self.clock = self.timer = clock.now
+        # origin + now() is on the records' clock (a RealClock is that clock, origin 0; the virtual recorder
+        # places each cell's VirtualClock by its origin), so steps line up with the cell's requests.
+        self.stamp = lambda: clock.origin + clock.now()
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """What the modelled engine holds weights and KV in (reported; nothing is allocated)."""
+        return torch.bfloat16 if self.model.dtype_bytes == 2 else torch.float32
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.vocab_size
+
+    @property
+    def num_slots(self) -> int:
+        return slots_for_budget(self.kv_bytes, self.bytes_per_token, self.block_size)
+
+    @property
+    def host_blocks(self) -> int:
+        """The host pool swapped-out KV waits in: swap_space_gb of the same per-token layout, whole blocks."""
+        return int(self.swap_space_gb * (1 << 30)) // self.bytes_per_token // self.block_size
+
+    def begin_step(self, busy: bool) -> float:
+        """Who may join a step: on the real clock see :meth:`tui.engine.sim.clock.RealClock.begin_step`."""
+        return self.runner.begin_step(busy)
+
+    def woke(self) -> None:
+        """A simulated step on the real clock cannot have begun before the host's wait ended."""
+        self.runner.clock.woke()
+
+    def fast_forward(self, engine: Engine, max_steps: int, between: Callable[[float], bool]) -> DecodeRun | None:
+        """On the virtual clock, a stretch of decoding steps at once (:func:`tui.engine.sim.stretch.fast_forward`)."""
+        if not self.runner.clock.virtual or engine.runner is not self.runner:
+            return None
+        return fast_forward(engine, self.runner, max_steps, between)
 
     @property
     def bytes_per_token(self) -> int:
@@ -54,10 +108,6 @@ class SimulatedBackend:
         if self.memory is not None:
             return self.memory.budget_bytes
         return self.model.weight_bytes // self.tp + self.kv_bytes
-
-    def gpu_samples(self, t: float) -> list[GpuSample]:
-        """The modelled device readings at wall time ``t`` (:func:`modelled_gpu_samples`)."""
-        return modelled_gpu_samples(self.info(), t)
 
     def info(self) -> dict[str, Any]:
         """What the state says about the simulation (plain data; the GPU pane draws it)."""
@@ -123,25 +173,31 @@ def _split(cfg: EngineConfig, model: ModelSpec, hw: Hardware) -> MemorySplit:
     )
 
 
-def memory_of(cfg: EngineConfig) -> dict[str, int | float | str] | None:
-    """A simulated ``[engine]``'s device memory split (:meth:`MemorySplit.to_dict`, bytes per device;
-    with which rule sized the activation peak), or None without ``gpu_memory_utilization``."""
-    if cfg.backend != "simulated" or cfg.gpu_memory_utilization is None:
-        return None
+def kv_cache(cfg: EngineConfig) -> tuple[int, MemorySplit | None]:
+    """The KV cache a simulated ``[engine]`` gets: bytes per device, and vLLM's memory split when
+    ``gpu_memory_utilization`` sizes it (None for a ``kv_budget_mb`` byte budget); ``ValueError``
+    with one line when it cannot be built."""
     model, hw = _parts(cfg)
-    return _split(cfg, model, hw).to_dict()
+    return _kv_cache(cfg, model, hw)
+
+
+def _kv_cache(cfg: EngineConfig, model: ModelSpec, hw: Hardware) -> tuple[int, MemorySplit | None]:
+    if cfg.gpu_memory_utilization is None:
+        return int(cfg.kv_budget_mb * (1 << 20)), None
+    split = _split(cfg, model, hw)
+    return split.num_blocks * split.block_size * split.kv_bytes_per_token, split
 
 
 def build(cfg: EngineConfig, clock: SimClock) -> SimulatedBackend:
     """The simulated backend for ``cfg`` on ``clock``; ``ValueError`` with one line when it cannot be."""
     model, hw = _parts(cfg)
     tp = cfg.tensor_parallel_size
-    split = None
-    if cfg.gpu_memory_utilization is not None:
-        split = _split(cfg, model, hw)
-        kv_bytes = split.num_blocks * split.block_size * split.kv_bytes_per_token
-    else:
-        kv_bytes = int(cfg.kv_budget_mb * (1 << 20))
+    kv_bytes, split = _kv_cache(cfg, model, hw)
     runner = SimulatedRunner(CostModel(model, hw.gpu, hw.params, tp), clock, cfg.seed)
-    return SimulatedBackend(model, hw, tp, split, kv_bytes, runner, ByteTokenizer(BYTE_VOCAB),
-                            min(cfg.max_model_len, model.max_position))
+    backend = SimulatedBackend(model, hw, tp, split, kv_bytes, runner, ByteTokenizer(BYTE_VOCAB),
+                               min(cfg.max_model_len, model.max_position), cfg.served_model_name or model.name,
+                               cfg.block_size, cfg.swap_space_gb)
+    if backend.num_slots < cfg.block_size:
+        raise ValueError(f"the simulated KV cache holds no {cfg.block_size}-token block "
+                         f"({backend.bytes_per_token} bytes per token); raise the KV budget")
+    return backend

@@ -10,26 +10,28 @@ from __future__ import annotations
 import math
 import time
 
+from tui.clock import now as records_now
+
 # time.sleep overshoots by ~50-100 us on Linux; sleep to this much before the deadline, then yield
 # the rest in short sleeps, so a released step lands within ~0.1 ms of its modelled end.
 _SPIN_S = 0.0005
 
 
 class RealClock:
-    """Wall time (``time.monotonic``); ``wait_until`` sleeps until the deadline.
+    """Real time on the records' clock (:func:`tui.clock.now`); ``wait_until`` sleeps until the deadline.
 
     The process hosting the engine calls :meth:`woke` whenever it has waited (nothing to run, paused,
     a batch window), so a step's modelled start never falls inside a wait.
     """
 
     virtual = False
-    origin = 0.0  # now() is a time.monotonic() reading itself
+    origin = 0.0  # now() is a records' clock reading itself
 
     def __init__(self) -> None:
         self.woke_at = float("-inf")
 
     def now(self) -> float:
-        return time.monotonic()
+        return records_now()
 
     def woke(self) -> None:
         """The engine's host waited until now: no step began earlier."""
@@ -53,7 +55,7 @@ class RealClock:
 
     def wait_until(self, t: float) -> None:
         while True:
-            left = t - time.monotonic()
+            left = t - records_now()
             if left <= 0:
                 return
             time.sleep(left - _SPIN_S if left > 2 * _SPIN_S else left / 2)
@@ -62,8 +64,8 @@ class RealClock:
 class VirtualClock:
     """Simulated seconds from ``start``; ``wait_until`` moves the clock forward and returns at once.
 
-    ``origin``: where the clock's zero lies on the monotonic scale. Records and step times are put on
-    the wall clock as ``origin + now()``; the simulation itself sees only ``now()``, so what it
+    ``origin``: where the clock's zero lies on the records' clock (:mod:`tui.clock`). Records and step
+    times are ``origin + now()``; the simulation itself sees only ``now()``, so what it
     computes (batch windows, timeouts, step ends) does not depend on when it ran. Counted on the
     monotonic scale itself, it did: the rounding of a reading of ~3·10^4 s moved a static batch's
     window by a 1 ms tick once the machine had been up 2^15 s.

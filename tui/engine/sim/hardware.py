@@ -56,6 +56,7 @@ class GpuSpec:
     interconnect_bandwidth: float  # bytes/s per direction per device, for the all-reduce
     interconnect_latency_s: float = NVLINK_LATENCY_S  # per all-reduce call (small message)
     host_bandwidth: float = 25e9  # bytes/s device<->host (KV swap): PCIe Gen4 x16 as achieved; Gen5 ~50e9
+    # kvtui calibrate's starting point (and its peaks' scale); the presets' step times use EFFICIENCY/STACKS
     flops_efficiency: float = 0.6
     bandwidth_efficiency: float = 0.8
     step_overhead_s: float = 4e-4
@@ -145,7 +146,7 @@ STACKS: dict[str, StackSpec] = {
     "vllm": StackSpec("vllm", 62e-6, 0.0, "fitted: bench/published.toml's vLLM points (serving and CI harness)"),
     "compiled": StackSpec("compiled", 83e-6, 0.0,
                           "fitted: TensorRT-LLM (NeMo), LMDeploy TurboMind and gpt-fast points of bench/published.toml"),
-    "eager": StackSpec("eager", 0.0, 0.0,
+    "eager": StackSpec("eager", 100e-6, 0.0,
                        "NOT validated: no published point; a kernel launch per op (~10 per layer) at ~10 us each, "
                        "an assumption"),
 }

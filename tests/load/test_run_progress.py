@@ -1,0 +1,44 @@
+"""The recorder's progress bars: a cell's and the run's finished requests against their plans."""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+
+from tui.profile import Profile, Stage, SweepConfig
+from tui.records.request import RequestRecord
+from tui.run_progress import RunProgress, cell_total, run_total
+
+
+def _printed(bars: RunProgress) -> str:
+    out = io.StringIO()
+    Console(file=out, width=80, force_terminal=True, color_system=None).print(bars.renderable())
+    return out.getvalue()
+
+
+def _done(i: int, warmup: bool = False) -> RequestRecord:
+    return RequestRecord(request_id=f"r{i}", index=i, stage="s", mode="m", scheduled_t=0.0, warmup=warmup)
+
+
+def test_bars_count_each_cell_and_the_whole_run_with_an_eta():
+    profile = Profile(stages=(Stage("low", 2.0, num_requests=10), Stage("timed", 3.0, duration_s=10.0)))
+    assert cell_total(profile.stages[1]) == 30  # a timed stage plans rate x duration
+    assert run_total(profile, modes=2) == 80
+    bars = RunProgress(run_total(profile, modes=2))
+    bars.start_cell("low / S+C", cell_total(profile.stages[0]))
+    bars.finished(_done(0, warmup=True))  # warm-up requests are not the cell's
+    for i in range(4):
+        bars.finished(_done(i))
+    text = _printed(bars)
+    assert "low / S+C" in text and "4/10" in text and "4/80" in text and "ETA" in text
+    assert max(len(line) for line in text.splitlines()) <= 80
+    bars.start_cell("timed / C+P", 30)
+    bars.finished(_done(9))
+    text = _printed(bars)
+    assert "1/30" in text and "5/80" in text and "low / S+C" not in text
+
+
+def test_a_sweep_has_no_run_total():
+    profile = Profile(stages=(Stage("s", 1.0, num_requests=5),), sweep=SweepConfig())
+    assert run_total(profile, modes=2) is None
