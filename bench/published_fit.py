@@ -86,8 +86,9 @@ class LatencyTable:
                        gemm_half_tokens=e.gemm_half_tokens)
         base = self._sum(step_seconds(self.work, p, np.maximum)) * 1e3
         layers = self._sum(self.work.layers) * 1e3  # type: ignore[arg-type]
-        cols = np.zeros((len(self.points), len(CLASSES) + 1))
+        cols = np.zeros((len(self.points), len(CLASSES) + 2))
         cols[np.arange(len(self.points)), self.cls] = layers
+        cols[:, -2] = self._sum(self.work.rows) * 1e3  # type: ignore[arg-type]
         cols[:, -1] = self._sum(self.work.logits) * 1e3  # type: ignore[arg-type]
         return base, cols
 
@@ -98,7 +99,7 @@ class Grid:
     def __init__(self, table: LatencyTable) -> None:
         self.table = table
         self.cells = [(e, *table.parts(e)) for e in
-                      (Efficiency(fe, half, be, kf, 0.0) for fe, half, be, kf in itertools.product(*GRID.values()))]
+                      (Efficiency(fe, half, be, kf, 0.0, 0.0) for fe, half, be, kf in itertools.product(*GRID.values()))]
 
 
 def fit_latency(table: LatencyTable, train: np.ndarray, grid: Grid | None = None) -> tuple[Efficiency, np.ndarray]:
@@ -120,12 +121,12 @@ def fit_latency(table: LatencyTable, train: np.ndarray, grid: Grid | None = None
             best = (err, e, theta)
     assert best is not None
     _, e, theta = best
-    return dataclasses.replace(e, per_logit_s=float(theta[-1])), theta[:-1]
+    return dataclasses.replace(e, per_logit_s=float(theta[-1]), per_row_s=float(theta[-2])), theta[:-2]
 
 
 def predict_latency(table: LatencyTable, e: Efficiency, per_layer: np.ndarray) -> np.ndarray:
-    base, cols = table.parts(dataclasses.replace(e, per_logit_s=0.0))
-    return base + cols @ np.append(per_layer, e.per_logit_s)
+    base, cols = table.parts(dataclasses.replace(e, per_logit_s=0.0, per_row_s=0.0))
+    return base + cols @ np.append(per_layer, [e.per_row_s, e.per_logit_s])
 
 
 def _split(p: dict[str, Any], non_torch_base: float):

@@ -23,8 +23,8 @@ cache (a decode is ``new = 1``; a prefill chunk ``new = chunk``). Per device, wi
   (bound by reading their KV at ``kv_bandwidth``, decode attention's own efficiency) each take their own
   time;
 - **per layer**: a serving stack's launch and synchronisation floor, ``per_layer_s`` per layer per step;
-- **sampler**: ``per_logit_s`` per sampled row per vocabulary entry (softmax, top-k/p over the
-  vocabulary), beyond the LM head's FLOPs;
+- **sampler**: ``per_seq_s`` per row plus ``per_logit_s`` per sampled row per vocabulary entry
+  (softmax, top-k/p over the vocabulary), beyond the LM head's FLOPs;
 - **dtypes**: weight bytes from the weights' dtype, KV bytes from the KV cache's (FP8 KV halves them);
   FP8 weights run their GEMMs at the GPU's FP8 peak (counted here as 16-bit-equivalent FLOPs: the
   linear FLOPs times 16-bit peak / FP8 peak);

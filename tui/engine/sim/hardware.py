@@ -16,8 +16,11 @@ those constants; no datasheet gives them:
   ``flops_efficiency · T / (T + gemm_half_tokens)`` of it (small GEMMs fill fewer SMs and waves);
 - ``bandwidth_efficiency``: the share of HBM bandwidth weight streaming reaches (decode at batch 1);
 - ``kv_bandwidth_factor``: decode attention's KV reads (scattered blocks) relative to weight streaming;
-- ``per_logit_s``: the sampler's and logits' cost per sampled row per vocabulary entry (softmax,
-  top-k/p, penalties over the vocabulary, beyond the LM head's GEMM);
+- ``per_row_s`` and ``per_logit_s``: the sampler's and logits' cost per row, ``per_row_s + per_logit_s
+  · vocabulary`` (softmax, top-k/p, penalties over the vocabulary, beyond the LM head's GEMM; input
+  preparation per row). Fitted, the vocabulary term comes out 0: the published points (32k and 128k
+  vocabularies, up to 480 rows) show a per-row cost but no growth with the vocabulary that the fit
+  can separate;
 - a stack's ``per_layer_s``: launch and synchronisation per layer per step (the leftover step time
   scales with the layer count: kvtui issue 26), and ``overhead_s`` per step.
 
@@ -136,15 +139,16 @@ class Efficiency:
     bandwidth_efficiency: float
     kv_bandwidth_factor: float
     per_logit_s: float
+    per_row_s: float = 0.0
 
 
 # FITTED: `python bench/published_fit.py` on bench/published.toml (all 48 latency points, 10 sources);
 # their out-of-sample errors are bench/sim.py's leave-one-source-out figures
 EFFICIENCY = Efficiency(flops_efficiency=0.65, gemm_half_tokens=64.0, bandwidth_efficiency=0.9,
-                        kv_bandwidth_factor=1.0, per_logit_s=7.9e-10)
+                        kv_bandwidth_factor=1.0, per_logit_s=0.0, per_row_s=35e-6)
 STACKS: dict[str, StackSpec] = {
-    "vllm": StackSpec("vllm", 62e-6, 0.0, "fitted: bench/published.toml's vLLM points (serving and CI harness)"),
-    "compiled": StackSpec("compiled", 83e-6, 0.0,
+    "vllm": StackSpec("vllm", 70e-6, 0.0, "fitted: bench/published.toml's vLLM points (serving and CI harness)"),
+    "compiled": StackSpec("compiled", 81e-6, 0.0,
                           "fitted: TensorRT-LLM (NeMo), LMDeploy TurboMind and gpt-fast points of bench/published.toml"),
     "eager": StackSpec("eager", 100e-6, 0.0,
                        "NOT validated: no published point; a kernel launch per op (~10 per layer) at ~10 us each, "
@@ -187,7 +191,7 @@ class CostParams:
         st = STACKS[stack]
         achieved = gpu.peak_flops * e.flops_efficiency
         bw = gpu.mem_bandwidth * e.bandwidth_efficiency
-        return cls(st.overhead_s, 0.0, achieved, bw, achieved * ATTN_FLOPS_FACTOR, bw * e.kv_bandwidth_factor,
+        return cls(st.overhead_s, e.per_row_s, achieved, bw, achieved * ATTN_FLOPS_FACTOR, bw * e.kv_bandwidth_factor,
                    per_layer_s=st.per_layer_s, gemm_half_tokens=e.gemm_half_tokens, per_logit_s=e.per_logit_s)
 
 
