@@ -34,8 +34,11 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow"
 
+# Every benchmark's --quick figures, written to docs/benchmarks.md with date, host and commit.
 bench: $(STAMP)
-	$(BIN)/python bench/engine.py --quick
+	$(BIN)/python bench/write_docs.py engine --quick
+	$(BIN)/python bench/write_docs.py serve --quick
+	$(BIN)/python bench/write_docs.py sim --quick
 
 clean:
 	rm -rf $(VENV)

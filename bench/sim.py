@@ -60,7 +60,6 @@ from pathlib import Path
 
 import numpy as np
 
-from tui.calibrate import fit_measurement
 from tui.engine.engine import Engine
 from tui.engine.measure import GridWalker, ShapeRecorder
 from tui.engine.params import SamplingParams
@@ -70,8 +69,9 @@ from tui.engine.sim.hardware import dump_hardware
 from tui.load.workload import Workload
 from tui.metrics import stats
 from tui.profile import EngineMode, Profile, find_profile, load_profile
+from tui.recorder.calibrate import fit_measurement
+from tui.recorder.virtual import ClockDriver
 from tui.serve.heap import settle_heap
-from tui.virtual_record import ClockDriver
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # its sibling, also when loaded by path (tests)
 import published_fit

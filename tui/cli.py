@@ -57,6 +57,10 @@ value written as in TOML; arrays are indexed from 0:
 --rate, --num-requests and --duration are short for --set load.rate / load.num_requests /
 load.duration_s (for a profile with [[stages]], --num-requests and --duration set every stage's;
 with [sweep], every probe's).
+traces: [workload] trace = "FILE" replays a Mooncake JSONL, Azure or BurstGPT CSV, or ShareGPT JSON
+trace's request lengths; [load] arrival = "trace" its arrival times too (load.time_scale stretches them,
+load.rescale_trace = true rescales them to load.rate); --num-requests N takes its first N. See docs/traces.md.
+--repeat N records every cell N times with seeds 0..N-1; the table shows mean ± 95% CI.
 --seed N sets load.seed and workload.seed: the same seed draws the same arrivals and requests on every
 run (the table's offered/s is the rate that draw offered); repeat a measurement with --seed 1, --seed 2,
 ... or --seed random (the seed drawn is printed and recorded, so the run can still be repeated).
@@ -88,6 +92,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", metavar="N|random",
                    help="seed of the arrival times and the request contents (= --set load.seed=N --set workload.seed=N); "
                         "'random' draws one, says which and records it in the run's profile.toml and run.json")
+    p.add_argument("--repeat", metavar="N",
+                   help="with --record: record every cell N times, seeded 0..N-1 (arrivals and workload); the table "
+                        "shows each figure's mean ± its 95%% confidence interval (= --set record.repeats=N)")
     p.add_argument("--workers", metavar="N",
                    help="with --record: load-client processes sharing ONE arrival schedule, each sending every N-th "
                         "request, for rates one client process cannot keep up with (= --set load.workers=N; default 1)")
@@ -129,7 +136,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"kvtui {__version__}")
     _common(parser)
     parser.add_argument("--record", action="store_true", help="run headless and record (needs --out)")
-    parser.add_argument("--out", metavar="DIR", type=Path, help="output directory for --record")
+    parser.add_argument("--out", metavar="DIR", type=Path,
+                        help="output directory for --record: new or empty (a non-empty one is refused)")
+    parser.add_argument("--force", action="store_true",
+                        help="with --record: replace the run already in --out (only the files a run writes are removed)")
     parser.add_argument("--real-time", action="store_true",
                         help="with --record and a simulated engine: run it behind the server in real time "
                              "(default: on the virtual clock, no HTTP)")
@@ -261,7 +271,8 @@ def resolve_profile(args: argparse.Namespace) -> Profile:
     if drawn is not None:
         print(f"kvtui: --seed random drew seed {drawn} (repeat this run with --seed {drawn})", file=sys.stderr)
         args.seed_drawn = drawn
-    prof = apply_overrides(prof, [*alias_overrides(args, prof), *seeds, *getattr(args, "overrides", [])])
+    repeat = [f"record.repeats={args.repeat}"] if getattr(args, "repeat", None) is not None else []
+    prof = apply_overrides(prof, [*alias_overrides(args, prof), *seeds, *repeat, *getattr(args, "overrides", [])])
     target = prof.target
     if getattr(args, "target", None):
         check_base_url(args.target, "--target")
@@ -301,11 +312,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return replay_cli(args.dirs)
         if args.command == "report":
             if args.html is not None:
-                from tui.report_html import html_main
+                from tui.report.html import html_main
 
                 return html_main(args.dirs, args.html, args.charts_dir)
             if args.table or args.wide or not sys.stdout.isatty():  # pipes and scripts get the printed table
-                from tui.report import report_main
+                from tui.report.terminal import report_main
 
                 return report_main(args.dirs, wide=args.wide)
             from tui.ui.report_app import report_app_main
@@ -317,7 +328,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             prof = check_backend(with_checkpoint(args, load_named_profile(args.profile, args.overrides), local=True))
             return serve_main(prof, host=args.host, port=args.port, api_key_env=args.api_key_env)
         if args.command == "calibrate":
-            from tui.calibrate import calibrate_main
+            from tui.recorder.calibrate import calibrate_main
 
             return calibrate_main(load_named_profile(args.profile, args.overrides), args.out, quick=args.quick)
         if args.command == "profiles":
@@ -327,24 +338,46 @@ def main(argv: Sequence[str] | None = None) -> int:
             return print_profiles()
         if not args.record and (args.num_requests is not None or args.duration is not None):
             parser.error("--num-requests and --duration are only used with --record")
+        if not args.record and args.repeat is not None:
+            parser.error("--repeat is only used with --record")
         prof = resolve_profile(args)
         prof = with_checkpoint(args, prof, local=prof.target.kind == "local")
+        if prof.workload.trace is not None:  # checked whole before anything starts: a bad record is exit 2
+            from tui.load.trace_replay import resolve_trace
+
+            print(f"kvtui: reading the trace {prof.workload.trace} ...", file=sys.stderr, flush=True)
+            prof = resolve_trace(prof)
+            load = prof.load
+            played = f"{load.num_requests} requests" if load.num_requests is not None else f"{load.duration_s:g} s"
+            pace = (f" at its own pace (mean {load.rate:.3g} req/s)" if load.arrival == "trace" and not load.rescale_trace
+                    else "")
+            print(f"kvtui: replaying {played} of it{pace}", file=sys.stderr)
         if prof.target.kind == "local":
             check_backend(prof)
         if args.record:
             if args.out is None:
                 parser.error("--record needs --out DIR")
+            if prof.decompose is not None:
+                if args.real_time:
+                    parser.error("--real-time: a [decompose] profile runs on the virtual clock only")
+                from tui.recorder.decompose import record_decompose
+
+                return record_decompose(prof, args.out, seed_drawn=getattr(args, "seed_drawn", None) is not None)
             if prof.target.kind == "local" and prof.engine.backend == "simulated" and not args.real_time:
-                from tui.virtual_record import record_virtual
+                from tui.recorder.virtual import record_virtual
 
-                return record_virtual(prof, args.out, seed_drawn=getattr(args, "seed_drawn", None) is not None)
-            from tui.record import record_main
+                return record_virtual(prof, args.out, seed_drawn=getattr(args, "seed_drawn", None) is not None,
+                                      force=args.force)
+            from tui.recorder.recorder import record_main
 
-            return record_main(prof, args.out, seed_drawn=getattr(args, "seed_drawn", None) is not None)
+            return record_main(prof, args.out, seed_drawn=getattr(args, "seed_drawn", None) is not None,
+                               force=args.force)
         if args.real_time:
             parser.error("--real-time is only used with --record (the dashboard always runs in real time)")
         if args.out is not None:
             parser.error("--out is only used with --record")
+        if args.force:
+            parser.error("--force is only used with --record")
         from tui.ui.app import dashboard_main
 
         return dashboard_main(prof)

@@ -12,7 +12,7 @@ import dataclasses
 import math
 
 from tui.engine.capacity import never_fits  # pure: no torch, no engine
-from tui.load.workload import Workload
+from tui.load.trace_replay import make_workload
 from tui.profile import Profile
 
 
@@ -40,7 +40,7 @@ FEASIBILITY_SAMPLE = 2000  # requests per stage checked (each is i.i.d. from its
 
 def infeasible_cells(profile: Profile, max_model_len: int, num_slots: int) -> list[Infeasible]:
     """Every (stage, mode) of ``profile`` where some request can never be served by its engine config."""
-    workload = Workload(profile.workload, "char")
+    workload = make_workload(profile.workload, "char")
     out = []
     for stage in profile.run_stages():
         n = stage.num_requests or math.ceil(stage.rate * (stage.duration_s or 0)) or 1

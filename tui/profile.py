@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
+import idna
 import tomli_w
 
 Batching = Literal["static", "continuous"]
@@ -152,6 +153,10 @@ class WorkloadConfig:
 
     A request that gets the shared prefix (``shared_prefix_fraction`` of them) has the same
     ``shared_prefix_tokens`` in front of its sampled ``prompt_len`` tokens, like a system prompt.
+
+    ``trace``: a production trace file (Mooncake JSONL, Azure or BurstGPT CSV, ShareGPT JSON; see
+    docs/traces.md) whose request lengths replace the distributions; ``trace_format`` names its format
+    (default: detected from the file). ``[load] arrival = "trace"`` replays its arrival times too.
     """
 
     prompt_len: LengthDist = LengthDist(dist="uniform", low=32, high=512)
@@ -163,13 +168,20 @@ class WorkloadConfig:
     shared_prefix_fraction: float = 0.0
     temperature: float = 0.0
     seed: int = 0
+    trace: str | None = None
+    trace_format: Literal["auto", "mooncake", "azure", "burstgpt", "sharegpt"] = "auto"
 
 
 @dataclass(frozen=True)
 class LoadConfig:
-    """How requests arrive."""
+    """How requests arrive.
 
-    arrival: Literal["poisson", "gamma", "constant"] = "poisson"
+    ``arrival = "trace"`` replays ``workload.trace``'s own arrival gaps, stretched by ``time_scale`` (2:
+    half as fast); with ``rescale_trace`` the gaps are instead rescaled so the mean rate is ``rate`` (or
+    each stage's rate).
+    """
+
+    arrival: Literal["poisson", "gamma", "constant", "trace"] = "poisson"
     burstiness: float = 1.0
     rate: float = 4.0
     max_concurrency: int | None = None
@@ -180,16 +192,20 @@ class LoadConfig:
     # load-client processes the recorder spreads each stage over, on ONE arrival schedule (each sends
     # every N-th request of it; tui.load.workers): for rates one client process cannot keep up with
     workers: int = 1
+    time_scale: float = 1.0
+    rescale_trace: bool = False
 
 
 @dataclass(frozen=True)
 class Stage:
-    """One named load level of a recorded run."""
+    """One named load level of a recorded run; ``seed`` (when set) seeds its arrivals and workload
+    in place of ``load.seed`` and ``workload.seed`` (a repeat of a cell, ``record.repeats``)."""
 
     name: str
     rate: float
     num_requests: int | None = None
     duration_s: float | None = None
+    seed: int | None = None
 
 
 @dataclass(frozen=True)
@@ -227,6 +243,9 @@ class RecordConfig:
     drain_timeout_s: float = 60.0
     window_s: float = 30.0
     snapshots_per_s: float = 2.0  # engine states kept for `kvtui report DIR --replay` (0: none)
+    # every cell recorded this many times, with seeds 0..repeats-1 (arrivals and workload): the table
+    # reports each figure's mean and 95 % confidence interval over the repeats (`--repeat N`)
+    repeats: int = 1
 
 
 @dataclass(frozen=True)
@@ -251,6 +270,11 @@ class SweepConfig:
     rate x ``duration_s``) requests: enough to count at a low rate, and long enough at a high one for
     an overload to show (it shows as a queue that grows with the probe's length, so longer probes
     find a lower, steadier edge).
+
+    A probe passes only when its queue also stayed steady (``tui.metrics.steady``). Once a mode's
+    mean service time is known (its first probe), its probes last at least ``min_service_times`` of
+    them (at most ``max_duration_s``); a probe whose queue test is undecided runs again
+    ``extend_factor`` times longer, at most ``max_extensions`` times.
     """
 
     target_attainment: float = 0.9
@@ -261,10 +285,33 @@ class SweepConfig:
     max_rate: float | None = None
     num_requests: int = 100
     duration_s: float = 30.0
+    min_service_times: float = 0.0
+    max_duration_s: float = 600.0
+    max_extensions: int = 2
+    extend_factor: float = 2.0
 
-    def probe_stage(self, index: int, rate: float) -> Stage:
-        """The stage that probes ``rate``: the ``index``-th probe of a mode (from 1)."""
-        return Stage(f"sweep-{index:02d}", rate, max(self.num_requests, math.ceil(rate * self.duration_s)))
+    def probe_stage(self, index: int, rate: float, duration_s: float | None = None) -> Stage:
+        """The stage that probes ``rate`` for ``duration_s`` of arrivals (default: the sweep's
+        ``duration_s``): the ``index``-th probe of a mode (from 1)."""
+        length = self.duration_s if duration_s is None else duration_s
+        # rounded first: rate x (n / rate) is n, not n + 1 by a float's last bit
+        return Stage(f"sweep-{index:02d}", rate, max(self.num_requests, math.ceil(round(rate * length, 9))))
+
+
+@dataclass(frozen=True)
+class DecomposeConfig:
+    """``[decompose]``: the gain chain (static+contiguous with the baseline reservation -> exact
+    reservation -> continuous batching -> paged KV) on each preset, each mode's steady capacity edge by
+    the profile's ``[sweep]`` rules (``tui.recorder.decompose``). ``presets`` names simulated profiles (shipped
+    names or files): each brings its engine, workload, arrivals and SLOs; ``slo_ladder`` multiplies
+    the TTFT SLO for the sensitivity table (1 is the profile's own). The decomposing profile's
+    ``[slo]`` and ``[sweep]`` apply to every preset: the same targets and probe rules in every cell."""
+
+    presets: tuple[str, ...] = ()
+    slo_ladder: tuple[float, ...] = (0.5, 1.0, 2.0, 5.0)
+    ladder_presets: int = 1  # the ladder runs on this many presets, first first (it costs a search per rung)
+    measure_s: float = 60.0  # each measured cell (latency, saturation) sends this many seconds of arrivals,
+    measure_requests: int = 200  # and at least this many requests
 
 
 @dataclass(frozen=True)
@@ -282,12 +329,13 @@ class Profile:
     record: RecordConfig = field(default_factory=RecordConfig)
     slo: SloConfig = field(default_factory=SloConfig)
     sweep: SweepConfig | None = None
+    decompose: DecomposeConfig | None = None
     source: str = "<builtin>"
 
     def run_stages(self) -> tuple[Stage, ...]:
         """The stages to record; a profile without ``[[stages]]`` records its ``[load]`` as one.
 
-        A sweep's probes are chosen as it runs (``tui.sweep``); here it has its first probe as a
+        A sweep's probes are chosen as it runs (``tui.recorder.sweep``); here it has its first probe as a
         representative (the feasibility check reads the workload through it).
         """
         if self.stages:
@@ -402,10 +450,11 @@ RANGES: dict[type, dict[str, Range]] = {
         "warmup_requests": Range(0, MAX_COUNT),
         "workers": Range(1, 64),
         "seed": _SEED,
+        "time_scale": Range(0, 1e6, lo_open=True),
     },
-    Stage: {"rate": _RATE, "num_requests": _COUNT, "duration_s": _SECONDS},
+    Stage: {"rate": _RATE, "num_requests": _COUNT, "duration_s": _SECONDS, "seed": _SEED},
     RecordConfig: {"drain_timeout_s": _SECONDS, "window_s": _SECONDS,
-                   "snapshots_per_s": Range(0, MAX_SNAPSHOTS_PER_S)},
+                   "snapshots_per_s": Range(0, MAX_SNAPSHOTS_PER_S), "repeats": Range(1, 1000)},
     SloConfig: {"ttft_ms": _MS, "tpot_ms": _MS, "e2el_ms": _MS},
     SweepConfig: {
         "target_attainment": Range(0, 1, lo_open=True),
@@ -416,7 +465,13 @@ RANGES: dict[type, dict[str, Range]] = {
         "max_rate": _RATE,
         "num_requests": _COUNT,
         "duration_s": _SECONDS,
+        "min_service_times": Range(0, 1e6),
+        "max_duration_s": _SECONDS,
+        "max_extensions": Range(0, 10),
+        "extend_factor": Range(1, 10, lo_open=True),
     },
+    DecomposeConfig: {"slo_ladder": Range(0, 1e6, lo_open=True), "ladder_presets": Range(0, 1000),
+                      "measure_s": _SECONDS, "measure_requests": _COUNT},
 }
 
 
@@ -666,12 +721,33 @@ def check_base_url(url: str, where: str) -> str:
             problem = "a URL with a host, such as http://127.0.0.1:8000/v1"
         elif port == 0:
             problem = "a port in 1..65535"
+        elif not parts.hostname.isascii():
+            try:  # as the HTTP client will encode it (IDNA 2008), so a bad name fails here, in one line
+                idna.encode(parts.hostname)
+            except idna.IDNAError as e:
+                problem = f"a valid internationalised host name ({e})"
     except ValueError as e:
         problem = f"a well-formed http(s) URL ({e})"
     if problem:
         shown = url if len(url) <= 60 else url[:57] + "..."
         raise ProfileError(f"{where} = {shown!r}: expected {problem}")
     return url
+
+
+def _is_dir(path: str) -> bool:
+    """Whether ``path`` (``~`` expanded) is a directory; False, not an error, for ``~nosuchuser`` or a
+    name too long: the caller's one line says what was expected."""
+    try:
+        return Path(path).expanduser().is_dir()
+    except (RuntimeError, OSError, ValueError):
+        return False
+
+
+def _is_file(path: str) -> bool:
+    try:
+        return Path(path).expanduser().is_file()
+    except (RuntimeError, OSError, ValueError):
+        return False
 
 
 def _check_engine(e: EngineConfig, source: str) -> None:
@@ -681,7 +757,7 @@ def _check_engine(e: EngineConfig, source: str) -> None:
                   "set engine.backend = 'simulated')")
         if e.hardware is not None:
             _fail(source, "engine.hardware", e.hardware, "no value unless engine.backend = 'simulated'")
-    if e.model_path is not None and not Path(e.model_path).expanduser().is_dir():
+    if e.model_path is not None and not _is_dir(e.model_path):
         _fail(source, "engine.model_path", e.model_path, "a local checkpoint directory (config.json, *.safetensors)")
 
 
@@ -702,12 +778,11 @@ def _check_profile(p: Profile, source: str) -> None:
             raise ProfileError(f"{source}: target.model is required when target.kind = 'openai'")
     if t.api_key_env is not None:
         check_env_name(t.api_key_env, f"{source}: target.api_key_env")
-    if t.tokenizer is not None:
-        tok = Path(t.tokenizer).expanduser()
-        if not (tok.is_file() or (tok / "tokenizer.json").is_file()):
-            _fail(source, "target.tokenizer", t.tokenizer, "a tokenizer.json, or a model directory holding one")
+    if t.tokenizer is not None and not (_is_file(t.tokenizer) or _is_file(str(Path(t.tokenizer) / "tokenizer.json"))):
+        _fail(source, "target.tokenizer", t.tokenizer, "a tokenizer.json, or a model directory holding one")
     _check_engine(p.engine, source)
     _check_defenses(p.defenses, source)
+    _check_trace(p, source)
     names: set[str] = set()
     for i, s in enumerate(p.stages):
         if s.num_requests is None and s.duration_s is None:
@@ -719,6 +794,34 @@ def _check_profile(p: Profile, source: str) -> None:
         _fail(source, "record.modes", [], "at least one mode")
     if p.sweep is not None:
         _check_sweep(p, p.sweep, source)
+        if p.record.repeats > 1:
+            _fail(source, "record.repeats", p.record.repeats, "1 with [sweep] (a sweep chooses its probes one by one; "
+                  "repeat a sweep as separate runs with --seed)")
+    if p.decompose is not None:
+        if p.sweep is None:
+            raise ProfileError(f"{source}: [decompose] needs a [sweep] section: its probe rules find each mode's edge")
+        if not p.decompose.presets:
+            _fail(source, "decompose.presets", [], "at least one preset profile name")
+        if 1.0 not in p.decompose.slo_ladder:
+            _fail(source, "decompose.slo_ladder", list(p.decompose.slo_ladder), "a list that includes 1 (the [slo] itself)")
+
+
+def _check_trace(p: Profile, source: str) -> None:
+    trace = p.workload.trace
+    if trace is not None and not Path(trace).expanduser().is_file():
+        _fail(source, "workload.trace", trace, "a trace file (Mooncake JSONL, Azure/BurstGPT CSV, ShareGPT JSON)")
+    if p.load.arrival == "trace" and trace is None:
+        raise ProfileError(f"{source}: load.arrival = 'trace' replays workload.trace's arrival times; set workload.trace")
+    if p.load.arrival == "trace" and p.workload.trace_format == "sharegpt":
+        _fail(source, "load.arrival", "trace", "poisson, gamma or constant (a ShareGPT file has no arrival times)")
+
+
+def stage_profile(p: Profile, stage: Stage) -> Profile:
+    """The profile a stage's load runs with: its own ``seed`` (a repeat) in place of the load's and workload's."""
+    if stage.seed is None:
+        return p
+    return dataclasses.replace(p, load=dataclasses.replace(p.load, seed=stage.seed),
+                               workload=dataclasses.replace(p.workload, seed=stage.seed))
 
 
 def _check_sweep(p: Profile, sw: SweepConfig, source: str) -> None:
@@ -734,9 +837,11 @@ def _check_sweep(p: Profile, sw: SweepConfig, source: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------
-# Shipped profiles: TOML files inside the package (tui/profiles/), found by name from any directory
+# Shipped profiles: TOML files found by name from any directory. Their source is profiles/ at the
+# repository's top (a checkout, an editable install); a wheel carries them as tui/profiles/.
 
-SHIPPED_DIR = Path(__file__).parent / "profiles"
+_PACKED = Path(__file__).parent / "profiles"
+SHIPPED_DIR = _PACKED if _PACKED.is_dir() else Path(__file__).parents[1] / "profiles"
 
 
 def shipped_profiles() -> dict[str, Path]:

@@ -16,11 +16,13 @@ from tui.profile import SHIPPED_DIR, ProfileError, find_profile, load_profile, s
 REPO = Path(__file__).parents[2]
 
 
-def test_the_shipped_profiles_live_in_the_package() -> None:
+def test_the_shipped_profiles_live_at_the_top_of_the_repository(monkeypatch: pytest.MonkeyPatch) -> None:
     names = set(shipped_profiles())
     assert {"baseline", "mid", "capacity-edge", "compare", "prefix-heavy", "remote-example"} <= names
-    assert SHIPPED_DIR == REPO / "tui" / "profiles"
-    assert not (REPO / "profiles").exists()  # one place only: no second copy to drift
+    assert SHIPPED_DIR == REPO / "profiles"
+    assert not (REPO / "tui" / "profiles").exists()  # one place only: no second copy to drift
+    monkeypatch.chdir(REPO)  # the path the design names works from the repository's root
+    assert find_profile("profiles/compare.toml") == Path("profiles/compare.toml")
 
 
 def test_a_name_finds_the_shipped_profile_from_any_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -69,15 +71,18 @@ def test_name_lookup_from_a_directory_without_profiles(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow  # builds a wheel
-def test_a_wheel_built_from_the_repository_contains_the_profiles(tmp_path: Path) -> None:
+def test_a_wheel_built_from_the_repository_contains_the_profiles_and_leaves_the_tree_clean(tmp_path: Path) -> None:
     src = tmp_path / "src"
-    shutil.copytree(REPO / "tui", src / "tui", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("tui", "profiles"):
+        shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(REPO / name, src / name)
+    before = sorted(p.relative_to(src) for p in src.rglob("*"))
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(tmp_path / "dist"), str(src)],
         check=True, capture_output=True, timeout=120,
     )
+    assert sorted(p.relative_to(src) for p in src.rglob("*")) == before  # no build/ or egg-info left behind
     (wheel,) = (tmp_path / "dist").glob("kvtui-*.whl")
     with zipfile.ZipFile(wheel) as zf:
         packed = {Path(n).stem for n in zf.namelist() if n.startswith("tui/profiles/") and n.endswith(".toml")}

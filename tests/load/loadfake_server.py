@@ -30,8 +30,8 @@ class FakeConfig:
     ttft_s: float = 0.0
     token_delay_s: float = 0.0
     faults: list[str] = field(default_factory=list)  # cycled, one per generation request ("eos": half the
-    # output, ended at end-of-sequence; "ragged": CRLF
-    # events split across many small writes)
+    # output, ended at end-of-sequence; "ragged": CRLF events split across many small writes; "flood": ten
+    # chunks per token; "huge_usage": a usage count of 2^64)
     slow_s: float = 3.0  # how long a "slow" request stalls
     error_echo_key: bool = False  # a careless server that echoes the key it got in its 401 body
     metrics: bool = True  # False: no /metrics endpoint (404), as many hosted APIs
@@ -205,13 +205,17 @@ class FakeServer:
                 yield "data: {not json\n\n"
             last = i == max_tokens - 1
             yield chunk("x", ("stop" if fault == "eos" else "length") if last else None)
+            if fault == "flood":  # a broken server: ten chunks for every token asked for
+                for _ in range(9):
+                    yield chunk("x", None)
             with self._lock:
                 self.generation_tokens += 1
         with self._lock:
             self.prompt_tokens += prompt_len
         if usage_on:
-            usage = {"prompt_tokens": prompt_len, "completion_tokens": max_tokens,
-                     "total_tokens": prompt_len + max_tokens}
+            completion = 2**64 if fault == "huge_usage" else max_tokens  # beyond any int64 column
+            usage = {"prompt_tokens": prompt_len, "completion_tokens": completion,
+                     "total_tokens": prompt_len + completion}
             yield "data: " + json.dumps({"id": "x", "choices": [], "usage": usage}) + "\n\n"
         if fault != "no_done":
             yield "data: [DONE]\n\n"

@@ -8,6 +8,7 @@ import polars as pl
 import pytest
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
+from tui.base.tokenizer_json import TokenizerFileError, read_tokenizer_json
 from tui.load.runner import LoadRunner, prompt_sizing
 from tui.load.workload import UNIT_MEANING, TokenSizer, Workload
 from tui.metrics.summary import summary_table, to_markdown
@@ -22,7 +23,6 @@ from tui.profile import (
 )
 from tui.records.parquet import rows_to_table
 from tui.records.request import REQUEST_SCHEMA
-from tui.tokenizer_json import TokenizerFileError, read_tokenizer_json
 
 CORPUS = ["the quick brown fox jumps over the lazy dog", "a paged cache of blocks", "static and continuous batching",
           "the city of the world and the state of the people"] * 4
@@ -104,3 +104,22 @@ def test_a_tokenizer_that_is_not_there_is_a_one_line_profile_error(tmp_path):
     bad.write_text('{"not": "a tokenizer"}')
     with pytest.raises(TokenizerFileError, match=r"tokenizer.json: not a valid tokenizer.json"):
         read_tokenizer_json(tmp_path)
+
+
+def test_a_trace_replayed_in_the_models_tokens_has_exactly_its_lengths(tokenizer_dir, tmp_path):
+    import json
+
+    from tui.load.trace_replay import TraceWorkload
+
+    rows = [{"timestamp": 0, "input_length": 700, "output_length": 3, "hash_ids": [1, 2]},
+            {"timestamp": 5, "input_length": 530, "output_length": 4, "hash_ids": [1, 3]},
+            {"timestamp": 9, "input_length": 17, "output_length": 2, "hash_ids": [4]}]
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    tok = read_tokenizer_json(tokenizer_dir)
+    wl = TraceWorkload(WorkloadConfig(trace=str(trace)), "token", tokenizer=tok)
+    specs = [wl.spec(i) for i in range(3)]
+    assert [len(tok.encode(s.prompt).ids) for s in specs] == [700, 530, 17]
+    # the shared hash id (512 tokens) is shared text; the next block is not
+    common = next(i for i, (a, b) in enumerate(zip(specs[0].prompt, specs[1].prompt, strict=False)) if a != b)
+    assert 505 <= len(tok.encode(specs[0].prompt[:common], add_special_tokens=False).ids) <= 514  # (a join retokenizes)

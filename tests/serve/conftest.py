@@ -9,12 +9,12 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
-from tui.gpu import GpuSampler
+from tui.base.gpu import GpuSampler
 from tui.profile import DefensesConfig, EngineConfig, to_dict
 from tui.serve.app import DrainingServer, bind_socket, create_app
 from tui.serve.engine_loop import EngineLoop
+from tui.serve.http_limits import server_config
 
 # Small enough to build in a fraction of a second; 256 blocks of 16 slots hold 64 short streams.
 TEST_ENGINE = EngineConfig(model="tiny", device="cpu", threads=1, kv_budget_mb=4.0, max_model_len=256,
@@ -25,13 +25,15 @@ class ThreadServer:
     """create_app + DrainingServer on a loopback socket, run in a thread of the test process."""
 
     def __init__(self, engine: EngineConfig = TEST_ENGINE, defenses: DefensesConfig | None = None,
-                 api_key: str | None = None, gpu: GpuSampler | None = None) -> None:
+                 api_key: str | None = None, gpu: GpuSampler | None = None,
+                 limits: dict[str, Any] | None = None) -> None:
         self.engine = EngineLoop(engine, defenses)
         self.app = create_app(self.engine, api_key=api_key, gpu=gpu)
         self.sock = bind_socket("127.0.0.1", 0)
         self.port = self.sock.getsockname()[1]
-        config = uvicorn.Config(self.app, log_level="warning", access_log=False, lifespan="on",
-                                timeout_graceful_shutdown=5)
+        # kvtui serve's own limits (connections, request-read deadline, head size)
+        config = server_config(self.app, log_level="warning", access_log=False, lifespan="on",
+                               timeout_graceful_shutdown=5, **(limits or {}))
         self.server = DrainingServer(config, self.app.state.serve, drain_timeout_s=20.0)
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
 

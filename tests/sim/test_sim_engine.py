@@ -20,7 +20,7 @@ from tui.engine.sim.memory import memory_split
 from tui.engine.sim.models import resolve_model
 from tui.engine.snapshot import EngineSnapshot
 from tui.profile import EngineConfig, EngineMode, Profile, ProfileError, Stage, profile_from_dict
-from tui.virtual_record import ClockDriver, VirtualClockRecorder
+from tui.recorder.virtual import ClockDriver, VirtualClockRecorder
 
 H100_8B = EngineConfig(backend="simulated", model="llama-3.1-8b", hardware="H100-SXM", gpu_memory_utilization=0.9,
                        max_num_seqs=256, max_num_batched_tokens=8192, max_model_len=8192, static_batch_size=256)
@@ -250,7 +250,7 @@ def test_simulated_profile_keys_are_checked(tmp_path: Path) -> None:
 
 
 def test_virtual_clock_recorder_writes_a_run_marked_simulated(tmp_path: Path) -> None:
-    from tui.report import load_run
+    from tui.report.terminal import load_run
 
     prof = profile_from_dict({
         "name": "tiny-sim",
@@ -290,8 +290,8 @@ def test_virtual_clock_recorder_writes_a_run_marked_simulated(tmp_path: Path) ->
 def test_a_real_time_recording_keeps_the_modelled_gpu(tmp_path: Path) -> None:
     """Recorded through ``kvtui serve`` (``--real-time``), a simulated engine's GPU rows are the modelled
     device's, as on the virtual clock, not the readings of whatever GPU this machine has (none here)."""
-    from tui.record import record_main
-    from tui.report import load_run
+    from tui.recorder.recorder import record_main
+    from tui.report.terminal import load_run
 
     prof = profile_from_dict({
         "name": "tiny-sim-rt",
@@ -338,7 +338,7 @@ def test_a_virtual_run_does_not_depend_on_when_it_ran() -> None:
     the same schedule (to a microsecond). The simulation counts from zero; only the records are put
     on the records' clock, by the origin."""
     from tui.profile import find_profile, load_profile
-    from tui.virtual_record import run_virtual_cell
+    from tui.recorder.virtual import run_virtual_cell
 
     prof = load_profile(find_profile("sim-h100-llama8b"))
     stage = next(s for s in prof.run_stages() if s.name == "baseline")
@@ -363,7 +363,7 @@ def test_max_concurrency_one_keeps_one_request_in_flight() -> None:
     import itertools
 
     from tui.profile import find_profile, load_profile
-    from tui.virtual_record import run_virtual_cell
+    from tui.recorder.virtual import run_virtual_cell
 
     prof = load_profile(find_profile("sim-h100-llama8b"))
     stage = Stage("burst", 20.0, 24)

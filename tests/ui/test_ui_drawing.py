@@ -152,6 +152,23 @@ def test_many_gpus_get_one_line_each():
     assert len(lines) == 8 and "8 × NVIDIA H100" in text
 
 
+def test_the_load_pane_names_a_playing_trace_and_its_position(tmp_path):
+    import dataclasses as dc
+
+    from tui.metrics.types import WindowStats
+    from tui.profile import LoadConfig, WorkloadConfig
+    from tui.ui.load_control import actual_text
+
+    trace = tmp_path / "mooncake_trace.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 5, "output_length": 2}\n', encoding="utf-8")
+    prof = Profile(workload=WorkloadConfig(trace=str(trace)), load=LoadConfig(arrival="trace", num_requests=1200))
+    asked = FixedBackend(prof).latest.load
+    lines = [t.plain for t in actual_text(dc.replace(WindowStats(window_s=30.0), sent=37), asked)]
+    assert lines[-1] == "trace mooncake_trace.jsonl  request 37 / 1200"
+    other = dc.replace(asked, workload="chat")  # a synthetic preset plays no trace
+    assert not any(t.plain.startswith("trace") for t in actual_text(WindowStats(window_s=30.0), other))
+
+
 def test_latency_rows_keep_columns_apart_and_say_when_the_client_is_behind():
     big = Percentiles(p50=0.0123, p90=0.0456, p99=0.211, count=152263)  # was "211ms152263"
     rows = [t.plain for t in numbers(WindowStats(window_s=30.0, ttft=big, itl=Percentiles(0.0, 0.0, 0.004, 9000)))]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -187,3 +188,11 @@ def test_mode_switch_draining(snap_compare):
     snap = syn.dashboard(engine, seed=23, gpu_note="no NVIDIA driver",
                          status="switching static+contiguous → continuous+paged: draining the running requests first")
     assert snap_compare(fixed_app(snap), terminal_size=WIDE)
+
+
+def test_the_readmes_picture_is_the_running_experiment_snapshot():
+    """docs/dashboard.svg is this file's running-experiment snapshot, not a picture that can drift:
+    after ``--snapshot-update`` copy it again (``cp snapshots/test_ui_snapshots/test_running_experiment.svg docs/dashboard.svg``)."""
+    repo = Path(__file__).parents[2]
+    snapshot = repo / "snapshots" / "test_ui_snapshots" / "test_running_experiment.svg"
+    assert (repo / "docs" / "dashboard.svg").read_bytes() == snapshot.read_bytes()

@@ -184,11 +184,22 @@ def _check_tensors(cfg: ModelConfig, found: dict[str, tuple[Path, tuple[int, ...
 # Entry points
 
 
+def checkpoint_dir(model_path: str | Path) -> Path:
+    """The checkpoint's directory, ``~`` expanded; a CheckpointError (one line) for anything else
+    (``~nosuchuser``, a name too long, not a directory)."""
+    try:
+        model_dir = Path(model_path).expanduser()
+        is_dir = model_dir.is_dir()
+    except (RuntimeError, OSError, ValueError) as e:  # RuntimeError: no such user's home
+        raise CheckpointError(f"{model_path}: not a usable checkpoint path ({e})") from None
+    if not is_dir:
+        raise CheckpointError(f"{model_dir}: not a directory (a checkpoint: config.json, tokenizer.json, *.safetensors)")
+    return model_dir
+
+
 def check_checkpoint(model_path: str | Path) -> None:
     """Everything :func:`load_checkpoint` would refuse, found without reading the weights."""
-    model_dir = Path(model_path).expanduser()
-    if not model_dir.is_dir():
-        raise CheckpointError(f"{model_dir}: not a directory (a checkpoint: config.json, tokenizer.json, *.safetensors)")
+    model_dir = checkpoint_dir(model_path)
     cfg, raw = model_config(model_dir, served_name(model_dir))
     _check_tensors(cfg, _headers(weight_files(model_dir)), model_dir)
     HFTokenizer(model_dir, cfg.vocab_size, raw.get("eos_token_id"))
@@ -209,9 +220,7 @@ def load_checkpoint(model_path: str | Path, device: torch.device, dtype: str = "
     """Read config.json, the tokenizer and the weights into a model on ``device``."""
     from safetensors import safe_open
 
-    model_dir = Path(model_path).expanduser()
-    if not model_dir.is_dir():
-        raise CheckpointError(f"{model_dir}: not a directory (a checkpoint: config.json, tokenizer.json, *.safetensors)")
+    model_dir = checkpoint_dir(model_path)
     name = served_model_name or served_name(model_dir)
     cfg, raw = model_config(model_dir, name)
     found = _headers(weight_files(model_dir))

@@ -13,7 +13,7 @@ draws every gap, so gaps are independent; several workers never repeat each othe
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Literal, Protocol
 
 import numpy as np
 
@@ -52,6 +52,12 @@ class ArrivalProcess:
         return gap
 
 
+class GapSource(Protocol):
+    """Unit-mean inter-arrival gaps: an :class:`ArrivalProcess`, or a trace's (``tui.load.trace_replay``)."""
+
+    def next_unit_gap(self) -> float: ...
+
+
 class Schedule:
     """Absolute send deadlines (in one monotonic clock) at a rate that may change live.
 
@@ -63,7 +69,7 @@ class Schedule:
     consumes it. The first request is due at ``start``. A rate of 0 pauses the schedule.
     """
 
-    def __init__(self, process: ArrivalProcess, rate: float, start: float):
+    def __init__(self, process: GapSource, rate: float, start: float):
         self.process = process
         self.rate = max(0.0, rate)
         self._next_u = 0.0  # the next arrival, in units
@@ -105,7 +111,7 @@ class Schedule:
 PLAN_LIMIT = 100_000
 
 
-def planned_deadlines(process: ArrivalProcess, rate: float, num_requests: int | None = None,
+def planned_deadlines(process: GapSource, rate: float, num_requests: int | None = None,
                       duration_s: float | None = None, limit: int = PLAN_LIMIT) -> list[float] | None:
     """The deadlines (seconds from the start) a stage will draw from ``process`` at a fixed ``rate``.
 

@@ -16,14 +16,15 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from tui.clock import now
-from tui.load.arrivals import ArrivalProcess, Schedule
+from tui.base.clock import now
+from tui.base.tokenizer_json import read_tokenizer_json
+from tui.load.arrivals import Schedule
 from tui.load.headroom import LoopBusyMeter
 from tui.load.target import OpenAITarget
-from tui.load.workload import TextUnit, Workload
+from tui.load.trace_replay import GapSource, RequestSource, make_arrivals, make_workload
+from tui.load.workload import TextUnit
 from tui.profile import Profile, WorkloadConfig
 from tui.records.request import RequestRecord
-from tui.tokenizer_json import read_tokenizer_json
 
 RecordCallback = Callable[[RequestRecord], Any]
 
@@ -163,8 +164,8 @@ class LoadRunner:
         unit, tokenizer_ref = prompt_sizing(profile)
         self._text_unit: TextUnit = text_unit or unit
         self._tokenizer = read_tokenizer_json(tokenizer_ref) if self._text_unit == "token" and tokenizer_ref else None
-        self.workload = Workload(profile.workload, self._text_unit, tokenizer=self._tokenizer)
-        self._process = ArrivalProcess(load.arrival, load.burstiness, load.seed)
+        self.workload: RequestSource = make_workload(profile.workload, self._text_unit, tokenizer=self._tokenizer)
+        self._process: GapSource | None = None  # made by the first start(): a trace's depends on its length
         self._schedule: Schedule | None = None
         self._sem = asyncio.Semaphore(load.max_concurrency) if load.max_concurrency else None
         self.max_pending = max_pending if max_pending is not None else default_max_pending(load.max_concurrency)
@@ -207,6 +208,8 @@ class LoadRunner:
         self.loop_meter = LoopBusyMeter()
         loop = asyncio.get_running_loop()
         start = loop.time() if start_at is None else start_at
+        if self._process is None:  # the gaps go on across start()/stop() (the dashboard restarts)
+            self._process = make_arrivals(self.profile, num_requests)
         self._schedule = Schedule(self._process, self.rate, start)
         end = start + duration_s if duration_s is not None else None
         self._pacer = asyncio.create_task(self._pace(num_requests, end), name=f"pacer-{self.stage}")
@@ -232,7 +235,7 @@ class LoadRunner:
 
     def set_workload(self, cfg: WorkloadConfig) -> None:
         """Use a new workload for requests scheduled from now on."""
-        self.workload = Workload(cfg, self._text_unit, tokenizer=self._tokenizer)
+        self.workload = make_workload(cfg, self._text_unit, tokenizer=self._tokenizer)
 
     async def wait_scheduled(self) -> None:
         """Wait until the pacer has scheduled its last request (``num_requests``/``duration_s`` reached or stopped)."""

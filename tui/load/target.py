@@ -30,10 +30,18 @@ import aiohttp
 import httpx
 import orjson
 
-from tui.clock import now
-from tui.errors import address_of, one_line, root_url, unauthorized_message
+from tui.base.clock import now
+from tui.base.errors import (
+    address_of,
+    api_url,
+    one_line,
+    printable,
+    redact_url,
+    root_url,
+    unauthorized_message,
+)
 from tui.load.workload import RequestSpec
-from tui.records.request import RequestRecord
+from tui.records.request import RequestRecord, finish_status
 
 
 class PreflightError(Exception):
@@ -56,7 +64,12 @@ def read_api_key(env_name: str | None) -> str | None:
 
 
 def _error_message(text: str) -> str:
-    """The message inside an OpenAI/vLLM error body, else the start of the body."""
+    """The message inside an OpenAI/vLLM error body, else the start of the body; control characters
+    escaped (it is printed)."""
+    return printable(_error_text(text))
+
+
+def _error_text(text: str) -> str:
     try:
         obj = json.loads(text)
     except ValueError:
@@ -70,6 +83,19 @@ def _error_message(text: str) -> str:
         elif isinstance(err, str):
             return err[:200]
     return " ".join(text.split())[:160]
+
+
+MAX_CHUNKS = 1 << 20  # output chunks kept for a request that sets no max_tokens
+MAX_COUNT = 2**53  # a token count beyond this is no count (and would not fit the records' int64)
+
+
+def _count(value: Any) -> int | None:
+    """A usage count as an int, or None when it is not a non-negative integer of sane size."""
+    if isinstance(value, float) and value.is_integer() and abs(value) <= MAX_COUNT:
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return value if 0 <= value <= MAX_COUNT else None
 
 
 def _looks_html(content_type: str, text: str) -> bool:
@@ -108,7 +134,6 @@ def _carries_output(choice: dict[str, Any], chat: bool) -> bool:
     return bool(choice.get("text")) or choice.get("finish_reason") is None
 
 
-_FINISH_STATUS = {"rejected_backlog": "rejected", "rejected_too_long": "rejected", "timeout": "timeout"}
 
 
 def env_proxy(url: str) -> str | None:
@@ -156,7 +181,7 @@ class OpenAITarget:
         self.api_key_env = api_key_env
         self.timeout_s = timeout_s
         self.extra_body = dict(extra_body or {})
-        self.url = f"{self.base_url}/{'chat/completions' if endpoint == 'chat' else 'completions'}"
+        self.url = api_url(self.base_url, "chat/completions" if endpoint == "chat" else "completions")
         self._api_key = read_api_key(api_key_env)
         self._headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
         self.client = httpx.AsyncClient(headers=self._headers, timeout=httpx.Timeout(timeout_s, connect=min(10.0, timeout_s)))
@@ -255,6 +280,8 @@ class OpenAITarget:
                 rec.status, rec.reason = "bad_chunk", "an HTML page instead of an event stream (base URL should end in /v1)"
                 return
             done = got_usage = False
+            # one timestamp gap per output chunk is kept: no more chunks than tokens asked for
+            chunk_cap = rec.max_tokens if rec.max_tokens > 0 else MAX_CHUNKS
             buf = b""
             # Raw bytes, split here: no text decoder or line iterator per line, and one timestamp per
             # socket read (every event in that read arrived then), taken as the bytes come back.
@@ -287,6 +314,10 @@ class OpenAITarget:
                     if choices and isinstance(choices[0], dict):
                         choice = choices[0]
                         if _carries_output(choice, chat):
+                            if rec.num_chunks >= chunk_cap:  # what is kept per request stays bounded
+                                rec.status = "bad_chunk"
+                                rec.reason = f"the server streamed more output chunks than max_tokens ({chunk_cap})"
+                                return
                             if rec.first_token_t is None:
                                 rec.first_token_t = t
                             else:
@@ -297,19 +328,18 @@ class OpenAITarget:
                             rec.finish_reason = choice["finish_reason"]
                     usage = obj.get("usage")
                     if isinstance(usage, dict) and usage.get("completion_tokens") is not None:
+                        completion, prompt = _count(usage["completion_tokens"]), _count(usage.get("prompt_tokens") or 0)
+                        if completion is None or prompt is None:
+                            rec.status, rec.reason = "bad_chunk", f"usage out of range: {printable(str(usage)[:80])}"
+                            return
                         got_usage = True
-                        rec.completion_tokens = int(usage["completion_tokens"])
-                        rec.prompt_tokens = int(usage.get("prompt_tokens") or 0)
+                        rec.completion_tokens, rec.prompt_tokens = completion, prompt
             if not (done or got_usage):
                 rec.status, rec.reason = "stream_cut", "the stream ended without [DONE] or usage"
                 return
-            status = _FINISH_STATUS.get(rec.finish_reason or "")
-            if status:
-                rec.status, rec.reason = status, f"server finished it: {rec.finish_reason}"
-            elif rec.finish_reason in ("abort", "aborted"):
-                rec.status, rec.reason = "stream_cut", "the server aborted it"
-            else:
-                rec.status, rec.reason = "ok", "" if got_usage else "no usage from the server: tokens counted from chunks"
+            rec.status, rec.reason = finish_status(rec.finish_reason)
+            if rec.status == "ok" and not got_usage:
+                rec.reason = "no usage from the server: tokens counted from chunks"
 
     async def aclose(self) -> None:
         await self.client.aclose()
@@ -321,7 +351,7 @@ class OpenAITarget:
 
         Returns the models the endpoint lists (empty if it has no ``/models``).
         """
-        models_url = f"{self.base_url}/models"
+        models_url = api_url(self.base_url, "models")
         models: list[str] = []
         try:
             resp = await self.client.get(models_url, timeout=min(self.timeout_s, 15.0))
@@ -343,7 +373,7 @@ class OpenAITarget:
         if resp.status_code == 200:
             with contextlib.suppress(ValueError, TypeError, AttributeError):
                 data = [m for m in resp.json().get("data", []) if isinstance(m, dict) and "id" in m]
-                models = [str(m["id"]) for m in data]
+                models = [str(m["id"])[:200] for m in data]
                 for m in data:
                     if m["id"] == self.model and isinstance(m.get("max_model_len"), int):
                         self.max_model_len = m["max_model_len"]
@@ -402,4 +432,4 @@ class OpenAITarget:
 
     def _model_message(self, models: list[str]) -> str:
         shown = ", ".join(models[:20]) + (f" (and {len(models) - 20} more)" if len(models) > 20 else "")
-        return f"model {self.model!r} is not served by {self.base_url}; it offers: {shown}"
+        return f"model {self.model!r} is not served by {redact_url(self.base_url)}; it offers: {printable(shown)}"

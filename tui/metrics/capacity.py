@@ -1,6 +1,6 @@
 """The capacity edge: the highest arrival rate at which a mode still meets its SLOs, and its search.
 
-A sweep (``[sweep]`` in a profile, run by ``tui.sweep``) probes each mode at a series of arrival
+A sweep (``[sweep]`` in a profile, run by ``tui.recorder.sweep``) probes each mode at a series of arrival
 rates; every probe is an ordinary stage of the run (``sweep-01``, ``sweep-02``, ...). A probe
 *passes* when its goodput attainment -- the share of its requests (every non-warm-up request sent,
 failures included) meeting every ``[slo]`` target -- is at least the sweep's target. Attainment is
@@ -27,6 +27,7 @@ from typing import Any, Literal, NamedTuple
 
 import polars as pl
 
+from tui.metrics.steady import GROWTH_LIMIT, QueueTest
 from tui.metrics.summary import summary_table  # the table is the one place a probe's attainment is made
 from tui.profile import MAX_RATE, SloConfig, SweepConfig
 from tui.records.parquet import rows_to_table
@@ -48,11 +49,17 @@ STATUS_MEANING: dict[str, str] = {
 
 
 class Probe(NamedTuple):
-    """One probe of a sweep: its arrival rate (req/s), its goodput attainment (0..1), its stage's name."""
+    """One probe of a sweep: its arrival rate (req/s), its goodput attainment (0..1), its stage's name;
+    whether its queue stayed steady (:mod:`tui.metrics.steady`), the queue's growth (share of the
+    offered load not served), the throughput it achieved (req/s) and its length (s of arrivals)."""
 
     rate: float
     attainment: float
     stage: str
+    steady: bool = True
+    growth: float | None = None
+    achieved: float | None = None
+    duration_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -79,17 +86,34 @@ class CapacityEdge:
         """The edge is bracketed within the tolerance."""
         return self.status == "found"
 
+    @property
+    def edge_probe(self) -> Probe | None:
+        """The probe that set ``edge_rate`` (None without one)."""
+        return next((p for p in reversed(self.probes) if p.rate == self.edge_rate and probe_passes(p, self.target)),
+                    None)
+
+    @property
+    def achieved_at_edge(self) -> float | None:
+        """The throughput (req/s) the probe at the edge achieved, beside its offered ``edge_rate``."""
+        p = self.edge_probe
+        return None if p is None else p.achieved
+
 
 def passes(attainment: float, target: float) -> bool:
     """Whether a probe's attainment meets the sweep's target."""
     return attainment >= target
 
 
+def probe_passes(probe: Probe, target: float) -> bool:
+    """A probe passes when its attainment meets the target *and* its queue stayed steady."""
+    return passes(probe.attainment, target) and probe.steady
+
+
 def edge_of(mode: str, probes: Sequence[Probe], target: float, tolerance: float) -> CapacityEdge:
     """The capacity edge the probes so far show (whatever order they ran in)."""
-    fails = [p for p in probes if not passes(p.attainment, target)]
+    fails = [p for p in probes if not probe_passes(p, target)]
     low_fail = min(fails, key=lambda p: p.rate) if fails else None
-    ok = [p for p in probes if passes(p.attainment, target) and (low_fail is None or p.rate < low_fail.rate)]
+    ok = [p for p in probes if probe_passes(p, target) and (low_fail is None or p.rate < low_fail.rate)]
     high_pass = max(ok, key=lambda p: p.rate) if ok else None
     status: EdgeStatus
     if not probes:
@@ -116,17 +140,69 @@ def edge_of(mode: str, probes: Sequence[Probe], target: float, tolerance: float)
 
 
 class EdgeSearch:
-    """The rates one mode's sweep probes, one at a time: ``next_rate()``, run it, ``observe(...)``."""
+    """The rates one mode's sweep probes, one at a time: ``next_probe()``, run it, ``observe(...)``.
+
+    Each probe is at least ``config.duration_s`` long, and once the mode's mean service time is known
+    (from its first probe, :func:`~tui.metrics.steady.mean_service_s`) at least
+    ``config.min_service_times`` of them (to ``config.max_duration_s``). A probe whose queue test is
+    undecided (and whose SLO attainment met the target: else it fails either way) is run again
+    ``config.extend_factor`` times longer, at most ``config.max_extensions``
+    times; then the test's final call (growth <= ``config.growth_limit``) decides.
+    """
 
     def __init__(self, mode: str, config: SweepConfig):
         self.mode = mode
         self.config = config
         self.probes: list[Probe] = []
+        self.service_s: float | None = None  # the mean service time (s), from the first probe
+        self._retry: tuple[float, float] | None = None  # (rate, length) of a probe to run longer
+        self._extensions = 0  # how often the pending probe was extended
+        self.runs = 0  # probes run, extensions included
+
+    def probe_length_s(self) -> float:
+        """How long (s of arrivals) a new probe runs: the sweep's length, or more service times."""
+        cfg = self.config
+        length = cfg.duration_s
+        if self.service_s is not None:
+            length = max(length, min(cfg.min_service_times * self.service_s, cfg.max_duration_s))
+        return length
+
+    def next_probe(self) -> tuple[float, float] | None:
+        """(rate, length in s) of the next probe; None when the search is over."""
+        if self._retry is not None:
+            return self._retry
+        rate = self.next_rate()
+        return None if rate is None else (rate, self.probe_length_s())
+
+    def observe_probe(self, rate: float, duration_s: float, attainment: float, stage: str,
+                      queue: QueueTest | None, service_s: float | None = None) -> bool:
+        """Record one probe with its queue test; False when it was undecided and is to be run longer
+        (it is then not counted: :meth:`next_probe` hands out the longer one)."""
+        self.runs += 1
+        if self.service_s is None and service_s is not None and service_s > 0:
+            self.service_s = service_s
+        cfg = self.config
+        # a probe shorter than the rule asks (the first one: the service time was not known) says little about
+        # its queue (the ramp from empty weighs ~2 (W/T)^2): run it again at full length unless it failed anyway
+        if (queue is not None and not queue.steady and passes(attainment, cfg.target_attainment)
+                and duration_s < self.probe_length_s() * 0.999):
+            self._retry = (rate, self.probe_length_s())
+            return False
+        if (queue is not None and queue.verdict == "undecided" and passes(attainment, cfg.target_attainment)
+                and self._extensions < cfg.max_extensions and duration_s < cfg.max_duration_s):
+            self._extensions += 1
+            self._retry = (rate, min(duration_s * cfg.extend_factor, cfg.max_duration_s))
+            return False
+        self._retry, self._extensions = None, 0
+        steady = True if queue is None else queue.steady
+        self.probes.append(Probe(rate, attainment, stage, steady, None if queue is None else queue.growth,
+                                 None if queue is None else queue.achieved_req_s, duration_s))
+        return True
 
     def next_rate(self) -> float | None:
         """The rate to probe next; None when the edge is bracketed, bounded, or the probes are spent."""
         cfg = self.config
-        if len(self.probes) >= cfg.max_probes:
+        if self.runs >= cfg.max_probes:
             return None
         if not self.probes:
             return cfg.start_rate
@@ -144,7 +220,8 @@ class EdgeSearch:
         return math.sqrt(edge.edge_rate * edge.fail_rate)  # a relative tolerance halves in log space
 
     def observe(self, rate: float, attainment: float, stage: str) -> None:
-        """Record one finished probe."""
+        """Record one finished probe without a queue test."""
+        self.runs += 1
         self.probes.append(Probe(rate, attainment, stage))
 
     def edge(self) -> CapacityEdge:
@@ -172,8 +249,16 @@ def _edge_to_json(e: CapacityEdge) -> dict[str, Any]:
         "mode": e.mode, "edge_rate": e.edge_rate, "attainment_at_edge": e.attainment_at_edge,
         "fail_rate": e.fail_rate, "attainment_at_fail": e.attainment_at_fail, "status": e.status,
         "target": e.target, "tolerance": e.tolerance,
-        "probes": [{"rate": p.rate, "attainment": p.attainment, "stage": p.stage} for p in e.probes],
+        "probes": [p._asdict() for p in e.probes],
     }
+
+
+def _probe_from_json(p: dict[str, Any]) -> Probe:
+    def opt(key: str) -> float | None:
+        return None if p.get(key) is None else float(p[key])
+
+    return Probe(float(p["rate"]), float(p["attainment"]), str(p["stage"]), bool(p.get("steady", True)),
+                 opt("growth"), opt("achieved"), opt("duration_s"))
 
 
 def write_capacity_edges(run_dir: Path, edges: Sequence[CapacityEdge], *, finished: bool) -> Path:
@@ -195,7 +280,7 @@ def read_capacity_edges(run_dir: Path) -> list[CapacityEdge]:
         doc = json.loads(path.read_text(encoding="utf-8"))
         edges = []
         for e in doc["edges"]:
-            probes = [Probe(float(p["rate"]), float(p["attainment"]), str(p["stage"])) for p in e["probes"]]
+            probes = [_probe_from_json(p) for p in e["probes"]]
             edges.append(edge_of(str(e["mode"]), probes, float(e["target"]), float(e["tolerance"])))
         return edges
     except (OSError, ValueError, KeyError, TypeError):
@@ -216,12 +301,20 @@ def edge_ratio(edges: Sequence[CapacityEdge], modes: tuple[str, str] = RATIO_MOD
     return num.edge_rate / den.edge_rate
 
 
-EDGE_HEADERS = ("mode", "capacity edge req/s", "SLO met at edge", "missed at req/s", "SLO met there",
-                "probes", "status")
+EDGE_HEADERS = ("mode", "capacity edge req/s", "achieved req/s", "SLO met at edge", "missed at req/s",
+                "SLO met there", "queue there", "probes", "status")
+
+
+def _queue_text(p: Probe | None) -> str:
+    if p is None or p.growth is None:
+        return "-"
+    return "steady" if p.steady else f"grew {p.growth:.0%}"
 
 
 def edge_rows(edges: Sequence[CapacityEdge]) -> list[list[str]]:
-    """The edge table's formatted rows (one per mode), columns as :data:`EDGE_HEADERS`."""
+    """The edge table's formatted rows (one per mode), columns as :data:`EDGE_HEADERS`; "achieved" is
+    the throughput the probe at the edge achieved beside the offered rate, "queue there" the
+    steady-state test of the first probe that missed (it grew by that share of the offered load)."""
 
     def num(x: float | None, fmt: str = ".3g") -> str:
         return "-" if x is None else format(x, fmt)
@@ -233,8 +326,9 @@ def edge_rows(edges: Sequence[CapacityEdge]) -> list[list[str]]:
             edge = f">= {edge}"
         elif e.status == "below":
             edge = f"< {num(e.fail_rate)}"
-        rows.append([e.mode, edge, num(e.attainment_at_edge, ".2f"), num(e.fail_rate), num(e.attainment_at_fail, ".2f"),
-                     str(len(e.probes)), e.status])
+        fail = next((p for p in e.probes if p.rate == e.fail_rate and not probe_passes(p, e.target)), None)
+        rows.append([e.mode, edge, num(e.achieved_at_edge), num(e.attainment_at_edge, ".2f"), num(e.fail_rate),
+                     num(e.attainment_at_fail, ".2f"), _queue_text(fail), str(len(e.probes)), e.status])
     return rows
 
 
@@ -244,7 +338,9 @@ def edge_summary_lines(edges: Sequence[CapacityEdge]) -> list[str]:
         return []
     e0 = edges[0]
     lines = [f"Capacity edge: the highest arrival rate probed at which at least {e0.target:.0%} of requests met "
-             f"every SLO, bracketed to {e0.tolerance:.0%} (the next rate up missed it)."]
+             f"every SLO and the queue did not grow (steady state: requests in the system over the probe's second "
+             f"half against its first grew by at most {GROWTH_LIMIT:.0%} of the arrivals), bracketed to "
+             f"{e0.tolerance:.0%} (the next rate up missed it). Achieved: the throughput the edge's probe served."]
     ratio = edge_ratio(edges)
     if ratio is not None:
         lines.append(f"Capacity edge ratio {RATIO_MODES[0]} / {RATIO_MODES[1]}: {ratio:.2f}x")

@@ -14,6 +14,7 @@ import numpy as np
 import polars as pl
 
 from tui.metrics import stats
+from tui.metrics.repeats import plus_minus
 from tui.profile import SloConfig
 from tui.records.request import FAILURE_STATUSES
 
@@ -252,10 +253,25 @@ def _row(stage: str, mode: str, r: pl.DataFrame, steps: pl.DataFrame | None, gpu
 # Rendering: the same DataFrame as markdown (summary.md, report) or a rich table (terminal)
 
 
+def figure_text(row: dict[str, Any], col: str, kind: str) -> str:
+    """One figure as the tables print it: with ``±`` half its 95 % interval when the cell was repeated."""
+    text = format_cell(row.get(col), kind)
+    pm = plus_minus(row, col)
+    return f"{text} ±{format_cell(pm, kind)}" if pm is not None and text != "-" else text
+
+
+def _display(df: pl.DataFrame) -> tuple[tuple[str, str, str], ...]:
+    """The printed columns: :data:`DISPLAY`, with the repeats after the mode when cells were repeated."""
+    if "repeats" not in df.columns:
+        return DISPLAY
+    return (*DISPLAY[:2], ("repeats", "repeats", "d"), *DISPLAY[2:])
+
+
 def display_rows(df: pl.DataFrame) -> tuple[list[str], list[list[str]]]:
     """(headers, formatted rows) of the printed table."""
-    headers = [h for _, h, _ in DISPLAY]
-    rows = [[format_cell(row.get(col), kind) for col, _, kind in DISPLAY] for row in df.iter_rows(named=True)]
+    spec = _display(df)
+    headers = [h for _, h, _ in spec]
+    rows = [[figure_text(row, col, kind) for col, _, kind in spec] for row in df.iter_rows(named=True)]
     return headers, rows
 
 
@@ -263,8 +279,8 @@ def reconciliation_lines(df: pl.DataFrame) -> list[str]:
     """One line per cell comparing client token totals with the server's counters."""
     lines = []
     for row in df.iter_rows(named=True):
-        if row.get("server_completion_tokens") is None:
-            continue
+        if row.get("server_completion_tokens") is None or row.get("repeats") is not None:
+            continue  # a repeated cell's row holds means: each repeat is reconciled on its own row
         flag = "MISMATCH (lost or truncated streams?)" if row["tokens_mismatch"] else "match"
         lines.append(
             f"{row['stage']} / {row['mode']}: client prompt {row['prompt_tokens']} vs server "
@@ -313,6 +329,8 @@ def client_delay_lines(df: pl.DataFrame, min_ms: float = CLIENT_SLOW_MIN_MS,
     """
     lines = []
     for row in df.iter_rows(named=True):
+        if row.get("repeats") is not None:
+            continue  # a repeated cell's row holds means: each repeat is checked on its own row
         ttft = row.get("ttft_p50_ms") or 0.0
         lag, wait = row.get("dispatch_lag_p99_ms") or 0.0, row.get("client_wait_p99_ms") or 0.0
         if client_slow(row, min_ms, share):
@@ -348,6 +366,8 @@ def to_markdown(df: pl.DataFrame, title: str | None = None, slo: SloConfig | Non
     out.append("|" + "|".join("---" for _ in headers) + "|")
     out += ["| " + " | ".join(r) + " |" for r in rows]
     out += ["", f"{_LEGEND} {kv_legend(df)}".rstrip()]
+    if "repeats" in df.columns:
+        out.append(REPEATS_LEGEND)
     if slo is not None:
         targets = [f"{k} <= {v:g} ms" for k, v in (("TTFT", slo.ttft_ms), ("TPOT", slo.tpot_ms), ("E2EL", slo.e2el_ms))
                    if v is not None]
@@ -374,6 +394,12 @@ def to_markdown(df: pl.DataFrame, title: str | None = None, slo: SloConfig | Non
         out += ["", "## Token reconciliation (client vs server /metrics)", ""] + [f"- {line}" for line in rec]
     return "\n".join(out) + "\n"
 
+
+REPEATS_LEGEND = (
+    "Repeated cells: each figure is the mean over the repeats (seeds 0..N-1 for arrivals and workload), "
+    "± half its 95 % confidence interval (Student's t over the repeats' figures); summary.csv has the "
+    "bounds as <figure>_ci95_lo / <figure>_ci95_hi."
+)
 
 _LEGEND = (
     "Latencies in ms over successful requests (vLLM serving-benchmark definitions): TTFT send -> first "
@@ -445,15 +471,17 @@ def to_rich(df: pl.DataFrame, title: str | None = None):
 
     title = escape(title) if title else title
 
-    spec = {col: (header, kind) for col, header, kind in DISPLAY}
+    spec = {col: (header, kind) for col, header, kind in _display(df)}
     tables = []
     for i, (part, cols) in enumerate(_RICH_PARTS):
+        if "repeats" in spec:
+            cols = (*cols[:2], "repeats", *cols[2:])
         t = Table(title=f"{title}: {part}" if title else part, header_style="bold", title_justify="left")
         for col in cols:
             t.add_column(spec[col][0], justify="left" if col in ("stage", "mode", "failures") else "right",
                          no_wrap=col != "failures")
         for row in df.iter_rows(named=True):
-            t.add_row(*[format_cell(row.get(col), spec[col][1]) for col in cols])
+            t.add_row(*[figure_text(row, col, spec[col][1]) for col in cols])
         tables.append(t)
         if i == 0 and title:
             title = None  # the second half needs no repeat of the run's name

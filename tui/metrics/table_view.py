@@ -25,7 +25,7 @@ from tui.metrics.summary import (
     client_bound,
     client_delay_ms,
     client_slow,
-    format_cell,
+    figure_text,
     reconciliation_lines,
     to_rich,
 )
@@ -91,7 +91,7 @@ def mode_abbrev(mode: str) -> str:
 def _cell(row: dict[str, Any], col: str, kind: str) -> str:
     if kind == "mode":
         return mode_abbrev(str(row[col]))
-    return format_cell(row.get(col), kind)
+    return figure_text(row, col, kind)  # a repeated cell's figure with ± its 95 % interval
 
 
 def _table(df: pl.DataFrame, title: str, columns: tuple[Column, ...]) -> Table:

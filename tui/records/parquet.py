@@ -73,6 +73,12 @@ class PartWriter:
     def add_many(self, rows: list[dict[str, Any]]) -> None:
         self._pending.extend(rows)
 
+    def discard_pending(self) -> int:
+        """Drop the rows not yet written (they could not be); returns how many."""
+        n = len(self._pending)
+        self._pending.clear()
+        return n
+
     def flush(self) -> None:
         """Write what is pending as one part file (written to a temp name, then renamed: never half a file)."""
         if not self._pending:

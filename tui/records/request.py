@@ -1,6 +1,6 @@
 """The per-request record: raw timestamps of one request, its status, and its Parquet schema.
 
-A record keeps raw timestamps (seconds on the records' clock, :mod:`tui.clock`, shared by every
+A record keeps raw timestamps (seconds on the records' clock, :mod:`tui.base.clock`, shared by every
 process, so they line up with the engine's step records) and nothing derived: TTFT, TPOT and the rest are
 computed in one place, ``tui.metrics.stats``, from these columns.
 """
@@ -23,16 +23,33 @@ STATUSES = (
     "connect_error",  # could not connect (refused, DNS, TLS)
     "timeout",  # the client gave up after target.timeout_s, or the server's wait timeout fired
     "stream_cut",  # the stream ended without [DONE] or usage
-    "bad_chunk",  # a chunk was not parseable JSON (or the body was not an SSE stream at all)
+    "bad_chunk",  # a protocol fault: a chunk not parseable JSON (or no SSE stream at all), more output
+    # chunks than max_tokens, a usage count out of range
     "rejected",  # the server refused the request (backlog breaker, too long for the KV cache, 4xx)
     "cancelled",  # we stopped it: Ctrl-C, stop(), or the drain bound
 )
 FAILURE_STATUSES = STATUSES[1:]
 
+# A server's (or the in-process engine's) finish_reason, as the record's status; any other reason
+# (length, stop, a stop string) is a request served.
+_FINISHED_AS = {"rejected_backlog": "rejected", "rejected_too_long": "rejected", "timeout": "timeout",
+                "abort": "stream_cut", "aborted": "stream_cut"}
+
+
+def finish_status(finish_reason: str | None) -> tuple[str, str]:
+    """The status and reason a record gets for a request its server finished with ``finish_reason``
+    (the one map both drivers use: the HTTP client and the virtual clock)."""
+    status = _FINISHED_AS.get(finish_reason or "")
+    if status is None:
+        return OK, ""
+    if status == "stream_cut":
+        return status, "the server aborted it"
+    return status, f"server finished it: {finish_reason}"
+
 
 @dataclass(slots=True)
 class RequestRecord:
-    """Everything measured about one request. Times are on :mod:`tui.clock`; None where it never happened."""
+    """Everything measured about one request. Times are on :mod:`tui.base.clock`; None where it never happened."""
 
     request_id: str
     index: int  # position in its stage's schedule (0, 1, 2, ...)

@@ -22,7 +22,6 @@ import asyncio
 import contextlib
 import dataclasses
 import hmac
-import ipaddress
 import logging
 import math
 import os
@@ -37,14 +36,15 @@ from typing import Any
 import uvicorn
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse as StarletteJSONResponse
 from starlette.responses import Response
 from starlette.routing import Route
 
+from tui.base.gpu import GpuSampler
 from tui.engine.control import Control, ControlError, Reset
 from tui.engine.snapshot import EngineSnapshot
-from tui.gpu import GpuSampler
 from tui.profile import (
     Profile,
     ProfileError,
@@ -61,15 +61,19 @@ from tui.serve.engine_loop import (
     NotPausedError,
 )
 from tui.serve.generate import ClientGone, Counters, error_response, generate
+from tui.serve.guard import CONTROL_MAX_BODY_BYTES, GENERATION_MAX_BODY_BYTES, RequestGuard, is_loopback_host
 from tui.serve.heap import settle_heap
+from tui.serve.http_limits import server_config
 from tui.serve.openai_api import ApiError, models_body, parse_completion, parse_json, tokenize_body
 from tui.serve.prom import CONTENT_TYPE, ServerMetrics
 from tui.serve.state_wire import ENCODING, StateCache, View
+from tui.serve.throttle import AtMostEvery
 
 log = logging.getLogger("kvtui.serve")
 
-MAX_BODY_BYTES = 8 * 1024 * 1024
+MAX_BODY_BYTES = GENERATION_MAX_BODY_BYTES
 DRAIN_TIMEOUT_S = 30.0
+METRICS_MAX_AGE_S = 0.5  # /metrics takes an engine snapshot at most this often (Prometheus scrapes every 15 s)
 GPU_SAMPLE_MAX_AGE_S = 0.25  # the dashboard polls state often; NVML is read at most this often
 LISTENING_PREFIX = "kvtui serve: listening on "  # LocalServer reads the port from this line
 PARENT_PID_ENV = "KVTUI_SERVE_PARENT_PID"  # set by LocalServer: exit when that process is gone
@@ -111,6 +115,10 @@ class ServeState:
     started: int = dataclasses.field(default_factory=lambda: int(time.time()))
     _gpu_cache: tuple[float, list[dict[str, Any]]] = (0.0, [])
     states: StateCache = dataclasses.field(default_factory=StateCache)  # compact answers, delta bases
+    metrics_refresh: AtMostEvery = dataclasses.field(init=False)  # /metrics' engine snapshot, rate-bounded
+
+    def __post_init__(self) -> None:
+        self.metrics_refresh = _metrics_refresh(self)
 
     @property
     def info(self) -> EngineInfo:
@@ -234,12 +242,19 @@ async def health(request: Request) -> Response:
 
 async def get_metrics(request: Request) -> Response:
     st = _state(request)
-    try:
-        snap = await asyncio.wait_for(st.engine.snapshot(), timeout=5.0)
-        st.metrics.update_from_snapshot(snap, st.info.model_name)
-    except Exception as e:  # a busy or failed engine must not take /metrics down; serve the last values
-        log.warning("metrics: engine snapshot failed: %s", e)
+    await st.metrics_refresh()  # the engine's gauges at most every METRICS_MAX_AGE_S, however often asked
     return Response(st.metrics.render(), media_type=CONTENT_TYPE)
+
+
+def _metrics_refresh(st: ServeState) -> AtMostEvery:
+    async def refresh() -> None:
+        try:
+            snap = await asyncio.wait_for(st.engine.snapshot(), timeout=5.0)
+            st.metrics.update_from_snapshot(snap, st.info.model_name)
+        except Exception as e:  # a busy or failed engine must not take /metrics down; serve the last values
+            log.warning("metrics: engine snapshot failed: %s", e)
+
+    return AtMostEvery(METRICS_MAX_AGE_S, refresh)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -402,8 +417,12 @@ def create_app(
     api_key: str | None = None,
     gpu: GpuSampler | None = None,
     metrics: ServerMetrics | None = None,
+    bound_host: str | None = None,
 ) -> Starlette:
-    """The ASGI app around an :class:`EngineLoop` (started here if it is not yet; stopped on shutdown)."""
+    """The ASGI app around an :class:`EngineLoop` (started here if it is not yet; stopped on shutdown).
+
+    ``bound_host``: the address the server listens on (``--host``); a loopback one admits only a
+    loopback ``Host`` (None: judged by the address each connection arrived on)."""
     metrics = metrics or ServerMetrics()
     if engine.on_step is None:
         engine.on_step = _count_preemptions(metrics)
@@ -439,12 +458,18 @@ def create_app(
     app = Starlette(
         routes=table,
         lifespan=lifespan,
+        middleware=[Middleware(RequestGuard, body_cap=_body_cap, bound_host=bound_host)],
         exception_handlers={ApiError: _api_error, HTTPException: _http_error, EngineUnavailable: _engine_unavailable,
                             ClientDisconnect: _client_gone, Exception: _internal_error},
     )
     app.state.serve = state
     return app
 
+
+
+def _body_cap(path: str) -> int:
+    """The largest body a route takes: a prompt on the generation routes, a few KiB elsewhere."""
+    return GENERATION_MAX_BODY_BYTES if path in (routes.COMPLETIONS, routes.CHAT_COMPLETIONS) else CONTROL_MAX_BODY_BYTES
 
 
 def _count_preemptions(metrics: ServerMetrics) -> Callable[[int, EngineInfo], None]:
@@ -511,15 +536,6 @@ class DrainingServer(uvicorn.Server):
         return await super().on_tick(counter)
 
 
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def check_host(host: str) -> str:
     """``host`` if it is an IP address or a name that resolves, else a one-line ProfileError."""
     try:
@@ -558,7 +574,7 @@ def serve_main(profile: Profile, host: str = "127.0.0.1", port: int = 8000, api_
         check_env_name(api_key_env, "serve --api-key-env")
     check_host(host)
     api_key = os.environ.get(api_key_env) if api_key_env else None
-    if not _is_loopback(host):
+    if not is_loopback_host(host):
         print(f"kvtui serve: WARNING: binding {host}, not loopback: the engine and its control API "
               f"(pause, reset) are reachable from other machines" + ("" if api_key_env else " without an API key"),
               file=sys.stderr)
@@ -582,9 +598,9 @@ def serve_main(profile: Profile, host: str = "127.0.0.1", port: int = 8000, api_
         print(f"kvtui serve: cannot start the engine: {e}", file=sys.stderr)
         return 1
     gpu = GpuSampler()
-    app = create_app(engine, api_key=api_key, gpu=gpu)
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
-                            timeout_graceful_shutdown=10)
+    app = create_app(engine, api_key=api_key, gpu=gpu, bound_host=host)
+    # connections capped, requests read within a deadline (tui.serve.http_limits)
+    config = server_config(app, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=10)
     parent = os.environ.get(PARENT_PID_ENV, "")
     server = DrainingServer(config, app.state.serve, parent_pid=int(parent) if parent.isdigit() else None)
     settle_heap()  # the app and the engine's handle are built: out of every later collection

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from tui.child_process import spawn_child
+from tui.base.child_process import spawn_child
 from tui.engine.control import Control, Reset
 from tui.engine.params import SamplingParams, TokenLogprobs
 from tui.engine.snapshot import EngineSnapshot, StepTiming
@@ -189,6 +189,7 @@ class EngineLoop:
         self._epoch = 0
         self._alive = False
         self.death: str | None = None  # how the engine process ended, once it died under us
+        self._restart_lock = asyncio.Lock()
 
     # -- lifecycle (sync) --------------------------------------------------------------------------
 
@@ -417,13 +418,34 @@ class EngineLoop:
         return await self._call(m.ApplyControl(control))
 
     async def reset(self, reset: Reset | None = None) -> EngineSnapshot:
-        """A fresh engine; open streams end ("aborted"). If building fails the old engine stays."""
+        """A fresh engine; open streams end ("aborted"). If building fails the old engine stays.
+
+        After the engine process died, a new one is started (the way back without restarting the
+        server; :class:`EngineStartError` if it does not start either): with the reset's engine and
+        defenses, an unset one as the engine was last started."""
+        if self.death is not None and self._loop is not None and not self.running:
+            async with self._restart_lock:  # two resets at once start one engine, the second resets it
+                if not self.running:
+                    return await self._restart(reset or Reset())
         self._epoch += 1
         epoch = self._epoch
         snap, payload = await self._call(m.ResetEngine(reset or Reset()))
         self._finish_all("aborted", before_epoch=epoch)
         self.info = EngineInfo(**payload)
         return snap
+
+    async def _restart(self, reset: Reset) -> EngineSnapshot:
+        loop = self._loop
+        assert loop is not None
+        self._reap(timeout=1.0)  # the dead process collected, its socket closed
+        self._loop = None
+        self._start = m.Start(reset.engine or self._start.config, reset.defenses or self._start.defenses)
+        self._epoch += 1
+        await asyncio.to_thread(self.start)
+        self.death = None
+        self.attach(loop)
+        log.info("a new engine process started after the last one died")
+        return await self.snapshot()
 
     async def steps_since(self, step: int) -> list[StepTiming]:
         return await self._call(m.StepsSince(step))

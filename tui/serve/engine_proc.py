@@ -22,7 +22,7 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
-from tui.child_process import child_connection
+from tui.base.child_process import child_connection
 from tui.engine.snapshot import EngineSnapshot, StepTiming
 from tui.serve import engine_messages as m
 from tui.serve.heap import settle_heap
@@ -119,10 +119,14 @@ class EngineCore:
 
     def reset(self, msg: m.ResetEngine) -> tuple[EngineSnapshot, dict[str, Any]]:
         from tui.engine.engine import Engine
+        from tui.engine.footprint import check_fits
+        from tui.engine.model import pick_device
 
         old = self.engine
         # What the reset leaves unset is the engine's own: its config in the mode it drains toward.
         config = msg.reset.engine or old.config.with_mode(old.target_mode)
+        # built beside the old engine: first make sure both fit (else refused, the old engine stays)
+        check_fits(config, on_cpu=config.backend != "simulated" and pick_device(config.device).type == "cpu")
         fresh = Engine(config, msg.reset.defenses or old.defenses)  # may raise: the old engine stays
         self.engine = fresh  # a fresh engine starts unpaused
         settle_heap()  # the old engine's objects unfrozen and collected, the new one's frozen

@@ -36,6 +36,9 @@ GREEDY_BELOW = 1e-5  # temperatures this small sample greedily (dividing logits 
 INT64 = (-(2**63), 2**63 - 1)
 
 
+MAX_MESSAGE_CHARS = 500  # an error message's length, however long the value it quotes
+
+
 class ApiError(Exception):
     """An error the client caused (or must be told about), with its HTTP status and OpenAI body."""
 
@@ -48,6 +51,8 @@ class ApiError(Exception):
         param: str | None = None,
         code: str | None = None,
     ) -> None:
+        if len(message) > MAX_MESSAGE_CHARS:  # a message may quote what was sent: never all of it
+            message = message[: MAX_MESSAGE_CHARS - 3] + "..."
         super().__init__(message)
         self.status = status
         self.message = message

@@ -16,7 +16,7 @@ from typing import Any
 from rich.console import Console
 
 from tui.profile import Profile, profile_from_dict
-from tui.virtual_record import VirtualClockRecorder
+from tui.recorder.virtual import VirtualClockRecorder
 
 SCENE: dict[str, Any] = {
     "name": "replay-scene",

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from pathlib import Path
 from typing import get_args
 
+from tui.base.errors import root_url
 from tui.engine.control import TOGGLE
-from tui.errors import root_url
 from tui.load.arrivals import ArrivalKind
 from tui.profile import DefensesConfig, LengthDist, Profile, WorkloadConfig
 from tui.serve.state_wire import View
@@ -36,21 +37,22 @@ def nudge_rate(rate: float, up: bool) -> float:
 def workload_presets(profile: Profile) -> dict[str, WorkloadConfig]:
     """Named workloads the dashboard cycles through; 'profile' is the profile's own."""
     base = profile.workload
+    synthetic = dataclasses.replace(base, trace=None)  # the other presets draw lengths, not a trace's
     return {
         "profile": base,
         "chat": dataclasses.replace(
-            base,
+            synthetic,
             prompt_len=LengthDist(dist="uniform", low=32, high=256),
             output_len=LengthDist(dist="uniform", low=16, high=128),
         ),
         "long-tail": dataclasses.replace(
-            base,
+            synthetic,
             prompt_len=LengthDist(dist="uniform", low=32, high=512),
             output_len=LengthDist(
                 dist="mixture", components=(LengthDist(value=20, weight=0.8), LengthDist(value=800, weight=0.2))
             ),
         ),
-        "shared-prefix": dataclasses.replace(base, shared_prefix_tokens=256, shared_prefix_fraction=0.8),
+        "shared-prefix": dataclasses.replace(synthetic, shared_prefix_tokens=256, shared_prefix_fraction=0.8),
     }
 
 
@@ -86,7 +88,9 @@ class Backend:
         if snapshot is None:
             first = dataclasses.replace(
                 first,
-                load=LoadState(rate=profile.load.rate, arrival=profile.load.arrival, workload="profile"),
+                load=LoadState(rate=profile.load.rate, arrival=profile.load.arrival, workload="profile",
+                               trace=Path(profile.workload.trace).name if profile.workload.trace else None,
+                               trace_requests=profile.load.num_requests if profile.workload.trace else None),
                 defenses=profile.defenses,
                 target=target_info(profile),
             )
@@ -140,8 +144,9 @@ class Backend:
         self.set_rate(nudge_rate(self.load.rate, up=up))
 
     def cycle_arrival(self) -> None:
-        cur = ARRIVALS.index(self.load.arrival) if self.load.arrival in ARRIVALS else -1
-        self.publish(load=dataclasses.replace(self.load, arrival=ARRIVALS[(cur + 1) % len(ARRIVALS)]))
+        kinds = (*ARRIVALS, "trace") if self.profile.workload.trace else ARRIVALS  # a trace's own gaps, too
+        cur = kinds.index(self.load.arrival) if self.load.arrival in kinds else -1
+        self.publish(load=dataclasses.replace(self.load, arrival=kinds[(cur + 1) % len(kinds)]))
 
     def cycle_workload(self) -> None:
         names = list(self.presets)

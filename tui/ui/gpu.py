@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from rich.text import Text
 
+from tui.base.gpu import GpuSample
 from tui.engine.snapshot import EngineSnapshot
-from tui.gpu import GpuSample
 from tui.metrics.types import ServerGauges
 from tui.ui.lines import TextLines
 from tui.ui.model import DashboardSnapshot

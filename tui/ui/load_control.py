@@ -47,7 +47,14 @@ def actual_text(stats: WindowStats, asked: LoadState) -> list[Text]:
     client = Text(f"client {n} process{'es' if n > 1 else ''}  dispatch lag P99 ")
     lag = stats.dispatch_lag.p99
     client.append("-" if lag is None else f"{lag * 1e3:.1f} ms", style="bold #e5c07b" if lag is not None and lag > 0.01 else "")
-    return [rate, counts, fails, client]
+    lines = [rate, counts, fails, client]
+    if asked.trace and asked.workload == "profile":
+        played = Text("trace ", style="bold")
+        played.append(asked.trace)
+        total = f" / {asked.trace_requests}" if asked.trace_requests else ""
+        played.append(f"  request {min(stats.sent, asked.trace_requests or stats.sent)}{total}")
+        lines.append(played)
+    return lines
 
 
 class RateInput(Input):

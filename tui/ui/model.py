@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from tui.base.gpu import GpuSample
 from tui.engine.snapshot import EngineSnapshot
-from tui.gpu import GpuSample
 from tui.metrics.types import ServerGauges, WindowStats
 from tui.profile import DefensesConfig
 
@@ -27,6 +27,8 @@ class LoadState:
     arrival: str = "poisson"
     workload: str = "profile"
     client_processes: int = 1  # load-client processes sending it (the dashboard's client is one)
+    trace: str | None = None  # the trace file the profile's workload replays (its name), if any
+    trace_requests: int | None = None  # how many requests of it are played
 
 
 @dataclass(frozen=True)

@@ -21,9 +21,9 @@ from typing import Any
 
 import httpx
 
+from tui.base.errors import api_url, describe_http_error, one_line, root_url
 from tui.engine.control import Control
 from tui.engine.snapshot import EngineSnapshot
-from tui.errors import describe_http_error, one_line, root_url
 from tui.metrics.types import ServerGauges
 from tui.profile import DefensesConfig, EngineMode, Profile
 from tui.serve.control_client import ControlClient, ControlError, EngineState
@@ -41,7 +41,7 @@ HISTORY_LEN = 600  # five minutes of chart
 
 def local_gpu_note() -> str:
     """Why this host has no GPU readings ('' when NVML sees a GPU)."""
-    from tui.gpu import GpuSampler
+    from tui.base.gpu import GpuSampler
 
     sampler = GpuSampler()
     try:
@@ -264,7 +264,7 @@ class LiveBackend(Backend):
         from tui.metrics.prom import parse_server_gauges
 
         assert self.client is not None
-        url = f"{self.root_url}/metrics"
+        url = api_url(self.root_url, "metrics")
         resp = await self.client.get(url)
         if resp.status_code in (404, 405):
             return None, f"{url} answers HTTP {resp.status_code}: this server exports no Prometheus metrics"
@@ -366,7 +366,7 @@ class LiveBackend(Backend):
         if self.control is None or self.client is None:
             return True, ""
         try:
-            resp = await self.client.get(f"{self.base_url}/models")
+            resp = await self.client.get(api_url(self.base_url, "models"))
             max_model_len = int(resp.json()["data"][0]["max_model_len"])
             engine = (await self.control.state()).engine
         except (httpx.HTTPError, ControlError, ValueError, KeyError, IndexError, TypeError):

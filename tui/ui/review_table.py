@@ -16,8 +16,16 @@ from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Static
 
 from tui.metrics.capacity import EDGE_HEADERS, edge_rows, edge_summary_lines
+from tui.metrics.decomposition import (
+    GAIN_HEADERS,
+    LADDER_NOTE,
+    gain_notes,
+    gain_rows,
+    ladder_rows,
+    read_tables,
+)
 from tui.metrics.table_view import client_verdict, compact_rows, mode_legend, reconciliation_verdict
-from tui.report import RunData, compare_rows
+from tui.report.terminal import RunData, compare_rows
 from tui.ui.review_plots import run_letter
 
 SIMULATED_STYLE = "bold #1e2127 on #e5c07b"
@@ -69,10 +77,10 @@ class TableView(VerticalScroll):
             if many:  # one run is named above the views already
                 yield Static(run_heading(run, run_letter(i)), classes="review-heading")
             if run.summary.height:
-                for k, (name, headers, rows) in enumerate(compact_rows(run.summary)):
+                for k, (name, headers, rows) in enumerate(compact_rows(run.table)):
                     yield Static(Text(name, style="bold"), classes="review-section")
                     yield _table(headers, rows, 2, f"table-{i}" if k == 0 else f"table-{i}-{k}")
-                legend = mode_legend(run.summary)
+                legend = mode_legend(run.table)
                 if legend:
                     yield Static(Text(legend), classes="review-note")
             else:
@@ -80,6 +88,15 @@ class TableView(VerticalScroll):
             if run.edges:  # a sweep's capacity edge per mode, as the printed report has it
                 yield Static(Text("capacity edge (sweep)", style="bold"), classes="review-heading")
                 yield _table(EDGE_HEADERS, edge_rows(run.edges), 1, f"edges-{i}")
+            gains, ladder = read_tables(run.path)  # a decomposition's tables (tui.recorder.decompose), as printed
+            if gains is not None and gains.height:
+                yield Static(Text("what each change buys", style="bold"), classes="review-heading")
+                yield _table(GAIN_HEADERS, gain_rows(gains), 3, f"gains-{i}")
+                yield Static(Text("\n".join(gain_notes(gains))), classes="review-note")
+            if ladder is not None and ladder.height:
+                yield Static(Text("capacity edge by TTFT SLO", style="bold"), classes="review-heading")
+                yield _table(*ladder_rows(ladder), 2, f"ladder-{i}")
+                yield Static(Text(LADDER_NOTE), classes="review-note")
             notes = reconciliation_verdict(run.summary) + client_verdict(run.summary) + edge_summary_lines(run.edges)
             if run.info.get("error"):
                 notes.append(f"the run ended with an error: {run.info['error']}")

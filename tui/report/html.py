@@ -7,7 +7,7 @@ no script, no external reference of any kind). Beside the page each chart is als
 (vector, for editing) and PNG (for slides) into a charts folder: ``--charts-dir DIR``, by default
 ``FILE``'s name without ``.html`` plus ``-charts`` (``report.html`` -> ``report-charts/``).
 
-The page, in order: each run's header (:mod:`tui.report_facts`: run id, date, kvtui version, target,
+The page, in order: each run's header (:mod:`tui.report.facts`: run id, date, kvtui version, target,
 model, KV cache, modes, load, SLOs; the headline against its baseline; the capacity edges; a
 simulated engine's run says SIMULATED), latency against offered load per mode (TTFT and TPOT P50/P99
 with the SLO, goodput and throughput, each mode's capacity edge marked where a sweep found one),
@@ -46,8 +46,7 @@ from matplotlib.ticker import FuncFormatter
 from tui.metrics.capacity import EDGE_HEADERS, edge_rows, edge_summary_lines
 from tui.metrics.review import Cdf, CellSeries, LoadCurve, Review, review
 from tui.metrics.summary import compare_table, display_rows, format_cell, reconciliation_lines, to_markdown
-from tui.report import ReportError, RunData, open_runs, review_of, run_title
-from tui.report_facts import (
+from tui.report.facts import (
     BASELINE_MODE,
     Analyses,
     headline,
@@ -57,6 +56,7 @@ from tui.report_facts import (
     run_facts,
     without_local_paths,
 )
+from tui.report.terminal import ReportError, RunData, open_runs, review_of, run_title
 
 # A mode keeps its colour on every chart; the headline pair first (matplotlib's tab10 colours).
 _MODE_COLOURS = {"static+contiguous": "#d62728", "continuous+paged": "#1f77b4",
@@ -692,7 +692,7 @@ def _markdown_notes_html(markdown: str) -> str:
 def _run_section(i: int, run: RunData) -> str:
     slo = run.profile.slo if run.profile is not None else None
     seed = run.profile.load.seed if run.profile is not None else None
-    headers, rows = display_rows(run.summary)
+    headers, rows = display_rows(run.table)
     rec = reconciliation_lines(run.summary)
     parts = [f'<section id="table-{i + 1}"><h3>{html.escape(run_title(run))}</h3>']
     parts.append(_table_html(headers, rows) if rows else "<p>no requests recorded</p>")
@@ -701,7 +701,7 @@ def _run_section(i: int, run: RunData) -> str:
                             if k in run.info}
     if unit.get("prompt_tokenizer"):  # a local tokenizer by its name: the page travels, its paths would not
         unit["prompt_tokenizer"] = name_only(str(unit["prompt_tokenizer"]))
-    parts.append(_markdown_notes_html(to_markdown(run.summary, None, slo, seed=seed,
+    parts.append(_markdown_notes_html(to_markdown(run.table, None, slo, seed=seed,
                                                   prompt_unit=unit if "prompt_len_counts" in unit else None)))
     if not rec:  # say why there is none, rather than leave the reader looking for it
         parts.append('<div class="notes"><h4>Token reconciliation (client vs server /metrics)</h4><p>no server '
@@ -714,7 +714,7 @@ def _run_section(i: int, run: RunData) -> str:
 
 
 def _compare_section(a: RunData, b: RunData, n: int) -> str:
-    df = compare_table(a.summary, b.summary)
+    df = compare_table(a.table, b.table)
     rows = [[r["stage"], r["mode"], r["metric"], format_cell(r["a"], "r"), format_cell(r["b"], "r"),
              "-" if r["change_pct"] is None else f"{r['change_pct']:+.1f}%"] for r in df.iter_rows(named=True)]
     return (f'<section id="compare-{n}"><h3>A = {html.escape(a.name)}, B = {html.escape(b.name)}</h3>'

@@ -1,6 +1,6 @@
 """The recorder on a virtual clock: ``kvtui --record`` for a profile whose engine is simulated.
 
-Same stages, modes, workload and arrival generator as :mod:`tui.record`, but no server and no HTTP:
+Same stages, modes, workload and arrival generator as :mod:`tui.recorder.recorder`, but no server and no HTTP:
 the simulated engine runs in this process on a :class:`~tui.engine.sim.clock.VirtualClock`, requests
 are added at their scheduled arrival times on that clock, and each step moves the clock by its
 modelled time. Nothing waits, so an hour of traffic takes as long as the scheduler needs to step
@@ -25,25 +25,23 @@ from rich.console import RenderableType
 from rich.live import Live
 from rich.text import Text
 
-from tui.clock import now as records_now
+from tui.base.clock import now as records_now
+from tui.base.gpu import GpuSample
 from tui.engine.engine import Engine, RequestRejected
 from tui.engine.params import SamplingParams
 from tui.engine.sim.clock import SimClock, VirtualClock
 from tui.engine.sim.readings import modelled_gpu_samples
 from tui.engine.snapshot import EngineSnapshot, StepTiming
-from tui.gpu import GpuSample
-from tui.load.arrivals import ArrivalProcess, Schedule
-from tui.load.workload import Workload
+from tui.load.arrivals import Schedule
+from tui.load.trace_replay import make_arrivals, make_workload
 from tui.metrics.capacity import cell_attainment
 from tui.metrics.window import RollingWindow
-from tui.profile import EngineMode, Profile, Stage
-from tui.record import Recorder, frame_row
+from tui.profile import EngineMode, Profile, Stage, stage_profile
+from tui.recorder.progress import cell_total
+from tui.recorder.recorder import Recorder, frame_row, restore_signal_handlers
 from tui.records.parquet import dataclass_rows
-from tui.records.request import RequestRecord
-from tui.run_progress import cell_total
+from tui.records.request import RequestRecord, finish_status
 
-# engine finish reasons -> record statuses (as the HTTP client maps the server's finish_reason)
-_STATUS = {"length": "ok", "stop": "ok", "timeout": "timeout", "aborted": "cancelled"}
 STEPS_EVERY = 2000  # collect the engine's steps this often (its history holds 20,000)
 IDLE_TICK_S = 0.001  # nothing runs but requests wait (a static batch window): look again this much later
 GPU_EVERY_S = 1.0  # simulated seconds between modelled GPU samples (the live recorder polls NVML as often)
@@ -57,8 +55,10 @@ class VirtualClockRecorder(Recorder):
     _simulated_s = 0.0  # simulated seconds of all cells so far
 
     def run(self) -> int:
-        self._open_run()
+        if not self._open_run():
+            return 2
         code = 0
+        handlers = self._interruptible()
         t0 = time.perf_counter()
         self._simulated_s = 0.0
         self._plan = self._make_plan([m.label for m in self.profile.record.modes])
@@ -68,9 +68,13 @@ class VirtualClockRecorder(Recorder):
                     stage, mode = cell
                     self._simulated_s += self._run_virtual_cell(stage, EngineMode.parse(mode))
                     self._plan.cell_done(partial=False)
-                    for w in self._writers.values():
-                        w.flush()
-            self._plan.finish(complete=True)
+                    try:
+                        for w in self._writers.values():
+                            w.flush()
+                    except Exception as e:  # a full disk: stop here, keep what reached it
+                        self.fatal, code = self._write_failure(e), 1
+                        break
+            self._plan.finish(complete=self.fatal is None)
         except KeyboardInterrupt:
             self.interrupted = True
             self._plan.finish(complete=False)
@@ -78,11 +82,13 @@ class VirtualClockRecorder(Recorder):
         except ValueError as e:  # the engine could not be built (e.g. the model does not fit)
             self.fatal = f"the simulated engine did not start: {e}"
             code = 1
+        self._finishing()
         wall = time.perf_counter() - t0
         self.extra_info = {"simulated_s": self._simulated_s, "wall_s": wall}
         self.err.print(f"simulated {self._simulated_s:,.1f} s of traffic in {wall:,.1f} s of wall time "
                        f"({self._simulated_s / wall if wall > 0 else 0:,.0f}x)", highlight=False)
-        self._finish(code)
+        code = self._finish(code)
+        restore_signal_handlers(handlers)
         return code
 
     @contextlib.contextmanager
@@ -168,7 +174,7 @@ class ClockDriver:
         rate = profile.record.snapshots_per_s
         self.frame_every = 1.0 / rate if rate > 0 else math.inf
         self.next_frame = math.inf  # no frames during warm-up: run() starts them
-        self.workload = Workload(profile.workload, "char")  # the byte tokenizer: one character, one token
+        self.workload = make_workload(profile.workload, "char")  # the byte tokenizer: one character, one token
         self.window = RollingWindow(profile.record.window_s, clock=lambda: self._stamp(clock.now()))
         self.open: dict[str, RequestRecord] = {}
         self.steps_seen = engine.step_index
@@ -189,7 +195,7 @@ class ClockDriver:
         self._in_flight_before = 0  # requests in the engine after the last _send_due (before the step since)
 
     def _stamp(self, t: float) -> float:
-        """A time on the engine's clock as a records' time (:mod:`tui.clock`)."""
+        """A time on the engine's clock as a records' time (:mod:`tui.base.clock`)."""
         return self.clock.origin + t
 
     # -- requests --------------------------------------------------------------------------------
@@ -254,8 +260,7 @@ class ClockDriver:
         """The engine finished ``r``'s request at ``t``."""
         del self.open[r.request_id]
         r.finish_reason = finish_reason
-        r.status = _STATUS.get(finish_reason or "", "rejected")
-        r.reason = "" if r.status == "ok" else f"engine finished it: {finish_reason}"
+        r.status, r.reason = finish_status(finish_reason)  # as the HTTP client reads the server's
         r.prompt_tokens, r.completion_tokens, r.end_t = prompt_tokens, output_tokens, t
         self._done(r)
 
@@ -389,10 +394,9 @@ class ClockDriver:
 
     def run(self) -> None:
         """Send the stage's requests at their arrival times, step until they finish or the drain bound."""
-        load = self.profile.load
         start = self.clock.now()
         self.next_frame = start
-        self._arrivals = Schedule(ArrivalProcess(load.arrival, load.burstiness, load.seed), self.stage.rate, start)
+        self._arrivals = Schedule(make_arrivals(self.profile, self.stage.num_requests), self.stage.rate, start)
         dur = self.stage.duration_s
         self._end_t = start + dur if dur is not None else math.inf
         self._sent = 0
@@ -428,6 +432,7 @@ def run_virtual_cell(profile: Profile, stage: Stage, mode: EngineMode, *, start:
     """One stage under one mode on a fresh simulated engine whose virtual clock starts at ``start``
     (monotonic scale): the profile's warm-up, then the stage to its end. Returns the driver (its
     clock says when the cell ended)."""
+    profile = stage_profile(profile, stage)  # a repeat's own seed
     clock = VirtualClock(0.0, origin=start)
     engine = Engine(profile.engine.with_mode(mode), profile.defenses, sim_clock=clock)
     cell = ClockDriver(engine, clock, profile, stage, mode.label, run_id=run_id, on_record=on_record,
@@ -448,6 +453,8 @@ def probe_attainment(profile: Profile, mode: EngineMode, rate: float) -> float:
     return cell_attainment(records, profile.slo) or 0.0
 
 
-def record_virtual(profile: Profile, out: Path, *, seed_drawn: bool = False) -> int:
-    """``kvtui --record`` for a simulated profile on the virtual clock; returns the exit code."""
-    return VirtualClockRecorder(profile, Path(out), seed_drawn=seed_drawn).run()
+def record_virtual(profile: Profile, out: Path, *, seed_drawn: bool = False, force: bool = False) -> int:
+    """``kvtui --record`` for a simulated profile on the virtual clock; returns the exit code.
+
+    ``force``: replace a run already in ``out`` (without it a non-empty ``out`` is refused, exit 2)."""
+    return VirtualClockRecorder(profile, Path(out), seed_drawn=seed_drawn, force=force).run()

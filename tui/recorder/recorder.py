@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import math
+import os
 import signal
 import time
 import uuid
@@ -30,15 +32,18 @@ from rich.console import Console, RenderableType
 from rich.live import Live
 from rich.text import Text
 
-from tui.clock import anchor, now
+from tui.base.clock import anchor, now
+from tui.base.errors import api_key_hint, api_url, one_line, redact_url, root_url
+from tui.base.provenance import provenance
+from tui.base.tokenizer_json import read_tokenizer_json
 from tui.engine.sim.backend import kv_cache
 from tui.engine.sim.readings import modelled_gpu_samples
-from tui.errors import api_key_hint, one_line, root_url
 from tui.feasibility import infeasible_cells
-from tui.load.arrivals import ArrivalProcess, planned_deadlines
+from tui.load.arrivals import planned_deadlines
 from tui.load.headroom import new_timed_loop
 from tui.load.runner import ClientStats, LoadRunner, make_target, prompt_sizing
 from tui.load.target import OpenAITarget, PreflightError
+from tui.load.trace_replay import make_arrivals
 from tui.load.workers import WorkerFailed, WorkerRunner
 from tui.load.workload import UNIT_MEANING, Workload
 from tui.metrics import stats
@@ -48,16 +53,15 @@ from tui.metrics.summary import to_markdown
 from tui.metrics.table_view import print_summary
 from tui.metrics.types import ServerGauges
 from tui.metrics.window import RollingWindow
-from tui.profile import EngineMode, Profile, ProfileError, Stage, dump_profile
-from tui.provenance import provenance
+from tui.profile import EngineMode, Profile, ProfileError, Stage, dump_profile, stage_profile
+from tui.recorder.progress import RunProgress, cell_total, run_total
+from tui.recorder.sweep import CellPlan, FixedCells, cell_plan
 from tui.records.parquet import PartWriter, dataclass_rows, read_records
 from tui.records.request import RequestRecord
-from tui.report import load_run, wide_console
-from tui.run_progress import RunProgress, cell_total, run_total
+from tui.records.run_dir import RunDirError, prepare_run_dir
+from tui.report.terminal import load_run, wide_console
 from tui.serve.control_client import ControlClient, ControlError
 from tui.serve.state_wire import frame_json
-from tui.sweep import CellPlan, FixedCells, cell_plan
-from tui.tokenizer_json import read_tokenizer_json
 
 if TYPE_CHECKING:
     from tui.engine.snapshot import EngineSnapshot
@@ -82,12 +86,13 @@ class FatalTargetError(Exception):
 class Recorder:
     """One recorded run into ``out``; :meth:`run` returns the exit code."""
 
-    clock_kind = "real"  # the virtual-clock recorder (tui.virtual_record) says "virtual"
+    clock_kind = "real"  # the virtual-clock recorder (tui.recorder.virtual) says "virtual"
 
     def __init__(self, profile: Profile, out: Path, *, console_err: Console | None = None,
-                 console_out: Console | None = None, seed_drawn: bool = False):
+                 console_out: Console | None = None, seed_drawn: bool = False, force: bool = False):
         self.profile = profile
         self.out = Path(out)
+        self.force = force  # replace a run already in ``out`` (else a non-empty ``out`` is refused)
         self.run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
         self.started_t, self.started_wall = anchor()  # the run's start on the records' and the wall clock
         self.err = console_err or Console(stderr=True, soft_wrap=True)
@@ -110,21 +115,30 @@ class Recorder:
 
     # -- entry -------------------------------------------------------------------------------------
 
-    def _open_run(self) -> None:
-        """Create the run directory: the effective profile, the Parquet writers, an unfinished run.json."""
-        self.out.mkdir(parents=True, exist_ok=True)
-        (self.out / "profile.toml").write_text(dump_profile(self.profile), encoding="utf-8")
+    def _open_run(self) -> bool:
+        """Create the run directory: the effective profile, the Parquet writers, an unfinished run.json.
+
+        False (after one line on stderr) when ``out`` cannot hold a new run: not a usable directory,
+        or already holding something and no ``force``."""
+        try:
+            self.out = prepare_run_dir(self.out, force=self.force)
+        except RunDirError as e:
+            self.err.print(f"kvtui: {e}", markup=False, highlight=False)
+            return False
+        # the target's URL without its credentials (a key belongs in an environment variable)
+        (self.out / "profile.toml").write_text(dump_profile(_without_credentials(self.profile)), encoding="utf-8")
         names = ["requests", "steps", "gpu"]
         if self.profile.target.kind == "local" and self.profile.record.snapshots_per_s > 0:
             names.append("frames")  # replay frames: only the kvtui engine has a state to keep
         self._writers = {name: PartWriter(self.out, name) for name in names}
         self._write_run_json(finished=False, code=None)
+        return True
 
     def run(self) -> int:
-        self._open_run()
+        if not self._open_run():
+            return 2
         code = 0
-        old_term = signal.getsignal(signal.SIGTERM)
-        signal.signal(signal.SIGTERM, _raise_interrupt)  # outside the event loop (server start-up)
+        handlers = self._interruptible()
         try:
             if self.profile.target.kind == "local":
                 server = self._start_local()
@@ -145,14 +159,37 @@ class Recorder:
             self.fatal = str(e)
             code = 2
         finally:
-            signal.signal(signal.SIGTERM, old_term)
+            self._finishing()
             if self._server is not None:
                 with contextlib.suppress(Exception):
                     self._server.stop()
                 # The engine's own account of a failure (a crash, a refused reset) stays with the run.
-                (self.out / "server.log").write_text("\n".join(self._server.log_tail(200)) + "\n", encoding="utf-8")
-            self._finish(code)
+                with contextlib.suppress(OSError):  # a full disk: _finish says so
+                    (self.out / "server.log").write_text("\n".join(self._server.log_tail(200)) + "\n",
+                                                         encoding="utf-8")
+            code = self._finish(code)
+            restore_signal_handlers(handlers)
         return code
+
+    @staticmethod
+    def _interruptible() -> dict[int, Any]:
+        """SIGINT and SIGTERM stop the run (a KeyboardInterrupt) outside the event loop too (the
+        server's start-up): SIGINT even when the process started with it ignored, as a script's
+        background job does (Python then leaves it ignored). Returns the handlers to restore."""
+        old: dict[int, Any] = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+        for sig in old:
+            signal.signal(sig, _raise_interrupt)
+        return old
+
+    def _finishing(self) -> None:
+        """A second Ctrl-C while the run is written would lose it: from here every signal only says so."""
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._still_finishing)
+
+    @staticmethod
+    def _still_finishing(signum: int, frame: Any) -> None:
+        with contextlib.suppress(OSError):  # os.write: safe wherever the signal lands, a print included
+            os.write(2, b"kvtui: still writing the records; they are done in a moment\n")
 
     def _start_local(self) -> LocalServer:
         # Imported here, not at the top: a run against a remote target never loads the server's stack.
@@ -204,6 +241,7 @@ class Recorder:
             await target.aclose()
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
+            self._finishing()  # the load has stopped: what is left is writing
         if self.fatal:
             raise FatalTargetError(self.fatal)
         return 130 if self.interrupted else 0
@@ -218,7 +256,7 @@ class Recorder:
     async def _served_model(target: OpenAITarget) -> str | None:
         """The model id the local server serves (it serves exactly one: the dummy or a checkpoint)."""
         with contextlib.suppress(httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
-            resp = await target.client.get(f"{target.base_url}/models", timeout=10.0)
+            resp = await target.client.get(api_url(target.base_url, "models"), timeout=10.0)
             return str(resp.json()["data"][0]["id"])
         return None
 
@@ -255,11 +293,12 @@ class Recorder:
                      window: RollingWindow) -> LoadRunner | WorkerRunner:
         """The stage's load client: this process, or ``load.workers`` processes on one schedule."""
         workers = self.profile.load.workers
+        profile = stage_profile(self.profile, stage)  # a repeat's own seed
         if workers > 1:
-            return WorkerRunner(self.profile, target.base_url, target.model, workers=workers, rate=stage.rate,
+            return WorkerRunner(profile, target.base_url, target.model, workers=workers, rate=stage.rate,
                                 stage=stage.name, mode=mode, run_id=self.run_id, on_record=self._on_record,
                                 window=window)
-        return LoadRunner(self.profile, target=target, rate=stage.rate, stage=stage.name, mode=mode,
+        return LoadRunner(profile, target=target, rate=stage.rate, stage=stage.name, mode=mode,
                           run_id=self.run_id, on_record=self._on_record, window=window)
 
     async def _load_cell(self, runner: LoadRunner | WorkerRunner, window: RollingWindow, target: OpenAITarget,
@@ -422,7 +461,7 @@ class Recorder:
         some is a warning saying how many will be rejected.
         """
         try:
-            resp = await target.client.get(f"{target.base_url}/models", timeout=10.0)
+            resp = await target.client.get(api_url(target.base_url, "models"), timeout=10.0)
             max_model_len = int(resp.json()["data"][0]["max_model_len"])
             num_slots = (await control.state()).engine.totals.total_slots
         except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError, ControlError):
@@ -503,7 +542,7 @@ class Recorder:
         try:
             # Stopping (Ctrl-C, a fault): a swamped or dead server must not hold the exit up.
             stopping = self._stop is not None and self._stop.is_set()
-            resp = await target.client.get(f"{root}/metrics", timeout=0.25 if stopping else 10.0)
+            resp = await target.client.get(api_url(root, "metrics"), timeout=0.25 if stopping else 10.0)
         except httpx.HTTPError:
             return ServerGauges()
         if resp.status_code != 200:
@@ -524,8 +563,7 @@ class Recorder:
     def offered_rate(self, stage: Stage) -> float | None:
         """The arrival rate ``stage``'s schedule will offer (its seeded draw, not the target), planned ahead
         from the same arrival process; None when the stage is too long to plan."""
-        load = self.profile.load
-        plan = planned_deadlines(ArrivalProcess(load.arrival, load.burstiness, load.seed), stage.rate,
+        plan = planned_deadlines(make_arrivals(stage_profile(self.profile, stage), stage.num_requests), stage.rate,
                                  stage.num_requests, stage.duration_s)
         return stats.offered_rate(plan) if plan else None
 
@@ -562,8 +600,15 @@ class Recorder:
     async def _flush_loop(self) -> None:
         while True:
             await asyncio.sleep(FLUSH_EVERY_S)
-            for w in self._writers.values():
-                w.flush()
+            try:
+                for w in self._writers.values():
+                    w.flush()
+            except Exception as e:  # a full disk, a value the schema cannot hold: load without records is waste
+                self._fail(self._write_failure(e))
+                return
+
+    def _write_failure(self, e: Exception) -> str:
+        return f"cannot write the records to {self.out} ({one_line(e, 160)}); the run stopped, records so far kept"
 
     def _write_run_json(self, finished: bool, code: int | None) -> None:
         info = {
@@ -571,18 +616,18 @@ class Recorder:
             **provenance(),  # which kvtui measured it (the report's header prints it)
             "profile": self.profile.name,
             "target": self.profile.target.kind,
-            "base_url": self.profile.target.base_url,
+            "base_url": redact_url(self.profile.target.base_url),
             "model": self.profile.target.model,
             "partial": not finished or self.interrupted or self.fatal is not None,
             "interrupted": self.interrupted,
-            "error": self.fatal,
+            "error": self._no_credentials(self.fatal),
             "exit_code": code,
             # what drew the arrivals and the request contents: the same seeds repeat the run exactly
             "seed": {"load": self.profile.load.seed, "workload": self.profile.workload.seed,
                      "drawn_at_random": self.seed_drawn},
             **self._prompt_unit(),
             "cells": self.cells,
-            # every time in the records is on tui.clock (monotonic, never stepped); this pair dates them:
+            # every time in the records is on tui.base.clock (monotonic, never stepped); this pair dates them:
             # wall time = started_wall + (t - started_t)
             "started_t": self.started_t,
             "started_wall": self.started_wall,
@@ -602,20 +647,47 @@ class Recorder:
         tmp.write_text(json.dumps(info, indent=2), encoding="utf-8")
         tmp.replace(self.out / "run.json")
 
+    def _no_credentials(self, text: str | None) -> str | None:
+        """``text`` with the target URL's user name and password (if it has them) as ``***``."""
+        url = self.profile.target.base_url
+        shown = redact_url(url)
+        return text.replace(url, shown) if text and url and shown and shown != url else text
+
     def _prompt_unit(self) -> dict[str, Any]:
         """What the requested prompt lengths (``prompt_len``) count, for run.json and summary.md."""
         unit, tokenizer = prompt_sizing(self.profile)
         return {"prompt_len_unit": unit, "prompt_len_counts": UNIT_MEANING[unit], "prompt_tokenizer": tokenizer}
 
-    def _finish(self, code: int) -> None:
-        """Write everything collected, the summary, and print the table (also on errors and Ctrl-C)."""
+    def _finish(self, code: int) -> int:
+        """Write everything collected, the summary, and print the table (also on errors and Ctrl-C).
+
+        Returns the exit code: ``code``, or 1 when the records could not be written."""
         for w in self._writers.values():
-            w.finish()
-        self._write_run_json(finished=True, code=code)
-        if self.fatal:
-            self.err.print(f"kvtui: {self.fatal}", markup=False, highlight=False)
+            try:
+                w.finish()
+            except Exception as e:  # the rows not yet on disk are lost; the parts that are get joined
+                w.discard_pending()
+                if self.fatal is None:
+                    self.fatal = self._write_failure(e)
+                with contextlib.suppress(Exception):
+                    w.finish()  # else the parts stay, and read_records still reads them
+        if self.fatal and code == 0:
+            code = 1
+        try:
+            self._write_run_json(finished=True, code=code)
+            if self.fatal:
+                self.err.print(f"kvtui: {self._no_credentials(self.fatal)}", markup=False, highlight=False)
+            self._summarise()
+        except OSError as e:
+            self.err.print(f"kvtui: cannot write the summary to {self.out}: {one_line(e, 160)}", markup=False,
+                           highlight=False)
+            return code or 1
+        return code
+
+    def _summarise(self) -> None:
+        """summary.csv, summary.md and the table on the terminal, from the records on disk."""
         run = load_run(self.out)
-        table = run.summary
+        table = run.table  # repeated cells as one row: mean and 95 % interval
         table.write_csv(self.out / "summary.csv")
         title = f"kvtui run {self.run_id} ({self.profile.name})" + (" (partial)" if run.partial else "")
         eng = self.profile.engine
@@ -650,6 +722,20 @@ def frame_row(snap: EngineSnapshot, stage: str, mode: str, t: float) -> dict[str
             "num_waiting": snap.num_waiting, "num_preemptions": snap.num_preemptions, "state": frame_json(snap)}
 
 
+def _without_credentials(profile: Profile) -> Profile:
+    """``profile`` with any user name and password in the target's URL replaced by ``***``."""
+    url = profile.target.base_url
+    if not url or redact_url(url) == url:
+        return profile
+    return dataclasses.replace(profile, target=dataclasses.replace(profile.target, base_url=redact_url(url)))
+
+
+def restore_signal_handlers(handlers: dict[int, Any]) -> None:
+    """Put back the handlers :meth:`Recorder._interruptible` replaced."""
+    for sig, handler in handlers.items():
+        signal.signal(sig, handler)
+
+
 def _raise_interrupt(signum, frame):  # SIGTERM outside the event loop behaves like Ctrl-C
     raise KeyboardInterrupt
 
@@ -658,9 +744,10 @@ def _failures(failed: dict[str, int]) -> str:
     return " (" + ", ".join(f"{k} {v}" for k, v in sorted(failed.items())) + ")" if failed else ""
 
 
-def record_main(profile: Profile, out: Path, *, seed_drawn: bool = False) -> int:
+def record_main(profile: Profile, out: Path, *, seed_drawn: bool = False, force: bool = False) -> int:
     """The CLI's ``--record``: run every stage x mode of ``profile`` into ``out``; returns the exit code.
 
-    ``seed_drawn``: the profile's seeds were drawn at random (``--seed random``); run.json says so."""
-    return Recorder(profile, Path(out), seed_drawn=seed_drawn).run()
+    ``seed_drawn``: the profile's seeds were drawn at random (``--seed random``); run.json says so.
+    ``force``: replace a run already in ``out`` (without it a non-empty ``out`` is refused, exit 2)."""
+    return Recorder(profile, Path(out), seed_drawn=seed_drawn, force=force).run()
 

@@ -19,7 +19,10 @@ from rich.console import Console
 from rich.table import Table
 
 from tui.metrics.capacity import CapacityEdge, edge_summary_lines, edges_rich, read_capacity_edges
+from tui.metrics.decomposition import decomposition_rich, read_tables
+from tui.metrics.repeats import collapse_repeats
 from tui.metrics.review import RunReview, review_run
+from tui.metrics.significance import METHOD, significance_table
 from tui.metrics.summary import compare_table, format_cell, summary_table
 from tui.metrics.table_view import print_summary
 from tui.profile import Profile, ProfileError, SloConfig, load_profile
@@ -36,8 +39,13 @@ class RunData:
     gpu: pl.DataFrame
     info: dict[str, Any] = field(default_factory=dict)
     profile: Profile | None = None
-    summary: pl.DataFrame = field(default_factory=pl.DataFrame)
+    summary: pl.DataFrame = field(default_factory=pl.DataFrame)  # one row per recorded cell (each repeat its own)
     edges: list[CapacityEdge] = field(default_factory=list)  # a sweep's capacity edge per mode ([] otherwise)
+
+    @property
+    def table(self) -> pl.DataFrame:
+        """The table as reported: a repeated cell's rows as one, each figure's mean and 95 % interval."""
+        return collapse_repeats(self.summary)
 
     @property
     def partial(self) -> bool:
@@ -103,14 +111,19 @@ def review_of(run: RunData, edges: dict[str, float] | None = None) -> RunReview:
 
 def _print_run(console: Console, run: RunData) -> None:
     title = run_title(run)
-    if run.summary.height:
-        print_summary(console, run.summary, title)
+    if run.table.height:
+        print_summary(console, run.table, title)  # repeats as one row: mean ± 95 % CI
     else:
         console.print(f"{title}: no requests recorded")
     if run.edges:  # a sweep's capacity edge per mode
         console.print(edges_rich(run.edges))
         for line in edge_summary_lines(run.edges):
             console.print(line, markup=False, highlight=False)
+    for item in decomposition_rich(*read_tables(run.path)):  # a decomposition's tables (tui.recorder.decompose)
+        if isinstance(item, str):
+            console.print(item, markup=False, highlight=False)
+        else:
+            console.print(item)
     if run.info.get("error"):
         console.print(f"the run ended with an error: {run.info['error']}", markup=False, highlight=False)
 
@@ -119,7 +132,7 @@ def compare_rows(a: RunData, b: RunData) -> list[list[str]]:
     """Run B against run A as printed: per stage x mode and metric, A, B and B vs A in percent."""
     return [[row["stage"], row["mode"], row["metric"], format_cell(row["a"], "r"), format_cell(row["b"], "r"),
              "-" if row["change_pct"] is None else f"{row['change_pct']:+.1f}%"]
-            for row in compare_table(a.summary, b.summary).iter_rows(named=True)]
+            for row in compare_table(a.table, b.table).iter_rows(named=True)]
 
 
 def _print_compare(console: Console, a: RunData, b: RunData) -> None:
@@ -129,6 +142,19 @@ def _print_compare(console: Console, a: RunData, b: RunData) -> None:
     for row in compare_rows(a, b):
         table.add_row(*row)
     console.print(table)
+    sig = significance_table(a.requests, b.requests)
+    if sig.height:
+        table = Table(title="Significant differences, B vs A", header_style="bold")
+        for col in ("stage", "mode", "latency", "A median ms", "B median ms", "n A / B", "p", "significant"):
+            table.add_column(col, justify="left" if col in ("stage", "mode", "latency") else "right")
+        for cell in sig.iter_rows(named=True):
+            p = cell["p_value"]
+            table.add_row(cell["stage"], cell["mode"], cell["metric"].upper(), format_cell(cell["a_median_ms"], "ms"),
+                          format_cell(cell["b_median_ms"], "ms"), f"{cell['a_n']} / {cell['b_n']}",
+                          "-" if p is None else f"{p:.3g}",
+                          "-" if cell["significant"] is None else ("yes" if cell["significant"] else "no"))
+        console.print(table)
+        console.print(f"method: {METHOD}", markup=False, highlight=False)
 
 
 # Wide enough for the full comparison table: what a pipe or ``--wide`` gets.

@@ -1,16 +1,18 @@
 """Which cells a recorded run runs, one at a time: every stage x mode, or a sweep for each mode's capacity edge.
 
-Both recorders (:mod:`tui.record` live over HTTP, :mod:`tui.virtual_record` on the virtual clock) ask
+Both recorders (:mod:`tui.recorder.recorder` live over HTTP, :mod:`tui.recorder.virtual` on the virtual clock) ask
 a :class:`CellPlan` for the next (stage, mode), run it as any cell, hand it every request record and
 say when the cell is done. :class:`FixedCells` is the plain run: the profile's stages under every
 mode. :class:`Sweep` (a profile with ``[sweep]``) chooses each probe's rate from the ones before it
-(:class:`~tui.metrics.capacity.EdgeSearch`), mode after mode, and writes ``sweep.json`` after every
+(:class:`~tui.metrics.capacity.EdgeSearch`; a probe passes when its SLO attainment meets the target
+and its queue stayed steady, :mod:`tui.metrics.steady`), mode after mode, and writes ``sweep.json`` after every
 probe; each probe is an ordinary stage (``sweep-01``, ...), so its records, steps and table row are
 like any other cell's.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -18,6 +20,8 @@ import numpy as np
 
 from tui.metrics import stats
 from tui.metrics.capacity import EdgeSearch, cell_attainment, passes, write_capacity_edges
+from tui.metrics.repeats import repeat_name
+from tui.metrics.steady import mean_service_s, queue_test
 from tui.profile import Profile, Stage, SweepConfig
 from tui.records.request import RequestRecord
 
@@ -44,10 +48,14 @@ class CellPlan:
 
 
 class FixedCells(CellPlan):
-    """Every stage under every mode, stage by stage."""
+    """Every stage under every mode, stage by stage; with ``repeats`` > 1, each stage that many times
+    (repeat K as stage ``NAME#rK``, seeded K: :mod:`tui.metrics.repeats`), every mode within a repeat."""
 
-    def __init__(self, stages: Sequence[Stage], modes: Sequence[str]):
-        self._cells = [(stage, mode) for stage in stages for mode in modes]
+    def __init__(self, stages: Sequence[Stage], modes: Sequence[str], repeats: int = 1):
+        runs = list(stages) if repeats <= 1 else [
+            dataclasses.replace(stage, name=repeat_name(stage.name, k), seed=k)
+            for stage in stages for k in range(repeats)]
+        self._cells = [(stage, mode) for stage in runs for mode in modes]
 
     def next_cell(self) -> tuple[Stage, str] | None:
         return self._cells.pop(0) if self._cells else None
@@ -75,9 +83,9 @@ class Sweep(CellPlan):
     def next_cell(self) -> tuple[Stage, str] | None:
         while self._mode < len(self.searches):
             search = self.searches[self._mode]
-            rate = search.next_rate()
-            if rate is not None:
-                stage = self.config.probe_stage(len(search.probes) + 1, rate)
+            probe = search.next_probe()
+            if probe is not None:
+                stage = self.config.probe_stage(search.runs + 1, *probe)
                 self._cell = (stage, search.mode)
                 self._records, self._met = [], 0
                 return self._cell
@@ -108,12 +116,28 @@ class Sweep(CellPlan):
             return
         attainment = cell_attainment(self._records, self.slo)
         attainment = 0.0 if attainment is None else attainment  # a probe without requests met nothing
-        search.observe(stage.rate, attainment, stage.name)
+        recs = self._records
+        send = np.array([r.send_t for r in recs], dtype=float)
+        queue = queue_test(send, np.array([np.nan if r.end_t is None else r.end_t for r in recs], dtype=float))
+        ok = [r for r in recs if r.ok]
+        service = mean_service_s(np.array([r.send_t for r in ok], dtype=float),
+                                 np.array([r.last_token_t for r in ok], dtype=float))
+        length = (stage.num_requests or 0) / stage.rate  # its arrivals' length (num_requests may set it)
+        counted = search.observe_probe(stage.rate, length, attainment, stage.name, queue, service)
+        queue_text = "" if queue is None else f"; queue {queue.verdict} (grew {queue.growth:+.1%} of arrivals), " \
+            f"served {queue.achieved_req_s:.4g} req/s"
+        if not counted:
+            self.say(f"sweep {mode}: {stage.name} at {stage.rate:.4g} req/s{queue_text}: undecided, running it "
+                     f"again {self.config.extend_factor:g}x longer")
+            self._write(finished=False)
+            return
         edge = search.edge()
-        verdict = "met" if passes(attainment, self.config.target_attainment) else "missed"
+        verdict = "met" if search.probes[-1].steady and passes(attainment, self.config.target_attainment) \
+            else "missed"
         self.say(f"sweep {mode}: {stage.name} at {stage.rate:.4g} req/s: SLO met by {attainment:.1%} of "
-                 f"{len(self._records)} requests ({verdict} the {self.config.target_attainment:.0%} target)"
-                 f"{_probe_tails(self._records)}; edge {_edge_text(edge.edge_rate, edge.fail_rate, edge.status)}")
+                 f"{len(self._records)} requests{queue_text} ({verdict} the {self.config.target_attainment:.0%} "
+                 f"target and steady state){_probe_tails(self._records)}; "
+                 f"edge {_edge_text(edge.edge_rate, edge.fail_rate, edge.status)}")
         self._write(finished=False)
 
     def finish(self, complete: bool) -> None:
@@ -127,7 +151,7 @@ class Sweep(CellPlan):
         done = len(self._records)
         live = f"SLO met {self._met}/{done} so far" if done else "no request finished yet"
         history = " ".join(f"{p.rate:.3g}:{p.attainment:.2f}" for p in search.probes)
-        return (f"sweep {mode} · probe {len(search.probes) + 1} at {stage.rate:.4g}/s · {live} · target "
+        return (f"sweep {mode} · probe {search.runs + 1} at {stage.rate:.4g}/s · {live} · target "
                 f"{self.config.target_attainment:.0%}" + (f" · before (rate:met) {history}" if history else ""))
 
     def _write(self, finished: bool) -> None:
@@ -158,4 +182,4 @@ def cell_plan(profile: Profile, modes: Sequence[str], out: Path, say: Callable[[
     """The plan a recorder runs: a sweep for a profile with ``[sweep]``, else every stage x mode."""
     if profile.sweep is not None:
         return Sweep(profile, modes, out, say)
-    return FixedCells(profile.run_stages(), modes)
+    return FixedCells(profile.run_stages(), modes, profile.record.repeats)

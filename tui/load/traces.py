@@ -1,0 +1,417 @@
+"""Production traces, read one request at a time: Mooncake JSONL, Azure LLM inference CSV, BurstGPT CSV,
+ShareGPT JSON.
+
+Every format has one reader behind one interface (:class:`TraceReader`): ``read(path)`` yields
+:class:`TraceRequest` s in file order, streaming (a trace larger than memory is never loaded whole).
+:func:`reader_for` picks one by name or detects it from the file's first record. A malformed record is a
+:class:`TraceError`: one line naming the file, the line and the field (a :class:`~tui.profile.ProfileError`,
+so the CLI exits 2 on it). Nothing is downloaded: the user passes a file.
+
+Lengths are as the trace counts them (tokens of the model that served it). Mooncake's ``hash_ids`` name
+the trace's prefix blocks of :data:`MOONCAKE_BLOCK_TOKENS` tokens: two requests with equal leading hash
+ids shared that much prompt. ShareGPT conversations carry text, not counts; a turn's length is its
+text's length in the unit the caller counts (the local engine's byte tokenizer: UTF-8 bytes), and a
+later turn of a conversation carries every earlier turn (questions and answers) as its prefix.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+from tui.profile import ProfileError
+
+TraceFormat = Literal["mooncake", "azure", "burstgpt", "sharegpt"]
+FORMATS: tuple[TraceFormat, ...] = get_args(TraceFormat)
+
+MOONCAKE_BLOCK_TOKENS = 512  # one Mooncake hash id covers this many prompt tokens (the trace's own block size)
+
+
+class TraceError(ProfileError):
+    """A trace file that cannot be replayed; the message is one line naming the file, line and field."""
+
+
+@dataclass(frozen=True)
+class TraceRequest:
+    """One request of a trace.
+
+    ``arrival_s``: when it arrived, in seconds on the trace's own clock (None: the format has no times).
+    ``hash_ids``: Mooncake prefix blocks. ``session``/``prefix_len``: a ShareGPT conversation's index and
+    how many of this turn's ``input_len`` tokens are the conversation so far (the turns before it).
+    """
+
+    line: int
+    arrival_s: float | None
+    input_len: int
+    output_len: int
+    hash_ids: tuple[int, ...] = ()
+    session: int | None = None
+    prefix_len: int = 0
+
+
+def _fail(path: Path, line: int, field: str, problem: str) -> TraceError:
+    return TraceError(f"{path}:{line}: {field}: {problem}")
+
+
+def _length(path: Path, line: int, field: str, value: Any) -> int:
+    """A token count: a non-negative integer (a float with no fraction, as CSV tools write it, passes).
+
+    0 becomes 1: a request asks for at least one token (BurstGPT logs failed requests with 0 output)."""
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            value = int(text)
+        except ValueError:
+            try:
+                value = float(text)
+            except ValueError:
+                raise _fail(path, line, field, f"{value!r} is not a token count") from None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _fail(path, line, field, f"{value!r} is not a token count")
+    if isinstance(value, float) and (not math.isfinite(value) or not value.is_integer()):
+        raise _fail(path, line, field, f"{value!r} is not a whole number of tokens")
+    if value < 0:
+        raise _fail(path, line, field, f"{int(value)} is negative")
+    return max(1, int(value))
+
+
+def _seconds(path: Path, line: int, field: str, value: Any, scale: float = 1.0) -> float:
+    """A number of seconds (``value`` × ``scale``), finite and non-negative."""
+    try:
+        t = float(value) * scale if not isinstance(value, bool) else math.nan
+    except (TypeError, ValueError):
+        raise _fail(path, line, field, f"{value!r} is not a number") from None
+    if not math.isfinite(t) or t < 0:
+        raise _fail(path, line, field, f"{value!r} is not a finite, non-negative time")
+    return t
+
+
+class TraceReader:
+    """One trace format: ``read(path)`` yields its requests in file order, one at a time."""
+
+    name: TraceFormat
+
+    def read(self, path: Path) -> Iterator[TraceRequest]:
+        raise NotImplementedError
+
+    @staticmethod
+    def looks_like(first: str) -> bool:
+        """Whether the file's first non-empty line (a CSV header, a JSON record) is this format's."""
+        raise NotImplementedError
+
+
+class _Ordered:
+    """Arrival times must not go backwards: a replay sends in file order."""
+
+    def __init__(self, path: Path, field: str):
+        self.path, self.field, self.last = path, field, -math.inf
+
+    def check(self, line: int, t: float) -> float:
+        if t < self.last:
+            raise _fail(self.path, line, self.field, f"goes back in time ({t:g} s after {self.last:g} s): "
+                        "a trace is replayed in file order, sorted by arrival")
+        self.last = t
+        return t
+
+
+def _json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    with path.open(encoding="utf-8") as f:
+        for n, text in enumerate(f, 1):
+            if not text.strip():
+                continue
+            try:
+                obj = json.loads(text)
+            except json.JSONDecodeError as e:
+                raise _fail(path, n, "line", f"not JSON ({e.msg})") from None
+            if not isinstance(obj, dict):
+                raise _fail(path, n, "line", "not a JSON object")
+            yield n, obj
+
+
+def _need(path: Path, line: int, obj: dict[str, Any], field: str) -> Any:
+    if field not in obj:
+        raise _fail(path, line, field, "missing")
+    return obj[field]
+
+
+class MooncakeReader(TraceReader):
+    """Mooncake's JSONL: ``timestamp`` (ms), ``input_length``, ``output_length``, ``hash_ids``."""
+
+    name: TraceFormat = "mooncake"
+
+    @staticmethod
+    def looks_like(first: str) -> bool:
+        return first.lstrip().startswith("{") and '"input_length"' in first
+
+    def read(self, path: Path) -> Iterator[TraceRequest]:
+        order = _Ordered(path, "timestamp")
+        for n, obj in _json_lines(path):
+            t = order.check(n, _seconds(path, n, "timestamp", _need(path, n, obj, "timestamp"), 1e-3))
+            hashes = obj.get("hash_ids", [])
+            if not isinstance(hashes, list) or not all(isinstance(h, int) and not isinstance(h, bool) for h in hashes):
+                raise _fail(path, n, "hash_ids", "not a list of integers")
+            yield TraceRequest(n, t, _length(path, n, "input_length", _need(path, n, obj, "input_length")),
+                               _length(path, n, "output_length", _need(path, n, obj, "output_length")),
+                               hash_ids=tuple(hashes))
+
+
+def _csv_rows(path: Path, columns: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
+    with path.open(encoding="utf-8", newline="") as f:
+        rows = csv.reader(f)
+        header = next(rows, None)
+        if header is None:
+            raise _fail(path, 1, "header", "the file is empty")
+        header = [h.strip() for h in header]
+        for col in columns:
+            if col not in header:
+                raise _fail(path, 1, col, f"missing from the header (columns: {', '.join(header)})")
+        where = {col: header.index(col) for col in columns}
+        for row in rows:
+            n = rows.line_num
+            if not any(cell.strip() for cell in row):
+                continue
+            if len(row) < len(header):
+                missing = next(col for col, i in where.items() if i >= len(row))
+                raise _fail(path, n, missing, "missing (the row is short)")
+            yield n, {col: row[i] for col, i in where.items()}
+
+
+def _azure_time(path: Path, line: int, text: str) -> float:
+    """Azure's TIMESTAMP: ``2023-11-16 18:15:46.6805900`` (seven fractional digits), or plain seconds."""
+    text = text.strip()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    head, dot, frac = text.partition(".")
+    try:
+        stamp = datetime.fromisoformat(head)
+    except ValueError:
+        raise _fail(path, line, "TIMESTAMP", f"{text!r} is not a date-time such as 2023-11-16 18:15:46.680") from None
+    if dot and not frac.isdigit():
+        raise _fail(path, line, "TIMESTAMP", f"{text!r} has a malformed fraction of a second")
+    return stamp.replace(tzinfo=UTC).timestamp() + (int(frac) / 10 ** len(frac) if frac else 0.0)
+
+
+class AzureReader(TraceReader):
+    """Azure LLM inference trace CSV: ``TIMESTAMP``, ``ContextTokens``, ``GeneratedTokens``."""
+
+    name: TraceFormat = "azure"
+
+    @staticmethod
+    def looks_like(first: str) -> bool:
+        return "ContextTokens" in first and "GeneratedTokens" in first
+
+    def read(self, path: Path) -> Iterator[TraceRequest]:
+        order = _Ordered(path, "TIMESTAMP")
+        t0: float | None = None
+        for n, row in _csv_rows(path, ("TIMESTAMP", "ContextTokens", "GeneratedTokens")):
+            t = _azure_time(path, n, row["TIMESTAMP"])
+            t0 = t if t0 is None else t0
+            yield TraceRequest(n, order.check(n, t - t0), _length(path, n, "ContextTokens", row["ContextTokens"]),
+                               _length(path, n, "GeneratedTokens", row["GeneratedTokens"]))
+
+
+class BurstGPTReader(TraceReader):
+    """BurstGPT CSV: ``Timestamp`` (s), ``Request tokens``, ``Response tokens``."""
+
+    name: TraceFormat = "burstgpt"
+
+    @staticmethod
+    def looks_like(first: str) -> bool:
+        return "Request tokens" in first and "Response tokens" in first
+
+    def read(self, path: Path) -> Iterator[TraceRequest]:
+        order = _Ordered(path, "Timestamp")
+        for n, row in _csv_rows(path, ("Timestamp", "Request tokens", "Response tokens")):
+            t = order.check(n, _seconds(path, n, "Timestamp", row["Timestamp"]))
+            yield TraceRequest(n, t, _length(path, n, "Request tokens", row["Request tokens"]),
+                               _length(path, n, "Response tokens", row["Response tokens"]))
+
+
+def _json_array(path: Path, chunk: int = 1 << 16) -> Iterator[tuple[int, Any]]:
+    """The elements of a top-level JSON array, one at a time (with the line each starts on), or of JSONL."""
+    decoder = json.JSONDecoder()
+    with path.open(encoding="utf-8") as f:
+        buf, line, pos, eof = "", 1, 0, False
+
+        def more() -> bool:
+            nonlocal buf, pos, eof
+            data = f.read(chunk)
+            if not data:
+                eof = True
+                return False
+            buf = buf[pos:] + data
+            pos = 0
+            return True
+
+        def skip(chars: str) -> None:
+            nonlocal pos, line
+            while True:
+                while pos < len(buf) and buf[pos] in chars:
+                    line += buf[pos] == "\n"
+                    pos += 1
+                if pos < len(buf) or not more():
+                    return
+
+        more()
+        skip(" \t\r\n")
+        array = pos < len(buf) and buf[pos] == "["
+        if array:
+            pos += 1
+        while True:
+            skip(" \t\r\n," if array else " \t\r\n")
+            if pos >= len(buf):
+                if array:
+                    raise _fail(path, line, "file", "the JSON array is not closed (truncated file?)")
+                return
+            if array and buf[pos] == "]":
+                return
+            while True:
+                try:
+                    obj, end = decoder.raw_decode(buf, pos)
+                    if end == len(buf) and not eof and more():  # a number may go on in the next chunk
+                        continue
+                    break
+                except json.JSONDecodeError as e:
+                    if not eof and more():
+                        continue
+                    raise _fail(path, line + buf.count("\n", pos, e.pos), "record", f"not JSON ({e.msg})") from None
+            yield line, obj
+            line += buf.count("\n", pos, end)
+            pos = end
+
+
+Counter = Callable[[str], int]
+
+
+def utf8_bytes(text: str) -> int:
+    """A text's length on the local engine's byte tokenizer: its UTF-8 bytes."""
+    return len(text.encode("utf-8"))
+
+
+class ShareGPTReader(TraceReader):
+    """ShareGPT conversations (a JSON array, or JSONL): ``conversations`` of ``{"from", "value"}`` turns.
+
+    Each human turn followed by an answer is a request: its prompt is the conversation so far plus the
+    question, its output the answer's length. Lengths are ``count(text)`` (default: UTF-8 bytes, the local
+    engine's byte tokenizer); there are no arrival times.
+    """
+
+    name: TraceFormat = "sharegpt"
+
+    def __init__(self, count: Counter = utf8_bytes):
+        self.count = count
+
+    @staticmethod
+    def looks_like(first: str) -> bool:
+        return first.lstrip().startswith("[") or '"conversations"' in first
+
+    def read(self, path: Path) -> Iterator[TraceRequest]:
+        for session, (n, conv) in enumerate(_json_array(path)):
+            turns = conv.get("conversations") if isinstance(conv, dict) else None
+            if not isinstance(turns, list):
+                raise _fail(path, n, "conversations", "missing, or not a list of turns")
+            so_far = 0  # tokens of the conversation before this turn
+            for k in range(len(turns) - 1):
+                ask, answer = turns[k], turns[k + 1]
+                for j, turn in ((k, ask), (k + 1, answer)):
+                    if not isinstance(turn, dict) or not isinstance(turn.get("value"), str):
+                        raise _fail(path, n, f"conversations[{j}].value", "missing, or not text")
+                if ask.get("from") not in ("human", "user") or answer.get("from") not in ("gpt", "assistant", "chatgpt"):
+                    continue
+                ask_len, answer_len = self.count(ask["value"]), self.count(answer["value"])
+                if ask_len == 0 or answer_len == 0:
+                    so_far += ask_len + answer_len
+                    continue
+                yield TraceRequest(n, None, so_far + ask_len, answer_len, session=session, prefix_len=so_far)
+                so_far += ask_len + answer_len
+
+
+READERS: dict[TraceFormat, Callable[[], TraceReader]] = {
+    "mooncake": MooncakeReader, "azure": AzureReader, "burstgpt": BurstGPTReader, "sharegpt": ShareGPTReader,
+}
+
+
+def _first_line(path: Path) -> str:
+    with path.open(encoding="utf-8", errors="replace") as f:
+        for text in f:
+            if text.strip():
+                return text[:4096]
+    return ""
+
+
+def detect_format(path: Path) -> TraceFormat:
+    """The format of ``path`` from its first non-empty line; a TraceError listing the formats otherwise."""
+    try:
+        first = _first_line(path)
+    except OSError as e:
+        raise TraceError(f"{path}: cannot read the trace: {e.strerror or e}") from None
+    for name in FORMATS:
+        if READERS[name]().looks_like(first):
+            return name
+    raise _fail(path, 1, "format", "not a trace kvtui knows (Mooncake JSONL, Azure or BurstGPT CSV, ShareGPT "
+                "JSON); name one with workload.trace_format")
+
+
+def reader_for(path: str | Path, fmt: str = "auto", count: Counter | None = None) -> TraceReader:
+    """The reader for ``path``: ``fmt`` by name, or detected (``"auto"``); ``count`` sizes ShareGPT text."""
+    p = Path(path).expanduser()
+    name: TraceFormat = detect_format(p) if fmt == "auto" else fmt  # type: ignore[assignment]
+    if name not in READERS:
+        raise TraceError(f"{p}: trace_format = {fmt!r}: expected auto or one of {', '.join(FORMATS)}")
+    if name == "sharegpt" and count is not None:
+        return ShareGPTReader(count)
+    return READERS[name]()
+
+
+def read_trace(path: str | Path, fmt: str = "auto", count: Counter | None = None) -> Iterator[TraceRequest]:
+    """``path``'s requests in file order, streamed (see :func:`reader_for`)."""
+    p = Path(path).expanduser()
+    try:
+        yield from reader_for(p, fmt, count).read(p)
+    except UnicodeDecodeError as e:
+        raise TraceError(f"{p}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    except OSError as e:
+        raise TraceError(f"{p}: cannot read the trace: {e.strerror or e}") from None
+
+
+@dataclass(frozen=True)
+class TraceSummary:
+    """What one streaming pass over (the first ``limit`` requests of) a trace found."""
+
+    format: TraceFormat
+    requests: int
+    span_s: float | None  # first to last arrival (None: no arrival times)
+
+    @property
+    def mean_rate(self) -> float | None:
+        """The trace's mean arrival rate, (requests - 1) / span (as the table's offered/s is computed)."""
+        if self.span_s is None or self.span_s <= 0 or self.requests < 2:
+            return None
+        return (self.requests - 1) / self.span_s
+
+
+def scan_trace(path: str | Path, fmt: str = "auto", limit: int | None = None,
+               count: Counter | None = None) -> TraceSummary:
+    """Read (the first ``limit`` requests of) a trace once, checking every record: a malformed one raises
+    a one-line :class:`TraceError`; none at all is one too."""
+    p = Path(path).expanduser()
+    name = reader_for(p, fmt, count).name
+    n, first, last = 0, None, None
+    for req in read_trace(p, name, count):
+        n += 1
+        if req.arrival_s is not None:
+            first = req.arrival_s if first is None else first
+            last = req.arrival_s
+        if limit is not None and n >= limit:
+            break  # before reading the next record: the first ``limit`` are all that is checked
+    if n == 0:
+        raise TraceError(f"{p}: the trace has no requests")
+    return TraceSummary(name, n, None if first is None or last is None else last - first)
