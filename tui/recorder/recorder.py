@@ -36,6 +36,7 @@ from tui.base.clock import anchor, now
 from tui.base.errors import api_key_hint, api_url, one_line, redact_url, root_url
 from tui.base.provenance import provenance
 from tui.base.tokenizer_json import read_tokenizer_json
+from tui.engine.sim.backend import kv_cache
 from tui.engine.sim.readings import modelled_gpu_samples
 from tui.feasibility import infeasible_cells
 from tui.load.arrivals import planned_deadlines
@@ -638,6 +639,9 @@ class Recorder:
             if eng.backend == "simulated":  # every file of a simulated run says so
                 info.update(simulated=True, clock=self.clock_kind, engine_model=eng.model_path or eng.model,
                             hardware=eng.hardware or "H100-SXM", tensor_parallel_size=eng.tensor_parallel_size)
+                with contextlib.suppress(ValueError):  # a profile that did not build says so in "error"
+                    split = kv_cache(eng)[1]  # bytes per device, as vLLM splits it (None: a kv_budget_mb)
+                    info["memory_split"] = split.to_dict() if split is not None else None
         info.update(self.extra_info)
         tmp = self.out / "run.json.tmp"
         tmp.write_text(json.dumps(info, indent=2), encoding="utf-8")
