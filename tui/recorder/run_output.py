@@ -27,6 +27,7 @@ from tui.base.clock import anchor
 from tui.base.errors import one_line, redact_url
 from tui.base.gpu import GpuSample
 from tui.base.provenance import provenance
+from tui.engine.sim.backend import kv_cache
 from tui.load.arrivals import planned_deadlines
 from tui.load.runner import prompt_sizing
 from tui.load.trace_replay import make_arrivals
@@ -182,6 +183,9 @@ class RunOutput:
             if eng.backend == "simulated":  # every file of a simulated run says so
                 info.update(simulated=True, clock=self.clock_kind, engine_model=eng.model_path or eng.model,
                             hardware=eng.hardware or "H100-SXM", tensor_parallel_size=eng.tensor_parallel_size)
+                with contextlib.suppress(ValueError):  # a profile that did not build says so in "error"
+                    split = kv_cache(eng)[1]  # bytes per device, as vLLM splits it (None: a kv_budget_mb)
+                    info["memory_split"] = split.to_dict() if split is not None else None
         info.update(self.extra_info)
         tmp = self.out / "run.json.tmp"
         tmp.write_text(json.dumps(info, indent=2), encoding="utf-8")

@@ -16,6 +16,7 @@ import contextlib
 import itertools
 import math
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -179,6 +180,11 @@ class ClockDriver:
         # handed over after the stretch's own, in the order stepping one at a time hands them over
         self._held: list[tuple[int, RequestRecord]] | None = None
         self._stretch_steps = 0
+        # load.max_concurrency, as the live client's semaphore: requests due while that many are in the
+        # engine wait here, in order, for a slot (index, workload index, when it was due, warm-up)
+        self._cap = profile.load.max_concurrency or math.inf
+        self._queued: deque[tuple[int, int, float, bool]] = deque()
+        self._in_flight_before = 0  # requests in the engine after the last _send_due (before the step since)
 
     def _stamp(self, t: float) -> float:
         """A time on the engine's clock as a records' time (:mod:`tui.base.clock`)."""
@@ -186,19 +192,22 @@ class ClockDriver:
 
     # -- requests --------------------------------------------------------------------------------
 
-    def _send(self, index: int, spec_index: int, t: float, warmup: bool) -> None:
+    def _send(self, index: int, spec_index: int, t: float, warmup: bool, sent: float | None = None) -> None:
+        """Request ``index``, due at ``t``, sent at ``sent`` (default ``t``: a concurrency slot was free)."""
         spec = self.workload.spec(spec_index)
         stage = "warmup" if warmup else self.stage.name
         rid = f"{self.run_id}-{stage}-{self.mode}-{index}"
-        wall = self._stamp(t)
-        r = RequestRecord(request_id=rid, index=index, stage=self.stage.name, mode=self.mode, scheduled_t=wall,
-                          run_id=self.run_id, warmup=warmup, send_t=wall, wire_t=wall, prompt_len=spec.prompt_len,
+        wall = self._stamp(sent if sent is not None else t)
+        r = RequestRecord(request_id=rid, index=index, stage=self.stage.name, mode=self.mode,
+                          scheduled_t=self._stamp(t), run_id=self.run_id, warmup=warmup, send_t=wall, wire_t=wall,
+                          prompt_len=spec.prompt_len,
                           max_tokens=spec.max_tokens, shared_prefix=spec.shared_prefix)
         if not warmup:
             self.window.note_sent(r)
         ids = self.engine.tokenizer.encode(spec.prompt)
         try:
-            self.engine.add_request(rid, ids, SamplingParams.exact(spec.max_tokens), arrival_time=t)
+            self.engine.add_request(rid, ids, SamplingParams.exact(spec.max_tokens),
+                                    arrival_time=sent if sent is not None else t)
         except RequestRejected as e:
             r.status, r.reason, r.finish_reason, r.end_t = "rejected", e.message, e.reason, wall
             self._done(r)
@@ -305,15 +314,33 @@ class ClockDriver:
         return t if (n is None or self._sent < n) and t < self._end_t else math.inf
 
     def _send_due(self) -> None:
-        """Send every request due by now; once the last is sent, the drain bound starts."""
+        """Send every request due by now that has a concurrency slot (``load.max_concurrency``); once the
+        last is sent, the drain bound starts."""
         assert self._arrivals is not None
-        while self._next_t <= self.clock.now():
-            self._send(self._sent, self._sent, self._next_t, warmup=False)
+        now = self.clock.now()
+        in_flight = len(self.engine.requests)
+        # the requests that finished in the step just run were in flight until its end (now)
+        finished = max(0, self._in_flight_before - in_flight)
+        self._send_queued()
+        while self._next_t <= now:
+            t = self._next_t
+            if self._queued or len(self.engine.requests) + (finished if t < now else 0) >= self._cap:
+                self._queued.append((self._sent, self._sent, t, False))
+            else:
+                self._send(self._sent, self._sent, t, warmup=False)
             self._arrivals.advance()
             self._sent += 1
             self._next_t = self._next_arrival()
-        if self._next_t == math.inf and self._drain_deadline == math.inf:
-            self._drain_deadline = self.clock.now() + self.profile.record.drain_timeout_s
+        self._send_queued()
+        self._in_flight_before = len(self.engine.requests)
+        if self._next_t == math.inf and not self._queued and self._drain_deadline == math.inf:
+            self._drain_deadline = now + self.profile.record.drain_timeout_s
+
+    def _send_queued(self) -> None:
+        """Send, now, the requests waiting for a concurrency slot while one is free."""
+        while self._queued and len(self.engine.requests) < self._cap:
+            index, spec_index, t, warmup = self._queued.popleft()
+            self._send(index, spec_index, t, warmup, sent=self.clock.now())
 
     def collect_steps(self) -> None:
         """Hand the engine's steps since the last call to ``on_steps``."""
@@ -336,11 +363,12 @@ class ClockDriver:
 
     def warmup(self, n: int) -> None:
         """``n`` requests at once, run to the end (records marked warm-up, as the live recorder does)."""
-        for i in range(n):
-            self._send(i, 1_000_000 + i, self.clock.now(), warmup=True)
-        while self.engine.has_unfinished():
+        self._queued.extend((i, 1_000_000 + i, self.clock.now(), True) for i in range(n))
+        self._send_queued()
+        while self.engine.has_unfinished() or self._queued:
             if not self._step():
                 self.clock.wait_until(self.clock.now() + IDLE_TICK_S)
+            self._send_queued()
         self.steps_seen = self.engine.step_index  # warm-up steps are not the stage's
 
     def run(self) -> None:
@@ -353,6 +381,7 @@ class ClockDriver:
         self._sent = 0
         self._next_t = self._next_arrival()
         self._drain_deadline = math.inf
+        self._in_flight_before = len(self.engine.requests)
         while True:
             self._send_due()
             if self.engine.has_unfinished():

@@ -3,7 +3,7 @@
 Simulated Llama-3.1-8B on one H100 (the real scheduler and KV layouts, modelled step times), a
 capacity-edge workload (80 % of requests want 20 output tokens, 20 % want 800) under static batching
 (batch of 8, exact contiguous reservations) and continuous batching (paged KV), 800 MiB of KV for
-both: about 6,400 tokens. Static batching stalls (5.5 s in: 43 requests wait while its batch runs on
+both: about 6,400 tokens. Static batching stalls (6.5 s in: 50 requests wait while its batch runs on
 with only its two 800-token members); continuous batching runs out of blocks and preempts. Tests and the README's replay example record it with :func:`record_scene`.
 """
 
