@@ -43,7 +43,7 @@ def record_scene(out: Path, profile: Profile | None = None) -> Path:
     """Record the scene into ``out`` (quietly, with a fixed run id so request ids are the same each time)."""
     quiet = Console(file=io.StringIO())
     rec = VirtualClockRecorder(profile or scene_profile(), Path(out), console_err=quiet, console_out=quiet)
-    rec.run_id = "scene"
+    rec.output.run_id = "scene"
     if rec.run() != 0:
-        raise RuntimeError(f"the replay scene did not record: {rec.fatal}")
+        raise RuntimeError(f"the replay scene did not record: {rec.output.fatal}")
     return Path(out)
