@@ -40,7 +40,7 @@ from pathlib import Path
 
 import httpx
 
-from tui.clock import now
+from tui.base.clock import now
 from tui.engine.engine import Engine
 from tui.engine.params import SamplingParams
 from tui.engine.sim.hardware import CostParams, GpuSpec, Hardware, dump_hardware

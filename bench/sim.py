@@ -18,17 +18,18 @@ Prints one ``name: value`` line per figure (the README quotes them):
   (one cell catching a slow stretch whole), charges that drift to the model. Slices, not
   single steps: a step right after the other engine's step finds its caches cold. The calibration
   never sees the compare run's steps, only the same clock;
+- sim_step_time_noise_floor_pct: the torch engine's own repeat spread (steps of one exact shape
+  measured 5+ times, mean |time - their median| / time), beside sim_step_time_mape_vs_torch: no model
+  of the shape gets under it;
 - sim_ttft_p50_err_pct_vs_torch, sim_tpot_p50_err_pct_vs_torch: the same stages x modes on the
   simulated backend with the calibrated hardware profile (virtual clock), TTFT and TPOT P50 against the
   torch run's, the largest error over the cells, in %;
-- sim_published_median_err_pct: the roofline model against the published measurements in
-  bench/published.toml, median |error| in %, each point *held out*: the GPU preset's peaks and
-  efficiency factors, and a per-step overhead for the point's serving stack fitted to the other points
-  of that stack (leave-one-out; the preset default where the stack has no other point). Serving
-  stacks differ by milliseconds per step in what they do besides moving weights and KV (NeMo's 2023
-  TensorRT-LLM ~3.5 ms, LMDeploy ~1.7 ms, vLLM's CI latency harness ~3 ms, vLLM serving ~0.9 ms at
-  batch 1 and ~1.4 ms with its concurrency points), which no GPU datasheet gives; a comment line
-  gives the error with the presets' default overhead for all;
+- sim_decode_loso_median_err_pct, sim_prefill_loso_median_err_pct, sim_capacity_loso_median_err_pct,
+  sim_loso_p90_err_pct: the step-time and memory models against the published measurements in
+  bench/published.toml (sim_published_points of them, from sim_published_sources independent
+  sources), median |error| by phase and the 90th percentile of all, in %, **leave one source out**:
+  each source's points predicted with every fitted number (efficiency terms, per-layer floors,
+  sampler cost, non-torch memory) fitted without that source (bench/published_fit.py);
 - sim_throughput_ratio_continuous_paged_vs_static_contiguous: compare's workload on Llama-3.1-8B on a
   simulated H100 (profile sim-h100-llama8b: the same KV bytes and batch cap for both), saturated:
   every request queued at t=0, output tokens per simulated second while the queue is non-empty, past
@@ -50,30 +51,31 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import statistics
+import sys
 import tempfile
 import threading
 import time
-import tomllib
 from collections import deque
 from pathlib import Path
 
 import numpy as np
 
-from tui.calibrate import fit_measurement
 from tui.engine.engine import Engine
 from tui.engine.measure import GridWalker, ShapeRecorder
 from tui.engine.params import SamplingParams
 from tui.engine.sim.clock import VirtualClock
 from tui.engine.sim.cost import CostModel
-from tui.engine.sim.hardware import dump_hardware, load_hardware
-from tui.engine.sim.models import resolve_model
+from tui.engine.sim.hardware import dump_hardware
 from tui.load.workload import Workload
 from tui.metrics import stats
 from tui.profile import EngineMode, Profile, find_profile, load_profile
+from tui.recorder.calibrate import fit_measurement
+from tui.recorder.virtual import ClockDriver
 from tui.serve.heap import settle_heap
-from tui.virtual_record import ClockDriver
 
-PUBLISHED = Path(__file__).with_name("published.toml")
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # its sibling, also when loaded by path (tests)
+import published_fit
+
 # calibration CPU time per second of the compare run's, while they interleave: about what the grid's
 # passes need (--quick: ~25 s against ~35 s), so that they are spread over the whole compare run
 # rather than finished after it; a longer run just walks further passes
@@ -291,41 +293,6 @@ def run_cells(prof: Profile, simulated: bool, shapes_out: list | None = None, st
     return out
 
 
-def _published_ms(p: dict, overhead_s: float | None = None) -> float:
-    """The model's prediction of published point ``p`` (ms), with the preset's per-step overhead or
-    ``overhead_s``."""
-    hw = load_hardware(p["gpu"])
-    params = hw.params if overhead_s is None else dataclasses.replace(hw.params, overhead_s=overhead_s)
-    cm = CostModel(resolve_model(p["model"]), hw.gpu, params, p["tp"])
-    _, tpot, e2e = cm.batch_latency(p["batch"], p["prompt"], p["output"])
-    return (e2e if p["metric"] == "e2e_ms" else tpot) * 1e3
-
-
-def stack_overhead(points: list[dict]) -> float:
-    """The per-step overhead (s) that best reproduces ``points`` (least squares of the relative
-    errors, non-negative). A prediction is linear in it: ``a + k * overhead``."""
-    a = np.array([_published_ms(p, 0.0) for p in points])
-    k = np.array([(_published_ms(p, 1e-3) - _published_ms(p, 0.0)) / 1e-3 for p in points])
-    v = np.array([p["value"] for p in points])
-    return max(float(np.sum(k * (v - a) / v**2) / np.sum(k**2 / v**2)), 0.0)
-
-
-def published_errors() -> list[tuple[str, str, float, float, float, float, float]]:
-    """Per published point: name, stack, value, and the error (%) with the preset's default overhead;
-    the overhead fitted to the other points of its stack (leave-one-out), the prediction and error
-    with it."""
-    points = tomllib.loads(PUBLISHED.read_text())["point"]
-    rows = []
-    for i, p in enumerate(points):
-        default = _published_ms(p)
-        others = [q for j, q in enumerate(points) if j != i and q["stack"] == p["stack"]]
-        overhead = stack_overhead(others) if others else load_hardware(p["gpu"]).params.overhead_s
-        held_out = _published_ms(p, overhead)
-        rows.append((p["name"], p["stack"], p["value"], 100.0 * (default - p["value"]) / p["value"], overhead,
-                     held_out, 100.0 * (held_out - p["value"]) / p["value"]))
-    return rows
-
-
 def saturated_throughput(prof: Profile, label: str, n: int) -> tuple[float, float]:
     """Output tokens per simulated second of ``label`` kept saturated: the profile's first ``n``
     requests all queued at t = 0, counted from the moment a quarter of them have been admitted (the
@@ -436,7 +403,7 @@ def vs_torch(compare: Profile, quick: bool) -> tuple[float, float, float, list[s
                      f"TPOT P50 torch {v[1] * 1e3:5.2f} ms sim {s[1] * 1e3:5.2f} ms   step time modelled/measured "
                      f"{pred[mine].sum() / meas[mine].sum():.2f} ({pred[mine].sum() / (meas[mine] / machine[mine]).sum():.2f})"
                      f"   output tokens torch {v[2]} sim {s[2]}")
-    return mape, ttft_err, tpot_err, notes
+    return mape, ttft_err, tpot_err, floor, notes
 
 
 def same_moment_speed(grid, cm: CostModel, at: np.ndarray, window_s: float = 1.0) -> np.ndarray:
@@ -463,29 +430,34 @@ def main() -> None:
         compare = dataclasses.replace(compare, stages=tuple(
             dataclasses.replace(s, num_requests=max(8, (s.num_requests or 40) // 4)) for s in compare.stages))
 
-    mape, ttft_err, tpot_err, notes = vs_torch(compare, q)
-    pub = published_errors()
-    pub_med = statistics.median(abs(e) for *_, e in pub)
-    pub_default = statistics.median(abs(r[3]) for r in pub)
+    mape, ttft_err, tpot_err, floor, notes = vs_torch(compare, q)
+    loso = published_fit.loso()
+    phase_med = {ph: statistics.median(abs(r["err"]) for r in loso if r["phase"] == ph)
+                 for ph in ("decode", "prefill", "capacity")}
+    p90 = float(np.percentile([abs(r["err"]) for r in loso], 90))
     ratio, tput = throughput_ratio(2000 if q else 5000)
     runs = sorted(virtual_speedup(600 if q else 1800) for _ in range(3))
     speedup, sim_s, wall_s, cpu_s = runs[-1]
     sched = sched_ms_512(50 if q else 200)
 
     print(f"sim_step_time_mape_vs_torch: {mape:.1f}")
+    print(f"sim_step_time_noise_floor_pct: {floor:.1f}")
     print(f"sim_ttft_p50_err_pct_vs_torch: {ttft_err:.1f}")
     print(f"sim_tpot_p50_err_pct_vs_torch: {tpot_err:.1f}")
-    print(f"sim_published_median_err_pct: {pub_med:.1f}")
+    for ph, med in phase_med.items():
+        print(f"sim_{ph}_loso_median_err_pct: {med:.1f}")
+    print(f"sim_loso_p90_err_pct: {p90:.1f}")
+    print(f"sim_published_points: {len(loso)}")
+    print(f"sim_published_sources: {len({r['source'] for r in loso})}")
     print(f"sim_throughput_ratio_continuous_paged_vs_static_contiguous: {ratio:.2f}")
     print(f"sim_virtual_clock_speedup: {speedup:.0f}")
     print(f"sim_sched_ms_per_step_512: {sched:.2f}")
     for line in notes:
         print(line)
-    print(f"# published: {len(pub)} points; median |error| {pub_med:.1f} % with each stack's per-step overhead "
-          f"fitted to its other points (leave-one-out), {pub_default:.1f} % with the presets' default overhead")
-    for name, stack, value, e_default, overhead, p, e in pub:
-        print(f"#   {name:<36} {stack:<18} {value:8.1f}  modelled {p:8.1f} ({overhead * 1e3:.2f} ms/step) {e:+6.1f} %"
-              f"   default overhead {e_default:+6.1f} %")
+    print("# published, leave one source out (each row predicted without its source's points):")
+    for r in loso:
+        print(f"#   {r['name']:<42} {r['source']:<16} {r['phase']:<8} {r['value']:9.2f}  modelled {r['pred']:9.2f} "
+              f"{r['err']:+6.1f} %")
     print("# saturated throughput (out tok/s, simulated): "
           + ", ".join(f"{k} {v:,.0f} over {w:,.0f} s" for k, (v, w) in tput.items()))
     print(f"# virtual clock: {sim_s:,.1f} simulated s in {wall_s:,.2f} wall s, {cpu_s:,.2f} CPU s "

@@ -333,11 +333,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return replay_cli(args.dirs)
         if args.command == "report":
             if args.html is not None:
-                from tui.report_html import html_main
+                from tui.report.html import html_main
 
                 return html_main(args.dirs, args.html, args.charts_dir)
             if args.table or args.wide or not sys.stdout.isatty():  # pipes and scripts get the printed table
-                from tui.report import report_main
+                from tui.report.terminal import report_main
 
                 return report_main(args.dirs, wide=args.wide)
             from tui.ui.report_app import report_app_main
@@ -349,7 +349,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             prof = check_backend(with_checkpoint(args, load_named_profile(args.profile, args.overrides), local=True))
             return serve_main(prof, host=args.host, port=args.port, api_key_env=args.api_key_env)
         if args.command == "calibrate":
-            from tui.calibrate import calibrate_main
+            from tui.recorder.calibrate import calibrate_main
 
             return calibrate_main(load_named_profile(args.profile, args.overrides), args.out, quick=args.quick)
         if args.command == "tune":
@@ -389,15 +389,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             if prof.decompose is not None:
                 if args.real_time:
                     parser.error("--real-time: a [decompose] profile runs on the virtual clock only")
-                from tui.decompose import record_decompose
+                from tui.recorder.decompose import record_decompose
 
                 return record_decompose(prof, args.out, seed_drawn=getattr(args, "seed_drawn", None) is not None)
             if prof.target.kind == "local" and prof.engine.backend == "simulated" and not args.real_time:
-                from tui.virtual_record import record_virtual
+                from tui.recorder.virtual import record_virtual
 
                 return record_virtual(prof, args.out, seed_drawn=getattr(args, "seed_drawn", None) is not None,
                                       force=args.force)
-            from tui.record import record_main
+            from tui.recorder.recorder import record_main
 
             return record_main(prof, args.out, seed_drawn=getattr(args, "seed_drawn", None) is not None,
                                force=args.force)

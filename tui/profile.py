@@ -302,7 +302,7 @@ class SweepConfig:
 class DecomposeConfig:
     """``[decompose]``: the gain chain (static+contiguous with the baseline reservation -> exact
     reservation -> continuous batching -> paged KV) on each preset, each mode's steady capacity edge by
-    the profile's ``[sweep]`` rules (``tui.decompose``). ``presets`` names simulated profiles (shipped
+    the profile's ``[sweep]`` rules (``tui.recorder.decompose``). ``presets`` names simulated profiles (shipped
     names or files): each brings its engine, workload, arrivals and SLOs; ``slo_ladder`` multiplies
     the TTFT SLO for the sensitivity table (1 is the profile's own). The decomposing profile's
     ``[slo]`` and ``[sweep]`` apply to every preset: the same targets and probe rules in every cell."""
@@ -367,7 +367,7 @@ class Profile:
     def run_stages(self) -> tuple[Stage, ...]:
         """The stages to record; a profile without ``[[stages]]`` records its ``[load]`` as one.
 
-        A sweep's probes are chosen as it runs (``tui.sweep``); here it has its first probe as a
+        A sweep's probes are chosen as it runs (``tui.recorder.sweep``); here it has its first probe as a
         representative (the feasibility check reads the workload through it).
         """
         if self.stages:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tui.errors import address_of, api_key_hint, one_line, root_url, unauthorized_message
+from tui.base.errors import address_of, api_key_hint, one_line, root_url, unauthorized_message
 
 
 def test_one_line_keeps_what_happened_and_the_last_words() -> None:

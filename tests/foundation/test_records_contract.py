@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import fields
 
+from tui.base.gpu import GpuSample
 from tui.engine.snapshot import StepTiming
-from tui.gpu import GpuSample
 from tui.records.gpu import GPU_SCHEMA
 from tui.records.step import STEP_SCHEMA
 

@@ -18,9 +18,9 @@ import polars as pl
 import pytest
 
 from tui.profile import Profile, profile_from_dict
-from tui.record import record_main
-from tui.report import load_run
-from tui.virtual_record import VirtualClockRecorder
+from tui.recorder.recorder import record_main
+from tui.recorder.virtual import VirtualClockRecorder
+from tui.report.terminal import load_run
 
 HERE = Path(__file__).resolve().parent
 EPS = 5e-3  # a step ends before its tokens reach the client; two clock reads apart at most

@@ -7,8 +7,8 @@ import dataclasses
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tui.base.gpu import GpuSample
 from tui.engine.snapshot import StepTiming
-from tui.gpu import GpuSample
 from tui.records.parquet import dataclass_rows, rows_to_table
 from tui.records.step import STEP_SCHEMA
 

@@ -9,7 +9,7 @@ import asyncio
 
 from loadfake_server import FakeConfig
 
-from tui.clock import now
+from tui.base.clock import now
 from tui.load.target import OpenAITarget, env_proxy
 from tui.load.workload import RequestSpec
 from tui.records.request import RequestRecord

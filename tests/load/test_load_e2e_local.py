@@ -8,7 +8,7 @@ import polars as pl
 import pytest
 
 from tui.profile import load_profile
-from tui.record import record_main
+from tui.recorder.recorder import record_main
 from tui.serve.state_wire import frame_snapshot
 
 pytestmark = pytest.mark.slow

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from loadfake_server import FakeConfig
 
-from tui.clock import now
+from tui.base.clock import now
 from tui.load.runner import make_target
 from tui.load.target import PreflightError
 from tui.load.workload import RequestSpec

@@ -8,6 +8,7 @@ import polars as pl
 import pytest
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
+from tui.base.tokenizer_json import TokenizerFileError, read_tokenizer_json
 from tui.load.runner import LoadRunner, prompt_sizing
 from tui.load.workload import UNIT_MEANING, TokenSizer, Workload
 from tui.metrics.summary import summary_table, to_markdown
@@ -22,7 +23,6 @@ from tui.profile import (
 )
 from tui.records.parquet import rows_to_table
 from tui.records.request import REQUEST_SCHEMA
-from tui.tokenizer_json import TokenizerFileError, read_tokenizer_json
 
 CORPUS = ["the quick brown fox jumps over the lazy dog", "a paged cache of blocks", "static and continuous batching",
           "the city of the world and the state of the people"] * 4

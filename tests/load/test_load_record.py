@@ -17,9 +17,9 @@ import pytest
 from loadfake_server import FakeConfig
 
 from tui.profile import load_profile
-from tui.record import record_main
+from tui.recorder.recorder import record_main
 from tui.records.parquet import PartWriter, read_records
-from tui.report import report_main
+from tui.report.terminal import report_main
 
 pytestmark = pytest.mark.slow  # whole recorded runs, with signals and dying servers
 

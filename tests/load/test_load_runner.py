@@ -107,7 +107,7 @@ async def test_live_rate_change_takes_effect_without_a_burst(fake_server):
     loop = asyncio.get_running_loop()
     await runner.start()
     await asyncio.sleep(0.5)
-    t_change = loop.time()  # the records' clock (tui.clock) is the loop's
+    t_change = loop.time()  # the records' clock (tui.base.clock) is the loop's
     sent_before = runner.scheduled
     runner.set_rate(400.0)
     await asyncio.sleep(0.5)

@@ -16,8 +16,8 @@ from loadfake_server import FakeConfig
 
 from tui.metrics.capacity import SWEEP_FILE, read_capacity_edges
 from tui.profile import load_profile
-from tui.record import record_main
-from tui.report import load_run
+from tui.recorder.recorder import record_main
+from tui.report.terminal import load_run
 
 pytestmark = pytest.mark.slow  # recorded runs over HTTP
 

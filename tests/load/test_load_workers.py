@@ -14,7 +14,7 @@ from tui.load.workers import WorkerRunner
 from tui.metrics.summary import client_delay_lines, summary_table, to_markdown
 from tui.metrics.window import RollingWindow
 from tui.profile import LengthDist, LoadConfig, Profile, TargetConfig, WorkloadConfig
-from tui.record import client_line
+from tui.recorder.recorder import client_line
 from tui.records.parquet import PartWriter, read_records
 from tui.records.request import RequestRecord
 
@@ -129,7 +129,7 @@ rate = 100
 num_requests = 30
 ''', encoding="utf-8")
     from tui.profile import load_profile
-    from tui.record import record_main
+    from tui.recorder.recorder import record_main
 
     out = tmp_path / "run"
     assert record_main(load_profile(path), out) == 0

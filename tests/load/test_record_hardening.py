@@ -19,7 +19,7 @@ from test_load_record import KEY, REPO, write_profile
 from tui.cli import main
 from tui.load.target import classify_http_error
 from tui.profile import load_profile
-from tui.record import record_main
+from tui.recorder.recorder import record_main
 from tui.records.parquet import PartWriter
 
 SMALL = '[[stages]]\nname = "s"\nrate = 200\nnum_requests = 4\n'

@@ -12,7 +12,7 @@ from tui.cli import main
 from tui.load.workload import Workload
 from tui.metrics.repeats import ci95, collapse_repeats
 from tui.profile import LengthDist, WorkloadConfig
-from tui.report import load_run, report_main
+from tui.report.terminal import load_run, report_main
 
 pytestmark = pytest.mark.slow  # a whole recorded run
 

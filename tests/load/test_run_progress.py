@@ -7,8 +7,8 @@ import io
 from rich.console import Console
 
 from tui.profile import Profile, Stage, SweepConfig
+from tui.recorder.progress import RunProgress, cell_total, run_total
 from tui.records.request import RequestRecord
-from tui.run_progress import RunProgress, cell_total, run_total
 
 
 def _printed(bars: RunProgress) -> str:

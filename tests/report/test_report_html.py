@@ -21,10 +21,10 @@ import tui
 from tui.cli import main
 from tui.metrics.review import review, review_run
 from tui.profile import Profile, find_profile, load_profile, profile_from_dict
-from tui.report import RunData, load_run, review_of
-from tui.report_facts import Analyses
-from tui.report_html import Chart, _markdown_notes_html, _run_section, build_charts, inline_svg, render_svg
-from tui.virtual_record import VirtualClockRecorder
+from tui.recorder.virtual import VirtualClockRecorder
+from tui.report.facts import Analyses
+from tui.report.html import Chart, _markdown_notes_html, _run_section, build_charts, inline_svg, render_svg
+from tui.report.terminal import RunData, load_run, review_of
 
 CHART_IDS = ("load-ttft", "load-tpot", "load-goodput", "cdf-ttft", "cdf-tpot", "timeseries-low",
              "timeseries-high", "failures")
@@ -329,7 +329,7 @@ def test_every_panel_of_a_cdf_chart_has_one_scale(tmp_path) -> None:
 
 
 def test_a_chart_with_nothing_to_draw_is_a_sentence_with_no_file(tmp_path) -> None:
-    from tui.report_html import export_chart, render_html
+    from tui.report.html import export_chart, render_html
 
     run = _tiny_run(tmp_path)  # every request succeeded
     charts = build_charts(review([review_of(run)]))
@@ -341,7 +341,7 @@ def test_a_chart_with_nothing_to_draw_is_a_sentence_with_no_file(tmp_path) -> No
 
 
 def test_the_header_names_the_target_without_credentials_or_local_paths(tmp_path) -> None:
-    from tui.report_facts import public_url, run_facts
+    from tui.report.facts import public_url, run_facts
 
     assert public_url("https://user:s3cret@api.example.com:8443/v1?api_key=abc#x") == "https://api.example.com:8443/v1"
     remote = _tiny_run(tmp_path)
@@ -363,7 +363,7 @@ def test_the_header_names_the_target_without_credentials_or_local_paths(tmp_path
 
 
 def test_the_analysis_files_are_read_when_present_drawn_and_make_the_headline(tmp_path) -> None:
-    from tui.report_facts import headline, read_analyses
+    from tui.report.facts import headline, read_analyses
 
     run = _tiny_run(tmp_path)
     assert read_analyses(tmp_path) == Analyses()  # none present: nothing to draw, nothing to say
@@ -398,7 +398,7 @@ def test_the_analysis_files_are_read_when_present_drawn_and_make_the_headline(tm
 
 
 def test_without_a_decomposition_or_sweep_the_headline_compares_goodput_with_the_baseline(tmp_path) -> None:
-    from tui.report_facts import headline
+    from tui.report.facts import headline
 
     run = _tiny_run(tmp_path)
     hi = {r["mode"]: r["goodput_req_per_s"] for r in run.summary.filter(pl.col("stage") == "hi").iter_rows(named=True)}

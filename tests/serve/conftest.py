@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tui.gpu import GpuSampler
+from tui.base.gpu import GpuSampler
 from tui.profile import DefensesConfig, EngineConfig, to_dict
 from tui.serve.app import DrainingServer, bind_socket, create_app
 from tui.serve.engine_loop import EngineLoop

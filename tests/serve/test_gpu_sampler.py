@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import tui.gpu as gpu_mod
-from tui.gpu import GpuSampler
+import tui.base.gpu as gpu_mod
+from tui.base.gpu import GpuSampler
 
 
 def test_two_gpus_with_gpm_on_one(fake_nvml):

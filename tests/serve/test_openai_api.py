@@ -167,7 +167,7 @@ def test_the_api_server_side_never_imports_torch_or_textual():
     import subprocess
     import sys
 
-    code = ("import sys, tui.serve.app, tui.serve.local, tui.gpu; "
+    code = ("import sys, tui.serve.app, tui.serve.local, tui.base.gpu; "
             "print(sorted(m for m in ('torch', 'textual') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "[]"  # torch lives in the engine process only

@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 
 from tui.profile import load_profile
-from tui.record import record_main
+from tui.recorder.recorder import record_main
 
 pytestmark = pytest.mark.slow  # a recorded run against a real server
 

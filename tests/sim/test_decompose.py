@@ -10,7 +10,6 @@ import pytest
 import tomli_w
 
 from tui.cli import main
-from tui.decompose import chain_links
 from tui.metrics.decomposition import (
     DECOMPOSITION_COLUMNS,
     SLO_COLUMNS,
@@ -21,6 +20,7 @@ from tui.metrics.decomposition import (
     read_tables,
     slo_table,
 )
+from tui.recorder.decompose import chain_links
 
 
 def _mode(mode: str, edge: float | None, tok_s: float, ttft_p99: float) -> ModeFigures:
@@ -99,3 +99,9 @@ def test_a_decomposition_writes_its_tables_and_the_report_prints_them(
     assert "## What each change buys" in (out / "summary.md").read_text()
     assert main(["report", "--table", str(out)]) == 0
     assert "what each change buys" in capsys.readouterr().out
+    # the HTML report reads the same files: the chain's chart and the SLO ladder's, no complaint about columns
+    page = tmp_path / "report.html"
+    assert main(["report", str(out), "--html", str(page)]) == 0
+    html = page.read_text(encoding="utf-8")
+    assert '<figure id="chart-decomposition">' in html and '<figure id="chart-slo-sensitivity">' in html
+    assert "missing" not in html.lower()

@@ -14,7 +14,7 @@ import tui.engine.engine as engine_mod
 from tui.engine.engine import Engine
 from tui.engine.sim.clock import VirtualClock
 from tui.profile import EngineMode, Stage, profile_from_dict
-from tui.virtual_record import ClockDriver
+from tui.recorder.virtual import ClockDriver
 
 
 def _run(prof, mode: str, rate: float, n: int, fast_forward: bool, pad_s: float = 0.0):
@@ -141,7 +141,7 @@ def test_fast_forward_leaves_a_compacting_admission_to_step(monkeypatch):
 def test_arrivals_rejected_inside_a_stretch_are_handed_over_in_order(monkeypatch):
     """A full batch and a short backlog at a high rate: arrivals are rejected between a stretch's steps
     while requests finish in it; their records come in the order stepping one at a time gives them."""
-    from tui.virtual_record import ClockDriver as Driver
+    from tui.recorder.virtual import ClockDriver as Driver
 
     held = []
     real = Driver._done

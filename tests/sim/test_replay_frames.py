@@ -14,11 +14,11 @@ from tui.engine.params import SamplingParams
 from tui.engine.sim.clock import VirtualClock
 from tui.engine.snapshot import EngineSnapshot
 from tui.profile import EngineMode, Profile, ProfileError
-from tui.record import frame_row
+from tui.recorder.recorder import frame_row
+from tui.recorder.virtual import ClockDriver
 from tui.records.parquet import PartWriter, read_records
 from tui.serve.state_wire import frame_json, frame_snapshot
 from tui.testing.replay_scene import record_scene, scene_profile
-from tui.virtual_record import ClockDriver
 
 
 def as_framed(snap: EngineSnapshot) -> EngineSnapshot:

@@ -165,12 +165,12 @@ def test_rolling_window_takes_more_gaps_at_once_than_its_capacity() -> None:
 def test_calibrated_profile_drives_the_simulated_engine(tmp_path: Path) -> None:
     """Steps measured on a (here: synthetic) float32 CPU engine -> fit -> TOML -> the simulated backend
     runs the same tiny model with the same KV bytes per token and the fitted step times."""
-    from tui.calibrate import _machine_gpu, fit_samples
     from tui.engine.engine import Engine
     from tui.engine.measure import StepSample
     from tui.engine.params import SamplingParams
     from tui.engine.sim.clock import VirtualClock
     from tui.profile import EngineConfig
+    from tui.recorder.calibrate import _machine_gpu, fit_samples
 
     tiny = resolve_model("tiny", None, dtype_bytes=4)
     gpu = _machine_gpu("cpu", 4)

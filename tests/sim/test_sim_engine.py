@@ -20,7 +20,7 @@ from tui.engine.sim.memory import memory_split
 from tui.engine.sim.models import resolve_model
 from tui.engine.snapshot import EngineSnapshot
 from tui.profile import EngineConfig, EngineMode, Profile, ProfileError, Stage, profile_from_dict
-from tui.virtual_record import ClockDriver, VirtualClockRecorder
+from tui.recorder.virtual import ClockDriver, VirtualClockRecorder
 
 H100_8B = EngineConfig(backend="simulated", model="llama-3.1-8b", hardware="H100-SXM", gpu_memory_utilization=0.9,
                        max_num_seqs=256, max_num_batched_tokens=8192, max_model_len=8192, static_batch_size=256)
@@ -30,11 +30,13 @@ class _Shapes:
     """Wraps the simulated runner to keep each step's shape (what the cost model is asked)."""
 
     def __init__(self, inner):
-        self.inner, self.shapes = inner, []
+        self.inner, self.shapes, self.sampled = inner, [], []
 
     def execute(self, chunks, kv):
         self.shapes.append([(c.num_new, c.request.num_computed) for c in chunks])
-        return self.inner.execute(chunks, kv)
+        out = self.inner.execute(chunks, kv)
+        self.sampled.append(len(out.requests))
+        return out
 
     def swap(self, plans):
         return self.inner.swap(plans)
@@ -69,8 +71,7 @@ def test_virtual_steps_take_exactly_the_modelled_time() -> None:
     while e.has_unfinished():
         timings.append(e.step().timing)
     cm = _cost_model()
-    modelled = [cm.step(s, 0).time_s for s in rec.shapes]
-    # (shapes without their sampled rows: the LM head of a few rows is < 0.1 % of any of these steps)
+    modelled = [cm.step(s, k).time_s for s, k in zip(rec.shapes, rec.sampled, strict=True)]
     assert [t.duration_s for t in timings if t.batch_size] == pytest.approx(modelled, rel=1e-3)
     assert clock.now() - 100.0 == pytest.approx(sum(t.duration_s for t in timings), rel=1e-9)
     assert timings[0].prefill_tokens == 8192  # the step token budget, then the rest of the prompts
@@ -111,10 +112,10 @@ _H100_70B = EngineConfig(backend="simulated", model="llama-3.1-70b", hardware="H
                          max_model_len=4096)  # KV from a byte budget: its weights alone would not fit the split
 
 
-def _modelled_70b(shapes: list) -> list[float]:
+def _modelled_70b(rec: _Shapes) -> list[float]:
     hw = load_hardware("H100-SXM")
     cm = CostModel(resolve_model("llama-3.1-70b"), hw.gpu, hw.params)
-    return [cm.step(s, 0).time_s for s in shapes]
+    return [cm.step(s, k).time_s for s, k in zip(rec.shapes, rec.sampled, strict=True)]
 
 
 def test_real_time_release_honours_the_modelled_times() -> None:
@@ -132,7 +133,7 @@ def test_real_time_release_honours_the_modelled_times() -> None:
     while e.has_unfinished():
         e.step()
         released.append(time.monotonic())
-    modelled = _modelled_70b(rec.shapes)
+    modelled = _modelled_70b(rec)
     due = [began + sum(modelled[: k + 1]) for k in range(len(modelled))]
     assert min(modelled) > 0.04
     assert all(r >= d for r, d in zip(released, due, strict=True))
@@ -173,7 +174,7 @@ def test_the_hosts_own_time_between_steps_is_not_the_modelled_devices() -> None:
         clock.spend(0.003)
         e.step()
         released.append(clock.now())
-    m = _modelled_70b(rec.shapes)
+    m = _modelled_70b(rec)
     # nothing ran before the first step: it began as it was scheduled (3 ms in), the rest back to back
     assert released == pytest.approx([0.003 + sum(m[: k + 1]) for k in range(4)], abs=1e-12)
 
@@ -181,14 +182,14 @@ def test_the_hosts_own_time_between_steps_is_not_the_modelled_devices() -> None:
     e.add_request("late", [97] * 64, SamplingParams.exact(2))  # arrives 2 ms after the last release
     clock.spend(0.001)
     e.step()  # began at that release, before "late" arrived: it waits for the next step
-    m = _modelled_70b(rec.shapes)
+    m = _modelled_70b(rec)
     assert clock.now() == pytest.approx(released[-1] + m[4], abs=1e-12)
     assert e.requests["late"].num_computed == 0
 
     clock.spend(0.010)
     clock.woke()  # the host waited (paused, say) until now: the next step begins here, "late" in it
     e.step()
-    m = _modelled_70b(rec.shapes)
+    m = _modelled_70b(rec)
     assert clock.now() == pytest.approx(released[-1] + m[4] + 0.010 + m[5], abs=1e-12)
     assert e.requests["late"].num_computed == 64
 
@@ -196,7 +197,7 @@ def test_the_hosts_own_time_between_steps_is_not_the_modelled_devices() -> None:
     clock.spend(1.0)  # longer than a step: released at once, late, and the gauges say by how much
     before = clock.now()
     e.step()
-    m = _modelled_70b(rec.shapes)
+    m = _modelled_70b(rec)
     assert clock.now() == before
     assert e.backend.runner.gauges().behind_frac == pytest.approx(before - released[-1] - m[4] - 0.010 - m[5] - m[6])
 
@@ -249,7 +250,7 @@ def test_simulated_profile_keys_are_checked(tmp_path: Path) -> None:
 
 
 def test_virtual_clock_recorder_writes_a_run_marked_simulated(tmp_path: Path) -> None:
-    from tui.report import load_run
+    from tui.report.terminal import load_run
 
     prof = profile_from_dict({
         "name": "tiny-sim",
@@ -264,6 +265,9 @@ def test_virtual_clock_recorder_writes_a_run_marked_simulated(tmp_path: Path) ->
     info = json.loads((out / "run.json").read_text())
     assert info["simulated"] is True and info["clock"] == "virtual" and info["engine_backend"] == "simulated"
     assert info["simulated_s"] > 0
+    split = info["memory_split"]  # vLLM's split, per device: chunked prefill on, so the step budget is profiled
+    assert split["profile_rule"] == "max_num_batched_tokens" and split["non_torch_bytes"] == int(1.79 * 2**30)
+    assert split["total_bytes"] == int(79.22 * 2**30) and split["num_blocks"] > 20_000
     assert "SIMULATED" in (out / "summary.md").read_text()
     run = load_run(out)
     rows = {r["mode"]: r for r in run.summary.to_dicts()}
@@ -286,8 +290,8 @@ def test_virtual_clock_recorder_writes_a_run_marked_simulated(tmp_path: Path) ->
 def test_a_real_time_recording_keeps_the_modelled_gpu(tmp_path: Path) -> None:
     """Recorded through ``kvtui serve`` (``--real-time``), a simulated engine's GPU rows are the modelled
     device's, as on the virtual clock, not the readings of whatever GPU this machine has (none here)."""
-    from tui.record import record_main
-    from tui.report import load_run
+    from tui.recorder.recorder import record_main
+    from tui.report.terminal import load_run
 
     prof = profile_from_dict({
         "name": "tiny-sim-rt",
@@ -334,7 +338,7 @@ def test_a_virtual_run_does_not_depend_on_when_it_ran() -> None:
     the same schedule (to a microsecond). The simulation counts from zero; only the records are put
     on the records' clock, by the origin."""
     from tui.profile import find_profile, load_profile
-    from tui.virtual_record import run_virtual_cell
+    from tui.recorder.virtual import run_virtual_cell
 
     prof = load_profile(find_profile("sim-h100-llama8b"))
     stage = next(s for s in prof.run_stages() if s.name == "baseline")
@@ -349,3 +353,35 @@ def test_a_virtual_run_does_not_depend_on_when_it_ran() -> None:
     early, late = schedule(31000.5), schedule(33000.125)  # counted from them, a batch started 1 ms apart
     assert [r[0] for r in early] == [r[0] for r in late]
     assert max(abs(a - b) for x, y in zip(early, late, strict=True) for a, b in zip(x[1:], y[1:], strict=True)) < 1e-6
+
+
+def test_max_concurrency_one_keeps_one_request_in_flight() -> None:
+    """``load.max_concurrency = 1`` on the virtual clock: a request due while another is in flight waits
+    for it (as the live client's semaphore makes it), so no two requests' send..end overlap and no step
+    runs two; without the cap the same arrivals overlap."""
+    import dataclasses
+    import itertools
+
+    from tui.profile import find_profile, load_profile
+    from tui.recorder.virtual import run_virtual_cell
+
+    prof = load_profile(find_profile("sim-h100-llama8b"))
+    stage = Stage("burst", 20.0, 24)
+
+    def run(cap: int | None) -> tuple[list, list]:
+        p = dataclasses.replace(prof, load=dataclasses.replace(prof.load, max_concurrency=cap))
+        records: list = []
+        steps: list = []
+        run_virtual_cell(p, stage, EngineMode.parse("continuous+paged"), start=1000.0, on_record=records.append,
+                         on_steps=steps.extend)
+        return sorted(records, key=lambda r: r.send_t), steps
+
+    records, steps = run(1)
+    assert len(records) == 24 + prof.load.warmup_requests and all(r.status == "ok" for r in records)
+    assert all(b.send_t >= a.end_t for a, b in itertools.pairwise(records))
+    assert max(s.batch_size for s in steps) == 1
+    assert all(r.send_t >= r.scheduled_t for r in records)
+    assert any(r.send_t > r.scheduled_t for r in records)  # some waited for the slot
+    free, free_steps = run(None)
+    assert any(b.send_t < a.end_t for a, b in itertools.pairwise(free))
+    assert max(s.batch_size for s in free_steps) > 1

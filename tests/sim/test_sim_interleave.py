@@ -10,7 +10,7 @@ import numpy as np
 
 from tui.engine.measure import GridRun, GridWalker, StepSample
 from tui.engine.sim.cost import CostModel
-from tui.engine.sim.hardware import PRESETS
+from tui.engine.sim.hardware import PRESETS, load_hardware
 from tui.engine.sim.models import resolve_model
 from tui.profile import EngineConfig
 
@@ -32,7 +32,7 @@ def test_interleaver_waits_for_a_burst_then_catches_up_to_its_share(bench_sim: M
 
 
 def test_same_moment_speed_reads_the_machine_off_the_calibration_steps(bench_sim: ModuleType) -> None:
-    cm = CostModel(resolve_model("tiny"), PRESETS["H100-SXM"], bench_sim.load_hardware("H100-SXM").params)
+    cm = CostModel(resolve_model("tiny"), PRESETS["H100-SXM"], load_hardware("H100-SXM").params)
     shapes = [((1, 100),), ((1, 300), (1, 50)), ((64, 0),)]
     grid = []
     for i in range(90):  # calibration steps over 9 s of CPU time; from 3 s to 6 s the machine is 30 % slower

@@ -45,3 +45,25 @@ def test_tensor_parallel_gives_each_device_its_share() -> None:
     s = memory_split(m, GPUS["H100-SXM"], tp=4)
     assert s.weight_bytes == m.weight_bytes // 4
     assert s.kv_bytes_per_token == m.kv_bytes_per_token // 4
+
+
+def test_chunked_prefill_off_profiles_max_model_len_and_says_so() -> None:
+    # vllm issue #10517's RTX 3090: fewer blocks at max_model_len 29,000 than at 20,000 (1,478 vs 1,952)
+    m, gpu = MODELS["llama-3.1-8b"], GPUS["RTX-3090"]
+    short, long = (memory_split(m, gpu, max_num_batched_tokens=2048, max_model_len=n, chunked_prefill=False)
+                   for n in (20000, 29000))
+    assert (short.profile_tokens, long.profile_tokens) == (20000, 29000)
+    assert short.profile_rule == "max_model_len (chunked prefill off)"
+    assert short.activation_bytes - long.activation_bytes == -9000 * (2 * 4096 + 3 * 14336) * 2
+    assert short.num_blocks - long.num_blocks == (short.kv_bytes - long.kv_bytes) // (16 * 131072)
+    chunked = memory_split(m, gpu, max_num_batched_tokens=2048, max_model_len=29000, chunked_prefill=True)
+    assert chunked.profile_tokens == 2048 and chunked.profile_rule == "max_num_batched_tokens"
+
+
+def test_non_torch_memory_grows_with_tensor_parallelism_and_totals_are_gib() -> None:
+    m = MODELS["llama-3.1-70b"]
+    tp1, tp4 = memory_split(MODELS["llama-3.1-8b"], GPUS["H100-SXM"]), memory_split(m, GPUS["H100-SXM"], tp=4)
+    assert tp1.non_torch_bytes == int(1.79 * GiB) and tp4.non_torch_bytes == int(1.79 * GiB) + 3 * int(1.79 * GiB)
+    assert tp1.total_bytes == int(79.22 * GiB)  # vLLM's logged total_gpu_memory, not 80 decimal GB
+    assert tp1.cuda_graph_bytes > 0 and tp1.budget_bytes == (
+        tp1.weight_bytes + tp1.activation_bytes + tp1.non_torch_bytes + tp1.kv_bytes)  # graphs outside it

@@ -16,8 +16,8 @@ import pytest
 from tui.metrics.capacity import EdgeSearch, Probe, edge_of, read_capacity_edges
 from tui.metrics.steady import queue_test
 from tui.profile import EngineMode, Stage, SweepConfig, profile_from_dict
+from tui.recorder.virtual import VirtualClockRecorder, run_virtual_cell
 from tui.records.request import RequestRecord
-from tui.virtual_record import VirtualClockRecorder, run_virtual_cell
 
 
 def _fifo(arrivals: np.ndarray, service_s: float) -> np.ndarray:

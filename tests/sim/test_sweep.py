@@ -29,8 +29,8 @@ from tui.metrics.capacity import (
 )
 from tui.metrics.steady import queue_test
 from tui.profile import Profile, ProfileError, SweepConfig, find_profile, load_profile, profile_from_dict
-from tui.report import load_run
-from tui.virtual_record import VirtualClockRecorder, run_virtual_cell
+from tui.recorder.virtual import VirtualClockRecorder, run_virtual_cell
+from tui.report.terminal import load_run
 
 # A small simulated engine (batch cap 4) and short requests: each probe takes ~0.1 s of wall time, and
 # both edges fall in a few probes' reach of the start (static+contiguous near 8 req/s, continuous+paged near 50).
@@ -260,8 +260,8 @@ def test_the_short_flags_set_every_probe_s_length_and_rate_is_refused() -> None:
 
 
 def test_the_live_line_names_the_mode_the_probe_and_the_slo_count(tmp_path: Path) -> None:
+    from tui.recorder.sweep import Sweep
     from tui.records.request import RequestRecord
-    from tui.sweep import Sweep
 
     said: list[str] = []
     plan = Sweep(small_profile(), ["continuous+paged"], tmp_path, said.append)

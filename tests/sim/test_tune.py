@@ -10,7 +10,7 @@ import pytest
 from tui.cli import main
 from tui.metrics.capacity import read_capacity_edges
 from tui.profile import EngineMode, ProfileError, apply_overrides, find_profile, load_profile
-from tui.report_facts import read_analyses
+from tui.report.facts import read_analyses
 from tui.tune.candidates import PROFILE_CANDIDATE, make_candidates
 from tui.tune.executors import LocalExecutor, RayExecutor
 from tui.tune.search import successive_halving, survivors, write_results
@@ -71,8 +71,9 @@ def test_tune_refuses_a_remote_target_with_exit_2(capsys):
 def test_local_and_ray_executors_rank_a_small_search_identically(tmp_path: Path):
     ray = pytest.importorskip("ray")
     small = apply_overrides(SHIPPED, [
-        "tune.max_candidates=3", "tune.rungs=2", "sweep.num_requests=10", "sweep.duration_s=0.2",
-        "sweep.max_probes=2", "sweep.start_rate=40", "sweep.max_extensions=0",
+        "tune.max_candidates=3", "tune.rungs=2", "workload.output_len=16", "workload.prompt_len=64",
+        "sweep.num_requests=10", "sweep.duration_s=0.2",
+        "sweep.max_probes=2", "sweep.start_rate=8", "sweep.max_extensions=0",
         "record.snapshots_per_s=0"])
     cands = make_candidates(small)
     results = {}

@@ -13,7 +13,7 @@ from textual.widgets import DataTable
 from tui.cli import main
 from tui.metrics.capacity import edge_rows
 from tui.metrics.review import review
-from tui.report import open_runs, review_of
+from tui.report.terminal import open_runs, review_of
 from tui.testing.synthetic_run import write_run
 from tui.ui.help_screen import HelpScreen
 from tui.ui.report_app import ReportApp

@@ -37,7 +37,7 @@ def test_simulated_pane_says_so_and_shows_the_split() -> None:
     text = text_of(gpu_text(syn.dashboard(eng, gpu_note="no NVIDIA driver"), 70))
     assert text.startswith("SIMULATED 1 × H100-SXM\n Llama-3.1-8B, modelled:")
     assert "31% peak" in text and "72% peak" in text and "67/75 GiB" in text
-    assert "weights 15.0 · act 1.0 GiB" in text and "KV 50.6 GiB · 25,893 blocks" in text
+    assert "weights 15.0 · act 1.0 · non-torch 0.5 GiB" in text and "KV 50.6 GiB · 25,893 blocks" in text
     assert "No NVIDIA GPU" not in text  # the simulation is the device shown, not the machine's lack of one
     assert "KV use" in text
     budget = text_of(gpu_text(syn.dashboard(simulated(syn.paged_engine(2, n_requests=3), memory=False)), 70))

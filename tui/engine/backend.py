@@ -34,7 +34,7 @@ class Backend(Protocol):
 
     # Read-only members (a property or a plain attribute satisfies each). The engine's clocks: ``clock``
     # for batch windows, timeouts and arrivals (None: the engine's own), ``timer`` for step durations,
-    # ``stamp`` for a step's end on the records' clock (tui.clock).
+    # ``stamp`` for a step's end on the records' clock (tui.base.clock).
     @property
     def runner(self) -> ModelRunner: ...
     @property

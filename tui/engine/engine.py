@@ -13,7 +13,7 @@ The engine works through two interfaces and never asks what is behind them: the 
 Time: ``clock`` (monotonic by default; tests inject a fake) drives the static batch window, the wait
 timeout and ``waited_s``; ``arrival_time`` given to ``add_request`` must be on that clock (a value in
 the future, e.g. from another clock, is taken as "now"). ``StepTiming.t`` is on the records' clock
-(:mod:`tui.clock`, shared by every process), so steps join requests by time.
+(:mod:`tui.base.clock`, shared by every process), so steps join requests by time.
 """
 
 from __future__ import annotations

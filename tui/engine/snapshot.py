@@ -338,7 +338,7 @@ class StepTiming:
     batch_size: int
     duration_s: float
     preempted: int = 0
-    t: float = 0.0  # when the step ended, on the records' clock (tui.clock)
+    t: float = 0.0  # when the step ended, on the records' clock (tui.base.clock)
     num_running: int = 0
     num_waiting: int = 0
     kv_usage: float = 0.0  # KVTotals.usage after the step

@@ -17,9 +17,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
+from tui.base.tokenizer_json import TokenizerFileError, read_tokenizer_json
 from tui.engine.chat import ChatTemplate, ChatTemplateError, Message, plain_prompt
 from tui.engine.hf_config import CheckpointError, read_json
-from tui.tokenizer_json import TokenizerFileError, read_tokenizer_json
 
 
 class Tokenizer(Protocol):

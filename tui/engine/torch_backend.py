@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from tui.clock import now as records_now
+from tui.base.clock import now as records_now
 from tui.engine.checkpoint import load_checkpoint
 from tui.engine.kv import slots_for_budget
 from tui.engine.model import PRESETS, DecoderModel, build_dummy_model, pick_device, pick_dtype

@@ -16,7 +16,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from tui.clock import now
+from tui.base.clock import now
+from tui.base.tokenizer_json import read_tokenizer_json
 from tui.load.arrivals import Schedule
 from tui.load.headroom import LoopBusyMeter
 from tui.load.target import OpenAITarget
@@ -24,7 +25,6 @@ from tui.load.trace_replay import GapSource, RequestSource, make_arrivals, make_
 from tui.load.workload import TextUnit
 from tui.profile import Profile, WorkloadConfig
 from tui.records.request import RequestRecord
-from tui.tokenizer_json import read_tokenizer_json
 
 RecordCallback = Callable[[RequestRecord], Any]
 

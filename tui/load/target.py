@@ -30,10 +30,18 @@ import aiohttp
 import httpx
 import orjson
 
-from tui.clock import now
-from tui.errors import address_of, api_url, one_line, printable, redact_url, root_url, unauthorized_message
+from tui.base.clock import now
+from tui.base.errors import (
+    address_of,
+    api_url,
+    one_line,
+    printable,
+    redact_url,
+    root_url,
+    unauthorized_message,
+)
 from tui.load.workload import RequestSpec
-from tui.records.request import RequestRecord, finish_status
+from tui.records.request import RequestRecord
 
 
 class PreflightError(Exception):
@@ -310,12 +318,7 @@ class OpenAITarget:
                                 rec.status = "bad_chunk"
                                 rec.reason = f"the server streamed more output chunks than max_tokens ({chunk_cap})"
                                 return
-                            if rec.first_token_t is None:
-                                rec.first_token_t = t
-                            else:
-                                rec.chunk_gaps_s.append(t - rec.last_token_t)  # type: ignore[operator]
-                            rec.last_token_t = t
-                            rec.num_chunks += 1
+                            rec.add_chunk(t)
                         if choice.get("finish_reason"):
                             rec.finish_reason = choice["finish_reason"]
                     usage = obj.get("usage")
@@ -329,7 +332,7 @@ class OpenAITarget:
             if not (done or got_usage):
                 rec.status, rec.reason = "stream_cut", "the stream ended without [DONE] or usage"
                 return
-            rec.status, rec.reason = finish_status(rec.finish_reason)
+            rec.served(rec.finish_reason)
             if rec.status == "ok" and not got_usage:
                 rec.reason = "no usage from the server: tokens counted from chunks"
 

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from tui.child_process import child_connection, spawn_child
+from tui.base.child_process import child_connection, spawn_child
 from tui.load.headroom import new_timed_loop
 from tui.load.runner import ClientStats, LoadRunner, RecordCallback, RecordWindow
 from tui.profile import Profile

@@ -133,7 +133,7 @@ class TokenSizer:
 class Workload:
     """Turns a :class:`WorkloadConfig` into :class:`RequestSpec`s, request ``i`` from ``(seed, i)``.
 
-    ``text_unit = "token"`` needs ``tokenizer`` (the model's, from ``tui.tokenizer_json``).
+    ``text_unit = "token"`` needs ``tokenizer`` (the model's, from ``tui.base.tokenizer_json``).
     """
 
     def __init__(self, cfg: WorkloadConfig, text_unit: TextUnit = "char", max_prompt_len: int | None = None,

@@ -1,6 +1,6 @@
 """The capacity edge: the highest arrival rate at which a mode still meets its SLOs, and its search.
 
-A sweep (``[sweep]`` in a profile, run by ``tui.sweep``) probes each mode at a series of arrival
+A sweep (``[sweep]`` in a profile, run by ``tui.recorder.sweep``) probes each mode at a series of arrival
 rates; every probe is an ordinary stage of the run (``sweep-01``, ``sweep-02``, ...). A probe
 *passes* when its goodput attainment -- the share of its requests (every non-warm-up request sent,
 failures included) meeting every ``[slo]`` target -- is at least the sweep's target. Attainment is

@@ -1,6 +1,6 @@
 """The gain chain's tables: what reservation, continuous batching and paging each buy, and the SLO ladder.
 
-A decomposition (``kvtui --record --profile decompose``, run by :mod:`tui.decompose`) measures four
+A decomposition (``kvtui --record --profile decompose``, run by :mod:`tui.recorder.decompose`) measures four
 modes per preset, changing one thing at a time on the same arrivals, KV bytes and caps:
 
     static+contiguous/<baseline reservation> -> static+contiguous/exact   (change: reservation)

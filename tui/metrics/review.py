@@ -33,6 +33,7 @@ import polars as pl
 
 from tui.metrics import stats
 from tui.profile import SloConfig
+from tui.records.cell import CellNote, cell_notes
 from tui.records.request import FAILURE_STATUSES
 
 CdfMetric = Literal["ttft", "tpot"]
@@ -194,7 +195,7 @@ def review_run(
     summary: pl.DataFrame,
     slo: SloConfig | None = None,
     *,
-    cells: Sequence[Mapping[str, Any]] = (),
+    cells: Sequence[CellNote | Mapping[str, Any]] = (),
     simulated: bool = False,
     edges: Mapping[str, float] | None = None,
     max_points: int = 200,
@@ -210,7 +211,7 @@ def review_run(
     """
     slo = slo or SloConfig()
     reqs = requests.filter(~pl.col("warmup")) if requests.height else requests
-    starts = {(c["stage"], c["mode"]): c["started_t"] for c in cells if c.get("started_t") is not None}
+    starts = {(c.stage, c.mode): c.started_t for c in cell_notes(cells) if c.started_t is not None}
     cdfs: list[Cdf] = []
     series: list[CellSeries] = []
     failures: list[CellFailures] = []

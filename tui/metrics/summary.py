@@ -7,7 +7,7 @@ same code (so a crashed run's report still has a table). Latencies in the table 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -16,6 +16,7 @@ import polars as pl
 from tui.metrics import stats
 from tui.metrics.repeats import plus_minus
 from tui.profile import SloConfig
+from tui.records.cell import CellNote, cell_notes
 from tui.records.request import FAILURE_STATUSES
 
 # Reasons that mean "the KV cache could not hold it" (the engine's own word, or a server's OOM text).
@@ -79,8 +80,8 @@ def format_cell(value: Any, kind: str) -> str:
     return f"{value:.2f}" if abs(value) < 100 else f"{value:.0f}"
 
 
-def _cell_order(requests: pl.DataFrame, cells: Sequence[dict[str, Any]]) -> list[tuple[str, str]]:
-    order = [(c["stage"], c["mode"]) for c in cells]
+def _cell_order(requests: pl.DataFrame, cells: Sequence[CellNote]) -> list[tuple[str, str]]:
+    order = [(c.stage, c.mode) for c in cells]
     if requests.height:
         firsts = (
             requests.group_by("stage", "mode")
@@ -102,7 +103,7 @@ def summary_table(
     steps: pl.DataFrame | None = None,
     gpu: pl.DataFrame | None = None,
     slo: SloConfig | None = None,
-    cells: Sequence[dict[str, Any]] = (),
+    cells: Sequence[CellNote | Mapping[str, Any]] = (),
 ) -> pl.DataFrame:
     """One row per stage x mode from a run's records.
 
@@ -112,10 +113,11 @@ def summary_table(
     """
     slo = slo or SloConfig()
     reqs = requests.filter(~pl.col("warmup")) if requests.height else requests
-    notes = {(c["stage"], c["mode"]): c for c in cells}
+    known = cell_notes(cells)
+    notes = {(c.stage, c.mode): c for c in known}
     rows = []
-    for stage, mode in _cell_order(reqs, cells):
-        note = notes.get((stage, mode), {})
+    for stage, mode in _cell_order(reqs, known):
+        note = notes.get((stage, mode)) or CellNote(stage, mode)
         r = reqs.filter((pl.col("stage") == stage) & (pl.col("mode") == mode))
         rows.append(_row(stage, mode, r, _part(steps, stage, mode), _part(gpu, stage, mode), slo, note))
     return pl.DataFrame(rows, schema=_SCHEMA) if rows else pl.DataFrame(schema=_SCHEMA)
@@ -167,7 +169,7 @@ _SCHEMA: dict[str, Any] = {
 
 
 def _row(stage: str, mode: str, r: pl.DataFrame, steps: pl.DataFrame | None, gpu: pl.DataFrame | None,
-         slo: SloConfig, note: dict[str, Any]) -> dict[str, Any]:
+         slo: SloConfig, note: CellNote) -> dict[str, Any]:
     ok = r.filter(pl.col("status") == "ok")
     ttft, e2el, tpot = stats.latencies(
         _arr(ok, "send_t"), _arr(ok, "first_token_t"), _arr(ok, "last_token_t"), _arr(ok, "completion_tokens")
@@ -193,15 +195,15 @@ def _row(stage: str, mode: str, r: pl.DataFrame, steps: pl.DataFrame | None, gpu
         if any(k in reason.lower() for k in _KV_FULL)
     )
     row: dict[str, Any] = {
-        "stage": stage, "mode": mode, "target_rate": note.get("rate"),
+        "stage": stage, "mode": mode, "target_rate": note.rate,
         "offered_rate": stats.offered_rate(_arr(r, "scheduled_t")) if r.height else None,
         "requests": r.height, "ok": ok.height,
         **pct,
         "client_wait_p99_ms": _ms(client_wait.p99), "wall_s": wall,
-        "client_busy_pct": 100 * note["client_busy"] if note.get("client_busy") is not None else None,
-        "client_workers": note.get("client_workers"),
-        "worker_lag_p99_ms": " / ".join("-" if v is None else f"{v:.1f}" for v in note["worker_lag_p99_ms"])
-        if note.get("worker_lag_p99_ms") else None,
+        "client_busy_pct": 100 * note.client_busy if note.client_busy is not None else None,
+        "client_workers": note.client_workers,
+        "worker_lag_p99_ms": " / ".join("-" if v is None else f"{v:.1f}" for v in note.worker_lag_p99_ms)
+        if note.worker_lag_p99_ms else None,
         "req_per_s": stats.rate(ok.height, wall),
         "output_tok_per_s": stats.rate(out_tokens, wall),
         "goodput_req_per_s": stats.goodput(ttft, tpot, e2el, slo, wall),
@@ -214,7 +216,7 @@ def _row(stage: str, mode: str, r: pl.DataFrame, steps: pl.DataFrame | None, gpu
         "prompt_tokens": int(np.nansum(_arr(r, "prompt_tokens"))),
         "completion_tokens": int(np.nansum(_arr(r, "completion_tokens"))),
         "tokens_estimated": int(r.get_column("tokens_estimated").sum() or 0) if r.height else 0,
-        "partial": bool(note.get("partial", False)),
+        "partial": bool(note.partial),
     }
     if steps is not None and steps.height:
         kv, frag = _arr(steps, "kv_usage"), _arr(steps, "fragmentation")
@@ -228,17 +230,18 @@ def _row(stage: str, mode: str, r: pl.DataFrame, steps: pl.DataFrame | None, gpu
             row.update(swaps=int(np.nansum(_arr(steps, "swaps"))),
                        swapped_gib=float(np.nansum(_arr(steps, "swapped_bytes"))) / 2**30,
                        swap_stall_s=float(np.nansum(_arr(steps, "swap_s"))))
-    elif note.get("server_kv_mean") is not None:  # a remote server's own gauge, polled during the stage
-        row.update(kv_source=KV_FROM_SERVER, kv_use_mean_pct=100 * float(note["server_kv_mean"]),
-                   kv_use_peak_pct=100 * float(note["server_kv_peak"]))
-    if row.get("preemptions") is None and note.get("server_preemptions") is not None:
-        row["preemptions"] = int(note["server_preemptions"])
+    elif note.server_kv_mean is not None:  # a remote server's own gauge, polled during the stage
+        peak = note.server_kv_peak if note.server_kv_peak is not None else note.server_kv_mean
+        row.update(kv_source=KV_FROM_SERVER, kv_use_mean_pct=100 * float(note.server_kv_mean),
+                   kv_use_peak_pct=100 * float(peak))
+    if row.get("preemptions") is None and note.server_preemptions is not None:
+        row["preemptions"] = int(note.server_preemptions)
     if gpu is not None and gpu.height:
         active = _arr(gpu, "sm_active_pct")
         sm = active if np.isfinite(active).any() else _arr(gpu, "sm_util_pct")
         row.update(gpu_sm_mean_pct=float(np.nanmean(sm)),
                    gpu_vram_peak_gib=float(np.nanmax(_arr(gpu, "mem_used_bytes"))) / 2**30)
-    sp, sc = note.get("server_prompt_tokens"), note.get("server_completion_tokens")
+    sp, sc = note.server_prompt_tokens, note.server_completion_tokens
     if sp is not None and sc is not None:
         row.update(
             server_prompt_tokens=int(sp), server_completion_tokens=int(sc),

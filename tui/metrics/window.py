@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from tui.clock import now
+from tui.base.clock import now
 from tui.metrics import stats
 from tui.metrics.types import WindowStats
 from tui.records.request import RequestRecord

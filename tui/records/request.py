@@ -1,12 +1,13 @@
 """The per-request record: raw timestamps of one request, its status, and its Parquet schema.
 
-A record keeps raw timestamps (seconds on the records' clock, :mod:`tui.clock`, shared by every
+A record keeps raw timestamps (seconds on the records' clock, :mod:`tui.base.clock`, shared by every
 process, so they line up with the engine's step records) and nothing derived: TTFT, TPOT and the rest are
 computed in one place, ``tui.metrics.stats``, from these columns.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -49,7 +50,7 @@ def finish_status(finish_reason: str | None) -> tuple[str, str]:
 
 @dataclass(slots=True)
 class RequestRecord:
-    """Everything measured about one request. Times are on :mod:`tui.clock`; None where it never happened."""
+    """Everything measured about one request. Times are on :mod:`tui.base.clock`; None where it never happened."""
 
     request_id: str
     index: int  # position in its stage's schedule (0, 1, 2, ...)
@@ -84,6 +85,34 @@ class RequestRecord:
     @property
     def ok(self) -> bool:
         return self.status == OK
+
+    # -- building a record from what arrives (the one builder: the HTTP client's chunks, the engine's steps)
+
+    def add_chunk(self, t: float, tokens: int = 1) -> None:
+        """An output chunk carrying ``tokens`` tokens arrived at ``t`` (each token counted as a chunk)."""
+        last = self.last_token_t
+        if last is None:
+            self.first_token_t = t
+        else:
+            self.chunk_gaps_s.append(t - last)
+        self.last_token_t = t
+        self.num_chunks += tokens
+
+    def add_chunk_run(self, stamps: Sequence[float], gaps: Sequence[float], first: int, last: int) -> None:
+        """One chunk at each of ``stamps[first..last]``; ``gaps`` are the stamps' consecutive differences
+        (shared by every request of a stretch of steps). Exactly what :meth:`add_chunk` at each gives."""
+        if self.last_token_t is None:
+            self.first_token_t = stamps[first]
+        else:
+            self.chunk_gaps_s.append(stamps[first] - self.last_token_t)
+        self.chunk_gaps_s.extend(gaps[first:last])
+        self.last_token_t = stamps[last]
+        self.num_chunks += last - first + 1
+
+    def served(self, finish_reason: str | None) -> None:
+        """The server finished the request with ``finish_reason``: the status and reason it means."""
+        self.finish_reason = finish_reason
+        self.status, self.reason = finish_status(finish_reason)
 
     def to_row(self) -> dict[str, Any]:
         # Not dataclasses.asdict: it deep-copies chunk_gaps_s float by float (~0.2 ms for a long

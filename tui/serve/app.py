@@ -42,9 +42,9 @@ from starlette.responses import JSONResponse as StarletteJSONResponse
 from starlette.responses import Response
 from starlette.routing import Route
 
+from tui.base.gpu import GpuSampler
 from tui.engine.control import Control, ControlError, Reset
 from tui.engine.snapshot import EngineSnapshot
-from tui.gpu import GpuSampler
 from tui.profile import (
     Profile,
     ProfileError,

@@ -2,7 +2,7 @@
 
 The dashboard's poller and the recorder drive the local engine through this: read its state and its
 step records, pause, resume, single-step, switch the mode, set the defenses, reset it. Every failure
-becomes a :class:`ControlError` whose text is one line for the user (from :mod:`tui.errors`), with
+becomes a :class:`ControlError` whose text is one line for the user (from :mod:`tui.base.errors`), with
 the HTTP status when the server answered (None when nothing answered: the server may be gone).
 
 The client borrows an ``httpx.AsyncClient`` (the caller's, with its headers, pool and proxy rules) or
@@ -21,10 +21,10 @@ from typing import Any
 
 import httpx
 
+from tui.base.errors import describe_http_error
+from tui.base.gpu import GpuSample
 from tui.engine.control import Control
 from tui.engine.snapshot import EngineSnapshot, StepTiming
-from tui.errors import describe_http_error
-from tui.gpu import GpuSample
 from tui.profile import DefensesConfig, EngineConfig, to_dict
 from tui.serve import routes
 from tui.serve.state_wire import ENCODING, StateDecoder, View

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from tui.child_process import spawn_child
+from tui.base.child_process import spawn_child
 from tui.engine.control import Control, Reset
 from tui.engine.params import SamplingParams, TokenLogprobs
 from tui.engine.snapshot import EngineSnapshot, StepTiming

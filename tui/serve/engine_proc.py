@@ -22,7 +22,7 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
-from tui.child_process import child_connection
+from tui.base.child_process import child_connection
 from tui.engine.snapshot import EngineSnapshot, StepTiming
 from tui.serve import engine_messages as m
 from tui.serve.heap import settle_heap

@@ -33,6 +33,7 @@ from typing import Any
 
 import orjson
 
+from tui.base.gpu import GpuSample
 from tui.engine.snapshot import (
     ArenaSegment,
     BlockTable,
@@ -42,7 +43,6 @@ from tui.engine.snapshot import (
     RequestView,
     StepTiming,
 )
-from tui.gpu import GpuSample
 
 ENCODING = "compact"
 PREFIX_MIN = 8  # lists at least this long are sent as kept prefix + tail when most of them is unchanged

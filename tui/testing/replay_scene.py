@@ -3,7 +3,7 @@
 Simulated Llama-3.1-8B on one H100 (the real scheduler and KV layouts, modelled step times), a
 capacity-edge workload (80 % of requests want 20 output tokens, 20 % want 800) under static batching
 (batch of 8, exact contiguous reservations) and continuous batching (paged KV), 800 MiB of KV for
-both: about 6,400 tokens. Static batching stalls (5.5 s in: 43 requests wait while its batch runs on
+both: about 6,400 tokens. Static batching stalls (6.5 s in: 50 requests wait while its batch runs on
 with only its two 800-token members); continuous batching runs out of blocks and preempts. Tests and the README's replay example record it with :func:`record_scene`.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 from rich.console import Console
 
 from tui.profile import Profile, profile_from_dict
-from tui.virtual_record import VirtualClockRecorder
+from tui.recorder.virtual import VirtualClockRecorder
 
 SCENE: dict[str, Any] = {
     "name": "replay-scene",
@@ -43,7 +43,7 @@ def record_scene(out: Path, profile: Profile | None = None) -> Path:
     """Record the scene into ``out`` (quietly, with a fixed run id so request ids are the same each time)."""
     quiet = Console(file=io.StringIO())
     rec = VirtualClockRecorder(profile or scene_profile(), Path(out), console_err=quiet, console_out=quiet)
-    rec.run_id = "scene"
+    rec.output.run_id = "scene"
     if rec.run() != 0:
-        raise RuntimeError(f"the replay scene did not record: {rec.fatal}")
+        raise RuntimeError(f"the replay scene did not record: {rec.output.fatal}")
     return Path(out)

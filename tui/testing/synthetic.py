@@ -12,6 +12,7 @@ import dataclasses
 import math
 import random
 
+from tui.base.gpu import GpuSample
 from tui.engine.snapshot import (
     ArenaSegment,
     BlockTable,
@@ -23,7 +24,6 @@ from tui.engine.snapshot import (
     paged_totals,
     rle,
 )
-from tui.gpu import GpuSample
 from tui.metrics.types import Percentiles, ServerGauges, WindowStats
 from tui.ui.model import DashboardSnapshot, HistoryPoint, LoadState, TargetInfo
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from rich.console import Console
 
 from tui.profile import Profile, ProfileError
-from tui.report import wide_console
+from tui.report.terminal import wide_console
 from tui.tune.candidates import make_candidates, searched_knobs
 from tui.tune.executors import make_executor
 from tui.tune.search import TUNE_CSV, successive_halving, write_results

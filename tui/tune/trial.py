@@ -66,10 +66,10 @@ class Outcome:
 def record_run(profile: Profile, run_dir: Path) -> int:
     """Record ``profile`` into ``run_dir`` as ``kvtui --record`` does (virtual clock when simulated)."""
     if profile.engine.backend == "simulated":
-        from tui.virtual_record import record_virtual
+        from tui.recorder.virtual import record_virtual
 
         return record_virtual(profile, run_dir)
-    from tui.record import record_main
+    from tui.recorder.recorder import record_main
 
     return record_main(profile, run_dir)
 

@@ -13,8 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import get_args
 
+from tui.base.errors import root_url
 from tui.engine.control import TOGGLE
-from tui.errors import root_url
 from tui.load.arrivals import ArrivalKind
 from tui.profile import DefensesConfig, LengthDist, Profile, WorkloadConfig
 from tui.serve.state_wire import View

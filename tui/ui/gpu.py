@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from rich.text import Text
 
+from tui.base.gpu import GpuSample
 from tui.engine.snapshot import EngineSnapshot
-from tui.gpu import GpuSample
 from tui.metrics.types import ServerGauges
 from tui.ui.lines import TextLines
 from tui.ui.model import DashboardSnapshot
@@ -94,8 +94,12 @@ def simulated_lines(engine: EngineSnapshot, width: int) -> list[Text]:
         parts = mem["weight_bytes"] + mem["activation_bytes"] + mem["non_torch_bytes"] + mem["kv_bytes"]
         out.append(_gauge_line(" VRAM", parts / mem["total_bytes"], width,
                                f"{parts / gib:.0f}/{mem['total_bytes'] / gib:.0f} GiB"))
-        out.append(Text(f"  weights {mem['weight_bytes'] / gib:.1f} · act {mem['activation_bytes'] / gib:.1f} GiB",
-                        style="dim"))
+        out.append(Text(f"  weights {mem['weight_bytes'] / gib:.1f} · act {mem['activation_bytes'] / gib:.1f} · "
+                        f"non-torch {mem['non_torch_bytes'] / gib:.1f} GiB", style="dim"))
+        if mem.get("profile_tokens"):  # splits from before these were kept lack them
+            rule = "budget" if str(mem.get("profile_rule", "")).startswith("max_num_batched") else "max_len"
+            out.append(Text(f"  act @{mem['profile_tokens']:,} tok ({rule}) · graphs "
+                            f"{mem.get('cuda_graph_bytes', 0) / gib:.1f} GiB", style="dim"))
         out.append(Text(f"  KV {mem['kv_bytes'] / gib:.1f} GiB · {mem['num_blocks']:,} blocks", style="dim"))
     else:
         out.append(Text(f"  weights {s.get('weight_bytes', 0) / gib:.1f} GiB · KV {s.get('kv_bytes', 0) / gib:.2f} GiB",

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from tui.base.gpu import GpuSample
 from tui.engine.snapshot import EngineSnapshot
-from tui.gpu import GpuSample
 from tui.metrics.types import ServerGauges, WindowStats
 from tui.profile import DefensesConfig
 

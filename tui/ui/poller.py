@@ -21,9 +21,9 @@ from typing import Any
 
 import httpx
 
+from tui.base.errors import api_url, describe_http_error, one_line, root_url
 from tui.engine.control import Control
 from tui.engine.snapshot import EngineSnapshot
-from tui.errors import api_url, describe_http_error, one_line, root_url
 from tui.metrics.types import ServerGauges
 from tui.profile import DefensesConfig, EngineMode, Profile
 from tui.serve.control_client import ControlClient, ControlError, EngineState
@@ -41,7 +41,7 @@ HISTORY_LEN = 600  # five minutes of chart
 
 def local_gpu_note() -> str:
     """Why this host has no GPU readings ('' when NVML sees a GPU)."""
-    from tui.gpu import GpuSampler
+    from tui.base.gpu import GpuSampler
 
     sampler = GpuSampler()
     try:

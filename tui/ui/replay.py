@@ -24,6 +24,7 @@ from tui.engine.snapshot import EngineSnapshot
 from tui.metrics.types import WindowStats
 from tui.metrics.window import RollingWindow
 from tui.profile import EngineMode, Profile, ProfileError, load_profile
+from tui.records.cell import CellNote, cell_notes
 from tui.records.frames import FRAME_SCHEMA
 from tui.records.parquet import LazyColumn, read_records
 from tui.records.request import RequestRecord
@@ -127,7 +128,7 @@ class Recording:
         self.steps: list[int] = frames.column("step").to_pylist()
         self._states = states
         stages, modes = frames.column("stage").to_pylist(), frames.column("mode").to_pylist()
-        self.cells = self._cells(stages, modes, info.get("cells", []))
+        self.cells = self._cells(stages, modes, cell_notes(info.get("cells", [])))
         self._records: dict[tuple[str, str], list[RequestRecord]] = {}
         for row in requests.to_pylist():
             if not row["warmup"]:
@@ -160,22 +161,22 @@ class Recording:
 
     # -- structure -----------------------------------------------------------------------------------
 
-    def _cells(self, stages: list[str], modes: list[str], notes: list[dict[str, Any]]) -> list[Cell]:
+    def _cells(self, stages: list[str], modes: list[str], notes: list[CellNote]) -> list[Cell]:
         cells: list[Cell] = []
         start = 0
         for i in range(1, len(stages) + 1):
             if i < len(stages) and (stages[i], modes[i]) == (stages[start], modes[start]):
                 continue
             stage, mode = stages[start], modes[start]
-            note = next((c for c in notes if c.get("stage") == stage and c.get("mode") == mode), {})
+            note = next((c for c in notes if (c.stage, c.mode) == (stage, mode)), CellNote(stage, mode))
             eng = self.profile.engine
             try:
                 static = EngineMode.parse(mode).batching == "static"
             except ValueError:
                 static = False
-            cells.append(Cell(index=len(cells), stage=stage, mode=mode, rate=note.get("rate"), start=start, stop=i,
-                              t0=min(note.get("started_t") or self.t[start], self.t[start]),
-                              t_end=max(note.get("ended_t") or self.t[i - 1], self.t[i - 1]),
+            cells.append(Cell(index=len(cells), stage=stage, mode=mode, rate=note.rate, start=start, stop=i,
+                              t0=min(note.started_t or self.t[start], self.t[start]),
+                              t_end=max(note.ended_t or self.t[i - 1], self.t[i - 1]),
                               batch_slots=eng.static_batch_size if static else eng.max_num_seqs))
             start = i
         return cells

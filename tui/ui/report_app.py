@@ -1,11 +1,11 @@
 """The terminal review, ``kvtui report DIR [DIR2 ...]`` on a terminal: the table, the load curves and each
 cell's time series of recorded runs, in one Textual app.
 
-The app draws frozen data only: the runs are read once (``tui.report.open_runs``), their chart data
+The app draws frozen data only: the runs are read once (``tui.report.terminal.open_runs``), their chart data
 computed once (``tui.metrics.review``, the same data the HTML report draws) and turned into plots
 (``tui.ui.review_plots``) before it starts. Keys come from one table (``tui.ui.review_actions``), as
 the dashboard's do. Piped, or with ``--table``, ``kvtui report`` prints the table instead
-(``tui.report.report_main``).
+(``tui.report.terminal.report_main``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from textual.app import App, ComposeResult
 from textual.widgets import DataTable, Footer, OptionList, Static, TabbedContent, TabPane
 
 from tui.metrics.review import Review, review
-from tui.report import ReportError, RunData, open_runs, review_of
+from tui.report.terminal import ReportError, RunData, open_runs, review_of
 from tui.ui.actions import bindings
 from tui.ui.help_screen import HelpScreen, key_rows
 from tui.ui.review_actions import EXTRA_KEYS, REVIEW_ACTIONS, REVIEW_PANES

@@ -25,7 +25,7 @@ from tui.metrics.decomposition import (
     read_tables,
 )
 from tui.metrics.table_view import client_verdict, compact_rows, mode_legend, reconciliation_verdict
-from tui.report import RunData, compare_rows
+from tui.report.terminal import RunData, compare_rows
 from tui.ui.review_plots import run_letter
 
 SIMULATED_STYLE = "bold #1e2127 on #e5c07b"
@@ -88,7 +88,7 @@ class TableView(VerticalScroll):
             if run.edges:  # a sweep's capacity edge per mode, as the printed report has it
                 yield Static(Text("capacity edge (sweep)", style="bold"), classes="review-heading")
                 yield _table(EDGE_HEADERS, edge_rows(run.edges), 1, f"edges-{i}")
-            gains, ladder = read_tables(run.path)  # a decomposition's tables (tui.decompose), as printed
+            gains, ladder = read_tables(run.path)  # a decomposition's tables (tui.recorder.decompose), as printed
             if gains is not None and gains.height:
                 yield Static(Text("what each change buys", style="bold"), classes="review-heading")
                 yield _table(GAIN_HEADERS, gain_rows(gains), 3, f"gains-{i}")

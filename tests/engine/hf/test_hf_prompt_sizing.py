@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 
 from tui.profile import EngineConfig, Profile, load_profile
-from tui.record import record_main
+from tui.recorder.recorder import record_main
 from tui.serve.local import LocalServer
 
 PROFILE = '''

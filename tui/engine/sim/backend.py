@@ -168,7 +168,8 @@ def _split(cfg: EngineConfig, model: ModelSpec, hw: Hardware) -> MemorySplit:
     return memory_split(
         model, hw.gpu, gpu_memory_utilization=cfg.gpu_memory_utilization or 0.9,
         max_num_batched_tokens=cfg.max_num_batched_tokens, max_num_seqs=cfg.max_num_seqs,
-        block_size=cfg.block_size, tp=cfg.tensor_parallel_size,
+        block_size=cfg.block_size, tp=cfg.tensor_parallel_size, max_model_len=cfg.max_model_len,
+        chunked_prefill=cfg.enable_chunked_prefill,
     )
 
 

@@ -66,10 +66,12 @@ def _design(works: Sequence[StepWork], p: CostParams) -> tuple[np.ndarray, np.nd
             x[i, 2] = w.linear_flops
         else:
             x[i, 3] = w.weight_bytes
-        if w.attn_flops / p.attn_flops >= w.kv_bytes / p.kv_bandwidth:
-            x[i, 4] = w.attn_flops
-        else:
-            x[i, 5] = w.kv_bytes
+        # attention as the step-time formula takes it: the prefill chunks' and the decodes' apart
+        for flops, kv in ((w.attn_flops - w.dec_attn_flops, w.kv_bytes - w.dec_kv_bytes), (w.dec_attn_flops, w.dec_kv_bytes)):
+            if flops / p.attn_flops >= kv / p.kv_bandwidth:
+                x[i, 4] += flops
+            else:
+                x[i, 5] += kv
         x[i, 6] = w.prefills
         x[i, 7] = w.pad_tokens
         comm[i] = w.comm_s

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import time
 
-from tui.clock import now as records_now
+from tui.base.clock import now as records_now
 
 # time.sleep overshoots by ~50-100 us on Linux; sleep to this much before the deadline, then yield
 # the rest in short sleeps, so a released step lands within ~0.1 ms of its modelled end.
@@ -18,7 +18,7 @@ _SPIN_S = 0.0005
 
 
 class RealClock:
-    """Real time on the records' clock (:func:`tui.clock.now`); ``wait_until`` sleeps until the deadline.
+    """Real time on the records' clock (:func:`tui.base.clock.now`); ``wait_until`` sleeps until the deadline.
 
     The process hosting the engine calls :meth:`woke` whenever it has waited (nothing to run, paused,
     a batch window), so a step's modelled start never falls inside a wait.
@@ -64,7 +64,7 @@ class RealClock:
 class VirtualClock:
     """Simulated seconds from ``start``; ``wait_until`` moves the clock forward and returns at once.
 
-    ``origin``: where the clock's zero lies on the records' clock (:mod:`tui.clock`). Records and step
+    ``origin``: where the clock's zero lies on the records' clock (:mod:`tui.base.clock`). Records and step
     times are ``origin + now()``; the simulation itself sees only ``now()``, so what it
     computes (batch windows, timeouts, step ends) does not depend on when it ran. Counted on the
     monotonic scale itself, it did: the rounding of a reading of ~3·10^4 s moved a static batch's

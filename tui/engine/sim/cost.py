@@ -13,7 +13,21 @@ cache (a decode is ``new = 1``; a prefill chunk ``new = chunk``). Per device, wi
   once: time = ``max(attention FLOPs / achieved, KV bytes / achieved KV bandwidth)`` — prefill is
   quadratic in the prompt, decode linear in the context;
 - **all-reduce** (tp > 1): two per layer (after attention and after the MLP) of ``T · hidden`` values,
-  ring: ``2 (tp-1)/tp · bytes / link bandwidth`` plus a fixed latency per call;
+  ring: ``2 (tp-1)/tp · bytes / link bandwidth`` plus a fixed latency per call, both by interconnect
+  (NVLink or PCIe: :mod:`tui.engine.sim.hardware`);
+- **GEMM efficiency** saturates in the step's tokens: the linear layers' achieved FLOP/s are
+  ``flops · T / (T + gemm_half_tokens)`` (a 128-token prefill fills few waves of a GEMM; thousands of
+  tokens fill it), not one constant for every shape;
+- **mixed steps** (chunked prefill beside decodes) as the sum of their parts: the linear layers run once
+  over all the step's tokens, the prefill chunks' attention (compute bound) and the decodes' attention
+  (bound by reading their KV at ``kv_bandwidth``, decode attention's own efficiency) each take their own
+  time;
+- **per layer**: a serving stack's launch and synchronisation floor, ``per_layer_s`` per layer per step;
+- **sampler**: ``per_seq_s`` per row plus ``per_logit_s`` per sampled row per vocabulary entry
+  (softmax, top-k/p over the vocabulary), beyond the LM head's FLOPs;
+- **dtypes**: weight bytes from the weights' dtype, KV bytes from the KV cache's (FP8 KV halves them);
+  FP8 weights run their GEMMs at the GPU's FP8 peak (counted here as 16-bit-equivalent FLOPs: the
+  linear FLOPs times 16-bit peak / FP8 peak);
 - **overheads**: a fixed cost per step (scheduling, input preparation, sampling, launch), and
   per-request and per-prefill-chunk costs (zero on a GPU preset, whose kernels take the whole batch
   at once; large on a CPU, where the torch runner attends chunk by chunk and ``kvtui calibrate`` fits
@@ -31,8 +45,9 @@ them once it is known which side of each ``max`` is taken, which is what calibra
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from tui.engine.sim.hardware import CostParams, GpuSpec
 from tui.engine.sim.models import ModelSpec
@@ -52,6 +67,10 @@ class StepWork:
     kv_bytes: float  # K/V read and written by attention
     comm_s: float  # all-reduce time (0 without tensor parallelism)
     pad_tokens: int = 0  # decode KV slots a padding runner attends beyond the rows' own contexts
+    layers: int = 0  # the model's layers (the per-layer floor's count)
+    dec_attn_flops: float = 0.0  # of attn_flops, the decode rows'
+    dec_kv_bytes: float = 0.0  # of kv_bytes, the decode rows'
+    logits: float = 0.0  # sampled rows x vocabulary entries, per device
 
 
 @dataclass(frozen=True)
@@ -72,15 +91,25 @@ class StepCost:
         return self.work.weight_bytes + self.work.kv_bytes
 
 
+def step_seconds(w: Any, p: CostParams, maximum: Callable[[Any, Any], Any] = max) -> Any:
+    """The step-time formula (the one place it is written): seconds of work ``w`` (a :class:`StepWork`,
+    or one whose fields are numpy arrays with ``maximum=np.maximum``: many steps at once) under ``p``."""
+    rate = p.flops if not p.gemm_half_tokens else p.flops * w.tokens / (w.tokens + p.gemm_half_tokens)
+    linear = maximum(w.linear_flops / rate, w.weight_bytes / p.bandwidth)
+    prefill_attn = maximum((w.attn_flops - w.dec_attn_flops) / p.attn_flops, (w.kv_bytes - w.dec_kv_bytes) / p.kv_bandwidth)
+    decode_attn = maximum(w.dec_attn_flops / p.attn_flops, w.dec_kv_bytes / p.kv_bandwidth)
+    return (p.overhead_s + p.per_layer_s * w.layers + p.per_seq_s * w.rows + p.per_prefill_s * w.prefills
+            + p.per_pad_token_s * w.pad_tokens + p.per_logit_s * w.logits
+            + linear + prefill_attn + decode_attn + w.comm_s)
+
+
 def step_time(work: StepWork, p: CostParams) -> StepCost:
-    """The step-time formula (the one place it is written): a step's work under coefficients ``p``."""
+    """A step's modelled time (:func:`step_seconds`) and how busy it kept the device."""
     if not work.tokens:
         return StepCost(0.0, work, 0.0, 0.0)
-    lin_c, lin_m = work.linear_flops / p.flops, work.weight_bytes / p.bandwidth
-    att_c, att_m = work.attn_flops / p.attn_flops, work.kv_bytes / p.kv_bandwidth
-    t = (p.overhead_s + p.per_seq_s * work.rows + p.per_prefill_s * work.prefills
-         + p.per_pad_token_s * work.pad_tokens + max(lin_c, lin_m) + max(att_c, att_m) + work.comm_s)
-    return StepCost(t, work, lin_c + att_c, lin_m + att_m)
+    compute = work.linear_flops / p.flops + work.attn_flops / p.attn_flops
+    memory = work.weight_bytes / p.bandwidth + work.kv_bytes / p.kv_bandwidth
+    return StepCost(float(step_seconds(work, p)), work, compute, memory)
 
 
 class CostModel:
@@ -92,14 +121,18 @@ class CostModel:
                              f"{model.num_heads} heads / {model.num_kv_heads} KV heads")
         self.model, self.gpu, self.params, self.tp = model, gpu, params, tp
         m = model
-        self._linear_per_token = 2.0 * m.num_layers * m.layer_params / tp
+        # FP8 GEMMs at the FP8 peak: their FLOPs in 16-bit-peak equivalents (see the module doc)
+        fp8 = gpu.peak_flops / gpu.fp8_peak_flops if m.fp8_weights and gpu.fp8_peak_flops > 0 else 1.0
+        self._linear_per_token = 2.0 * m.num_layers * m.layer_params / tp * fp8
         self._head_per_row = 2.0 * m.hidden_size * m.vocab_size / tp
-        self._weight_bytes = (m.num_layers * m.layer_params + m.lm_head_params) * m.dtype_bytes / tp
+        self._logits_per_row = m.vocab_size / tp
+        act = m.dtype_bytes if m.dtype_bytes > 1 else 2  # activations (and an 8-bit model's LM head): 16-bit
+        self._weight_bytes = (m.num_layers * m.layer_params * m.dtype_bytes + m.lm_head_params * act) / tp
         self._attn_per_pair = 4.0 * m.num_layers * (m.num_heads / tp) * m.head_dim
         # KV heads are split over the devices (replicated when tp exceeds them)
         self._kv_per_token = m.kv_bytes_per_token / min(tp, m.num_kv_heads)
         if tp > 1:
-            msg = m.hidden_size * m.dtype_bytes  # bytes per token per all-reduce
+            msg = m.hidden_size * act  # bytes per token per all-reduce
             self._ar_per_token = 2 * m.num_layers * 2.0 * (tp - 1) / tp * msg / gpu.interconnect_bandwidth
             self._ar_fixed = 2 * m.num_layers * gpu.interconnect_latency_s
         else:
@@ -120,15 +153,19 @@ class CostModel:
                 decodes += 1
                 dec_ctx += past + 1
                 longest = max(longest, past + 1)
-        return self.work_of(rows, prefills, tokens, pairs, ctx, sampled, decodes * longest - dec_ctx)
+        return self.work_of(rows, prefills, tokens, pairs, ctx, sampled, decodes * longest - dec_ctx,
+                            dec_ctx=dec_ctx)
 
     def work_of(self, rows: int, prefills: int, tokens: int, pairs: float, ctx: int, sampled: int,
-                pad_tokens: int = 0) -> StepWork:
+                pad_tokens: int = 0, dec_ctx: int | None = None) -> StepWork:
         """:meth:`work` from the step's sums: requests, prefill chunks, tokens, attention (query, key)
         pairs (``Σ new·past + new·(new+1)/2``), context tokens read (``Σ past + new``), sampled rows,
         and the decode rows' padding (``decodes x longest decode context - Σ their contexts``; only
-        needed where :attr:`pads`)."""
+        needed where :attr:`pads`); ``dec_ctx``: the decode rows' share of ``ctx`` (a decode's pairs
+        are its context; default: all of it when no row prefills, none otherwise)."""
         comm = self._ar_fixed + self._ar_per_token * tokens if tokens and self.tp > 1 else 0.0
+        if dec_ctx is None:
+            dec_ctx = ctx if not prefills else 0
         return StepWork(
             rows=rows, prefills=prefills, tokens=tokens, sampled=sampled,
             linear_flops=self._linear_per_token * tokens + self._head_per_row * sampled,
@@ -137,6 +174,10 @@ class CostModel:
             kv_bytes=self._kv_per_token * ctx,
             comm_s=comm,
             pad_tokens=pad_tokens,
+            layers=self.model.num_layers,
+            dec_attn_flops=self._attn_per_pair * dec_ctx,
+            dec_kv_bytes=self._kv_per_token * dec_ctx,
+            logits=self._logits_per_row * sampled,
         )
 
     @property

@@ -1,24 +1,31 @@
-"""GPU presets: peak dense 16-bit tensor FLOP/s, HBM bandwidth, memory, interconnect — and where each
-number comes from — plus the efficiency factors that turn peaks into what a serving engine achieves.
+"""GPU presets: peak dense 16-bit (and FP8) tensor FLOP/s, HBM bandwidth, memory, interconnect — and where
+each number comes from — plus the serving-stack presets and efficiency terms that turn peaks into what an
+engine achieves.
 
 Peaks are vendor datasheet figures (dense, i.e. without 2:4 sparsity; bf16 with fp32 accumulate).
-Efficiency factors are the share of a peak a well-tuned engine reaches on the kernels that matter:
+Memory is what torch (and vLLM's start-up log, ``total_gpu_memory``) reports, in bytes, not the
+datasheet's rounded GB: a preset in decimal GB was 5-6 % short of it (see each preset's comment).
 
-- ``flops_efficiency`` 0.6: large bf16 GEMMs reach 60-75 % of dense peak on A100/H100 (cuBLAS), and
-  serving GEMMs are smaller and less regular; vLLM's prefill MFU is commonly reported around 50-60 %.
-- ``bandwidth_efficiency`` 0.8: decode at batch 1 reads every weight once per step; measured vLLM
-  decode at batch 1 runs at 74-77 % of the HBM roofline (Llama-3.1-8B, H100: 6.48 ms/token, 2.48 TB/s;
-  A100-40GB: "about 77 %", see bench/published.toml), which includes the step overhead below.
-- ``step_overhead_s`` 0.4 ms: scheduling, input preparation, sampling and the CUDA-graph launch of a
-  step, for a lean serving engine. What a real stack adds per step varies by milliseconds (its
-  scheduler, sampler, detokenizer, harness, kernel launches): with the factors above, vLLM serving's
-  published batch-1 TPOTs leave 0.85-1.1 ms, LMDeploy's ~1.7 ms, vLLM's CI latency harness and NeMo's
-  TensorRT-LLM 2.5-3.7 ms (bench/published.toml; ``bench/sim.py`` fits each stack's from its other
-  points). No datasheet gives it; it is the first number to calibrate.
+The efficiency terms (:data:`EFFICIENCY`) and each serving stack's per-layer latency floor
+(:data:`STACKS`) are **fitted** by ``bench/sim.py`` to the published measurements in
+``bench/published.toml`` (all of them); ``bench/sim.py`` reports the model's errors with every fitted
+number fitted *without* the source it predicts (leave one source out). The fit is the source of
+those constants; no datasheet gives them:
 
-These are defaults, not measurements of any one machine: ``kvtui calibrate`` fits all of them (and the
-per-request, per-prefill-chunk and per-padded-slot costs a GPU preset leaves at zero) to a real
-engine and writes a hardware profile that replaces them.
+- ``flops_efficiency``: the share of the dense peak a large GEMM reaches; a step of ``T`` tokens gets
+  ``flops_efficiency · T / (T + gemm_half_tokens)`` of it (small GEMMs fill fewer SMs and waves);
+- ``bandwidth_efficiency``: the share of HBM bandwidth weight streaming reaches (decode at batch 1);
+- ``kv_bandwidth_factor``: decode attention's KV reads (scattered blocks) relative to weight streaming;
+- ``per_row_s`` and ``per_logit_s``: the sampler's and logits' cost per row, ``per_row_s + per_logit_s
+  · vocabulary`` (softmax, top-k/p, penalties over the vocabulary, beyond the LM head's GEMM; input
+  preparation per row). Fitted, the vocabulary term comes out 0: the published points (32k and 128k
+  vocabularies, up to 480 rows) show a per-row cost but no growth with the vocabulary that the fit
+  can separate;
+- a stack's ``per_layer_s``: launch and synchronisation per layer per step (the leftover step time
+  scales with the layer count: kvtui issue 26), and ``overhead_s`` per step.
+
+``kvtui calibrate`` fits its own coefficients to a real engine and writes a hardware profile that
+replaces all of these.
 """
 
 from __future__ import annotations
@@ -33,6 +40,13 @@ import tomli_w
 
 GiB = 1 << 30
 
+# All-reduce latency per call by interconnect. NVLink: NCCL's small-message all-reduce on NVLink/NVSwitch
+# systems, ~8 us (the earlier preset; NVIDIA's nccl-tests report single-digit-us latencies there). PCIe:
+# no published point in bench/published.toml; NCCL's ring over PCIe through the host bridge is assumed
+# 3x NVLink's (an assumption, not a measurement: TP on PCIe cards is not validated here).
+NVLINK_LATENCY_S = 8e-6
+PCIE_LATENCY_S = 25e-6
+
 
 @dataclass(frozen=True)
 class GpuSpec:
@@ -43,14 +57,18 @@ class GpuSpec:
     mem_bandwidth: float  # bytes/s
     memory_bytes: int
     interconnect_bandwidth: float  # bytes/s per direction per device, for the all-reduce
-    interconnect_latency_s: float = 8e-6  # per all-reduce call (NCCL small-message latency)
+    interconnect_latency_s: float = NVLINK_LATENCY_S  # per all-reduce call (small message)
     host_bandwidth: float = 25e9  # bytes/s device<->host (KV swap): PCIe Gen4 x16 as achieved; Gen5 ~50e9
+    # kvtui calibrate's starting point (and its peaks' scale); the presets' step times use EFFICIENCY/STACKS
     flops_efficiency: float = 0.6
     bandwidth_efficiency: float = 0.8
     step_overhead_s: float = 4e-4
-    non_torch_bytes: int = int(0.5 * GiB)  # CUDA context, NCCL buffers: outside the profiled peak
+    non_torch_bytes: int = -1  # outside torch's allocator; < 0: by tensor parallelism (memory.non_torch_for_tp)
     dtype_bytes: int = 2  # what the engine runs on it: bf16 on a GPU; a calibrated CPU runs float32 (4)
     source: str = ""
+    fp8_peak_flops: float = 0.0  # dense FP8 tensor FLOP/s (0: none; FP8 weights then run as 16-bit GEMMs)
+    interconnect: str = "nvlink"  # or "pcie": what the TP all-reduce crosses
+
 
 
 # Datasheet peaks. Sources:
@@ -66,22 +84,82 @@ class GpuSpec:
 #         165.2 TFLOPS dense, 24 GB GDDR6X 1,008 GB/s; PCIe Gen4 x16.
 #  RTX 3090: NVIDIA Ampere GA102 whitepaper: BF16 tensor (FP32 accumulate) 71 TFLOPS dense,
 #         24 GB GDDR6X 936 GB/s; PCIe Gen4 x16.
+#  FP8 (dense): H100/H200 datasheets 3,958 TFLOPS with sparsity = 1,979 dense; L40S datasheet 733 dense
+#         (1,466 with sparsity); RTX 4090 Ada whitepaper 330.3 dense (FP32 accumulate). Ampere has none.
+# Memory, as torch / vLLM report it (GiB):
+#  H100 80GB: total_gpu_memory 79.22GiB (vLLM PR #10511 start-up log).
+#  A100 80GB: total_gpu_memory 79.15GiB (vLLM start-up logs of 80 GB cards, e.g. a Phi-4 GRPO notebook's
+#         log; the card type is not printed there) — nvidia-smi says 81,920 MiB.
+#  A100 40GB: nvidia-smi's 40,960 MiB less the same 0.85 GiB the 80 GB card loses: 39.15 GiB (derived).
+#  H200: nvidia-smi 143,771 MiB (many public nvidia-smi outputs); torch reports a little less.
+#  RTX 3090: total_gpu_memory 23.58GiB (vllm issue #10517's log).
+#  RTX 4090: nvidia-smi 24,564 MiB (vllm issue #7553).
+#  L40S: the datasheet's 48 GB (decimal; no torch figure found: about 5 % short, as the others were).
+def _gib(x: float) -> int:
+    return int(x * GiB)
+
+
 PRESETS: dict[str, GpuSpec] = {
-    "A100-80GB": GpuSpec("A100-80GB", 312e12, 2.039e12, 80 * 10**9, 300e9,
+    "A100-80GB": GpuSpec("A100-80GB", 312e12, 2.039e12, _gib(79.15), 300e9,
                          source="NVIDIA A100 datasheet (SXM4 80GB)"),
-    "A100-40GB": GpuSpec("A100-40GB", 312e12, 1.555e12, 40 * 10**9, 300e9,
+    "A100-40GB": GpuSpec("A100-40GB", 312e12, 1.555e12, _gib(39.15), 300e9,
                          source="NVIDIA A100 datasheet (SXM4 40GB)"),
-    "H100-SXM": GpuSpec("H100-SXM", 989.4e12, 3.35e12, 80 * 10**9, 450e9, host_bandwidth=50e9,
-                        source="NVIDIA H100 datasheet (SXM5)"),
-    "H200": GpuSpec("H200", 989.4e12, 4.8e12, 141 * 10**9, 450e9, host_bandwidth=50e9,
-                    source="NVIDIA H200 datasheet (SXM)"),
-    "L40S": GpuSpec("L40S", 362.05e12, 0.864e12, 48 * 10**9, 32e9,
+    "H100-SXM": GpuSpec("H100-SXM", 989.4e12, 3.35e12, _gib(79.22), 450e9, host_bandwidth=50e9,
+                        fp8_peak_flops=1978.9e12, source="NVIDIA H100 datasheet (SXM5)"),
+    "H200": GpuSpec("H200", 989.4e12, 4.8e12, 143_771 << 20, 450e9, host_bandwidth=50e9,
+                    fp8_peak_flops=1978.9e12, source="NVIDIA H200 datasheet (SXM)"),
+    "L40S": GpuSpec("L40S", 362.05e12, 0.864e12, 48 * 10**9, 32e9, fp8_peak_flops=733e12, interconnect="pcie",
+                    interconnect_latency_s=PCIE_LATENCY_S,
                     source="NVIDIA L40S datasheet"),
-    "RTX-4090": GpuSpec("RTX-4090", 165.2e12, 1.008e12, 24 * 10**9, 32e9,
+    "RTX-4090": GpuSpec("RTX-4090", 165.2e12, 1.008e12, 24_564 << 20, 32e9, fp8_peak_flops=330.3e12, interconnect="pcie",
+                    interconnect_latency_s=PCIE_LATENCY_S,
                         source="NVIDIA Ada architecture whitepaper (GeForce RTX 4090)"),
-    "RTX-3090": GpuSpec("RTX-3090", 71e12, 0.936e12, 24 * 10**9, 32e9,
+    "RTX-3090": GpuSpec("RTX-3090", 71e12, 0.936e12, _gib(23.58), 32e9, interconnect="pcie",
+                    interconnect_latency_s=PCIE_LATENCY_S,
                         source="NVIDIA GA102 architecture whitepaper (GeForce RTX 3090)"),
 }
+
+
+@dataclass(frozen=True)
+class StackSpec:
+    """A serving stack's per-step costs beyond the roofline (see the module doc)."""
+
+    name: str
+    per_layer_s: float  # launch + synchronisation per layer per step
+    overhead_s: float  # per step (scheduler, input preparation)
+    source: str
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """The fitted efficiency terms shared by every GPU preset (see the module doc)."""
+
+    flops_efficiency: float
+    gemm_half_tokens: float
+    bandwidth_efficiency: float
+    kv_bandwidth_factor: float
+    per_logit_s: float
+    per_row_s: float = 0.0
+
+
+# FITTED: `python bench/published_fit.py` on bench/published.toml (all 48 latency points, 10 sources);
+# their out-of-sample errors are bench/sim.py's leave-one-source-out figures
+EFFICIENCY = Efficiency(flops_efficiency=0.65, gemm_half_tokens=64.0, bandwidth_efficiency=0.9,
+                        kv_bandwidth_factor=1.0, per_logit_s=0.0, per_row_s=35e-6)
+STACKS: dict[str, StackSpec] = {
+    "vllm": StackSpec("vllm", 70e-6, 0.0, "fitted: bench/published.toml's vLLM points (serving and CI harness)"),
+    "compiled": StackSpec("compiled", 81e-6, 0.0,
+                          "fitted: TensorRT-LLM (NeMo), LMDeploy TurboMind and gpt-fast points of bench/published.toml"),
+    "eager": StackSpec("eager", 100e-6, 0.0,
+                       "NOT validated: no published point; a kernel launch per op (~10 per layer) at ~10 us each, "
+                       "an assumption"),
+}
+DEFAULT_STACK = "vllm"
+
+
+# attention kernels' FLOP/s relative to dense GEMMs': FlashAttention-2 reaches 50-73 % of A100 peak
+# forward (Dao 2023, arXiv:2307.08691, fig. 4) against 60-75 % for cuBLAS GEMMs: 0.7 of them
+ATTN_FLOPS_FACTOR = 0.7
 
 
 @dataclass(frozen=True)
@@ -102,12 +180,19 @@ class CostParams:
     kv_bandwidth: float
     per_prefill_s: float = 0.0
     per_pad_token_s: float = 0.0  # per padded decode KV slot (0 on a GPU: see tui.engine.sim.cost)
+    per_layer_s: float = 0.0  # per layer per step (a GPU stack's launch floor; 0 in a CPU calibration)
+    gemm_half_tokens: float = 0.0  # GEMM FLOP/s reach half of ``flops`` at this many tokens (0: always all)
+    per_logit_s: float = 0.0  # per sampled row per vocabulary entry (sampler, logits processing)
 
     @classmethod
-    def from_gpu(cls, gpu: GpuSpec) -> CostParams:
-        achieved = gpu.peak_flops * gpu.flops_efficiency
-        bw = gpu.mem_bandwidth * gpu.bandwidth_efficiency
-        return cls(gpu.step_overhead_s, 0.0, achieved, bw, achieved * 0.7, bw)
+    def from_gpu(cls, gpu: GpuSpec, stack: str = DEFAULT_STACK, eff: Efficiency | None = None) -> CostParams:
+        """A GPU preset's coefficients under a serving stack's preset and the fitted efficiency terms."""
+        e = EFFICIENCY if eff is None else eff
+        st = STACKS[stack]
+        achieved = gpu.peak_flops * e.flops_efficiency
+        bw = gpu.mem_bandwidth * e.bandwidth_efficiency
+        return cls(st.overhead_s, e.per_row_s, achieved, bw, achieved * ATTN_FLOPS_FACTOR, bw * e.kv_bandwidth_factor,
+                   per_layer_s=st.per_layer_s, gemm_half_tokens=e.gemm_half_tokens, per_logit_s=e.per_logit_s)
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ them (and match the published sizes: Llama-3.1-8B 8.03 B, Llama-3.1-70B 70.6 B, 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,8 @@ class ModelSpec:
     dtype_bytes: int = 2
     tie_embeddings: bool = False
     max_position: int = 131072
+    kv_dtype_bytes: int = 0  # 0: as the weights (``dtype_bytes``); 1: an FP8 KV cache
+    fp8_weights: bool = False  # 8-bit weights whose GEMMs run in FP8 (else 1-byte weights dequantize to 16-bit)
 
     @property
     def q_size(self) -> int:
@@ -57,7 +60,7 @@ class ModelSpec:
     @property
     def kv_bytes_per_token(self) -> int:
         """K and V of one token over all layers."""
-        return 2 * self.num_layers * self.kv_size * self.dtype_bytes
+        return 2 * self.num_layers * self.kv_size * (self.kv_dtype_bytes or self.dtype_bytes)
 
 
 PRESETS: dict[str, ModelSpec] = {
@@ -73,7 +76,22 @@ PRESETS: dict[str, ModelSpec] = {
     "mistral-7b": ModelSpec("Mistral-7B", 32, 4096, 32, 8, 128, 14336, 32768),
     # meta-llama/Llama-2-7b-hf config.json: no grouped-query attention (the vLLM paper's setting)
     "llama-2-7b": ModelSpec("Llama-2-7B", 32, 4096, 32, 32, 128, 11008, 32000, max_position=4096),
+    # meta-llama/Llama-2-13b-hf config.json
+    "llama-2-13b": ModelSpec("Llama-2-13B", 40, 5120, 40, 40, 128, 13824, 32000, max_position=4096),
+    # meta-llama/Llama-2-70b-hf config.json (grouped-query attention: 8 KV heads)
+    "llama-2-70b": ModelSpec("Llama-2-70B", 80, 8192, 64, 8, 128, 28672, 32000, max_position=4096),
 }
+
+
+def with_dtypes(spec: ModelSpec, weights: str = "bf16", kv: str = "") -> ModelSpec:
+    """``spec`` with its weights in ``weights`` (bf16/fp16, fp8, int8: weight-only) and its KV cache in
+    ``kv`` (default: as the weights, 16-bit for int8; fp8)."""
+    size = {"bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
+    if weights not in size or (kv and kv not in size):
+        raise ValueError(f"unknown dtype {weights!r}/{kv!r}; known: {', '.join(size)}")
+    kv_bytes = size[kv] if kv else (2 if weights == "int8" else size[weights])
+    return dataclasses.replace(spec, dtype_bytes=size[weights], kv_dtype_bytes=kv_bytes,
+                               fp8_weights=weights == "fp8")
 
 
 def known_models() -> str:

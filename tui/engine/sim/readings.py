@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tui.gpu import GpuSample
+from tui.base.gpu import GpuSample
 
 
 def modelled_gpu_samples(info: dict[str, Any], t: float) -> list[GpuSample]:

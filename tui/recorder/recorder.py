@@ -17,54 +17,45 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
-import json
 import math
-import os
 import signal
-import time
-import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import httpx
 from rich.console import Console, RenderableType
 from rich.live import Live
 from rich.text import Text
 
-from tui.clock import anchor, now
+from tui.base.clock import now
+from tui.base.errors import api_key_hint, api_url, one_line, root_url
+from tui.base.tokenizer_json import read_tokenizer_json
 from tui.engine.sim.readings import modelled_gpu_samples
-from tui.errors import api_key_hint, api_url, one_line, redact_url, root_url
 from tui.feasibility import infeasible_cells
-from tui.load.arrivals import planned_deadlines
 from tui.load.headroom import new_timed_loop
 from tui.load.runner import ClientStats, LoadRunner, make_target, prompt_sizing
 from tui.load.target import OpenAITarget, PreflightError
-from tui.load.trace_replay import make_arrivals
 from tui.load.workers import WorkerFailed, WorkerRunner
-from tui.load.workload import UNIT_MEANING, Workload
-from tui.metrics import stats
-from tui.metrics.capacity import edge_summary_lines, edges_markdown, edges_rich
+from tui.load.workload import Workload
 from tui.metrics.prom import parse_server_gauges
-from tui.metrics.summary import to_markdown
-from tui.metrics.table_view import print_summary
 from tui.metrics.types import ServerGauges
 from tui.metrics.window import RollingWindow
-from tui.profile import EngineMode, Profile, ProfileError, Stage, dump_profile, stage_profile
-from tui.provenance import provenance
-from tui.records.parquet import PartWriter, dataclass_rows, read_records
+from tui.profile import EngineMode, Profile, ProfileError, Stage, stage_profile
+from tui.recorder.run_output import (  # frame_row and restore_signal_handlers: their old home's names
+    RunOutput,
+    finishing,
+    frame_row,
+    interruptible,
+    restore_signal_handlers,
+)
+from tui.records.cell import CellNote
 from tui.records.request import RequestRecord
-from tui.records.run_dir import RunDirError, prepare_run_dir
-from tui.report import load_run, wide_console
-from tui.run_progress import RunProgress, cell_total, run_total
 from tui.serve.control_client import ControlClient, ControlError
-from tui.serve.state_wire import frame_json
-from tui.sweep import CellPlan, FixedCells, cell_plan
-from tui.tokenizer_json import read_tokenizer_json
 
 if TYPE_CHECKING:
-    from tui.engine.snapshot import EngineSnapshot
     from tui.serve.local import LocalServer
+
+__all__ = ["FatalTargetError", "Recorder", "client_line", "frame_row", "record_main", "restore_signal_handlers"]
 
 GRACE_S = 0.25  # how long in-flight requests may finish after Ctrl-C (the whole stop stays under 2 s)
 FLUSH_EVERY_S = 1.0  # records reach disk at least this often
@@ -83,61 +74,32 @@ class FatalTargetError(Exception):
 
 
 class Recorder:
-    """One recorded run into ``out``; :meth:`run` returns the exit code."""
-
-    clock_kind = "real"  # the virtual-clock recorder (tui.virtual_record) says "virtual"
+    """The HTTP driver: one recorded run of ``profile`` into ``out``, its load sent over HTTP (to the local
+    engine's server or a remote target); :meth:`run` returns the exit code. What comes of it goes to a
+    :class:`~tui.recorder.run_output.RunOutput`, the core every driver writes through."""
 
     def __init__(self, profile: Profile, out: Path, *, console_err: Console | None = None,
                  console_out: Console | None = None, seed_drawn: bool = False, force: bool = False):
         self.profile = profile
-        self.out = Path(out)
-        self.force = force  # replace a run already in ``out`` (else a non-empty ``out`` is refused)
-        self.run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
-        self.started_t, self.started_wall = anchor()  # the run's start on the records' and the wall clock
-        self.err = console_err or Console(stderr=True, soft_wrap=True)
-        self.console = console_out or wide_console()
-        self.cells: list[dict[str, Any]] = []
-        self.interrupted = False
-        self.fatal: str | None = None
+        self.output = RunOutput(profile, out, clock_kind="real", console_err=console_err, console_out=console_out,
+                                seed_drawn=seed_drawn, force=force)
+        self.err = self.output.err
         self._stop: asyncio.Event | None = None
         self._connect_errors = 0
         self._short_outputs = [0, 0]  # this cell's ok requests that ended before max_tokens, and all ok ones
-        self._writers: dict[str, PartWriter] = {}
         self._runner: LoadRunner | WorkerRunner | None = None
         self._window: RollingWindow | None = None
         self._server: LocalServer | None = None  # the local target's server, started by us
         self._steps_seen = 0  # the last engine step collected
-        self.extra_info: dict[str, Any] = {}  # more for run.json (a subclass's own figures)
-        self.seed_drawn = seed_drawn
-        self._plan: CellPlan = FixedCells((), ())  # which cells run (set when the run starts)
-        self._bars: RunProgress | None = None  # the progress bars (made with the plan)
 
     # -- entry -------------------------------------------------------------------------------------
 
-    def _open_run(self) -> bool:
-        """Create the run directory: the effective profile, the Parquet writers, an unfinished run.json.
-
-        False (after one line on stderr) when ``out`` cannot hold a new run: not a usable directory,
-        or already holding something and no ``force``."""
-        try:
-            self.out = prepare_run_dir(self.out, force=self.force)
-        except RunDirError as e:
-            self.err.print(f"kvtui: {e}", markup=False, highlight=False)
-            return False
-        # the target's URL without its credentials (a key belongs in an environment variable)
-        (self.out / "profile.toml").write_text(dump_profile(_without_credentials(self.profile)), encoding="utf-8")
-        names = ["requests", "steps", "gpu"]
-        if self.profile.target.kind == "local" and self.profile.record.snapshots_per_s > 0:
-            names.append("frames")  # replay frames: only the kvtui engine has a state to keep
-        self._writers = {name: PartWriter(self.out, name) for name in names}
-        self._write_run_json(finished=False, code=None)
-        return True
-
     def run(self) -> int:
-        if not self._open_run():
+        output = self.output
+        if not output.open():
             return 2
         code = 0
-        handlers = self._interruptible()
+        handlers = interruptible()
         try:
             if self.profile.target.kind == "local":
                 server = self._start_local()
@@ -149,46 +111,26 @@ class Recorder:
             with asyncio.Runner(loop_factory=new_timed_loop) as runner:
                 code = runner.run(self._run_async(base_url, root))
         except KeyboardInterrupt:
-            self.interrupted = True
+            output.interrupted = True
             code = 130
         except FatalTargetError as e:
-            self.fatal = str(e)
+            output.fatal = str(e)
             code = 1
         except ProfileError as e:  # the engine refused the profile, or no request of it can be served
-            self.fatal = str(e)
+            output.fatal = str(e)
             code = 2
         finally:
-            self._finishing()
+            finishing()
             if self._server is not None:
                 with contextlib.suppress(Exception):
                     self._server.stop()
                 # The engine's own account of a failure (a crash, a refused reset) stays with the run.
-                with contextlib.suppress(OSError):  # a full disk: _finish says so
-                    (self.out / "server.log").write_text("\n".join(self._server.log_tail(200)) + "\n",
-                                                         encoding="utf-8")
-            code = self._finish(code)
+                with contextlib.suppress(OSError):  # a full disk: finish() says so
+                    (output.out / "server.log").write_text("\n".join(self._server.log_tail(200)) + "\n",
+                                                           encoding="utf-8")
+            code = output.finish(code)
             restore_signal_handlers(handlers)
         return code
-
-    @staticmethod
-    def _interruptible() -> dict[int, Any]:
-        """SIGINT and SIGTERM stop the run (a KeyboardInterrupt) outside the event loop too (the
-        server's start-up): SIGINT even when the process started with it ignored, as a script's
-        background job does (Python then leaves it ignored). Returns the handlers to restore."""
-        old: dict[int, Any] = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-        for sig in old:
-            signal.signal(sig, _raise_interrupt)
-        return old
-
-    def _finishing(self) -> None:
-        """A second Ctrl-C while the run is written would lose it: from here every signal only says so."""
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, self._still_finishing)
-
-    @staticmethod
-    def _still_finishing(signum: int, frame: Any) -> None:
-        with contextlib.suppress(OSError):  # os.write: safe wherever the signal lands, a print included
-            os.write(2, b"kvtui: still writing the records; they are done in a moment\n")
 
     def _start_local(self) -> LocalServer:
         # Imported here, not at the top: a run against a remote target never loads the server's stack.
@@ -228,11 +170,11 @@ class Recorder:
             else:
                 await self._check_remote_lengths(target)
             modes = [m.label for m in self.profile.record.modes] if local else [REMOTE_MODE]
-            self._plan = self._make_plan(modes)
-            while not self._stop.is_set() and (cell := self._plan.next_cell()) is not None:
+            plan = self.output.begin(modes)
+            while not self._stop.is_set() and (cell := plan.next_cell()) is not None:
                 await self._run_cell(target, control, root, *cell)
-                self._plan.cell_done(partial=self._stop.is_set())
-            self._plan.finish(complete=not self._stop.is_set())
+                plan.cell_done(partial=self._stop.is_set())
+            plan.finish(complete=not self._stop.is_set())
         finally:
             flusher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -240,16 +182,10 @@ class Recorder:
             await target.aclose()
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
-            self._finishing()  # the load has stopped: what is left is writing
-        if self.fatal:
-            raise FatalTargetError(self.fatal)
-        return 130 if self.interrupted else 0
-
-    def _make_plan(self, modes: list[str]) -> CellPlan:
-        """Every stage x mode, or (``[sweep]``) each mode's capacity edge probe by probe (and the
-        progress bars over them)."""
-        self._bars = RunProgress(run_total(self.profile, len(modes)))
-        return cell_plan(self.profile, modes, self.out, lambda line: self.err.print(line, markup=False, highlight=False))
+            finishing()  # the load has stopped: what is left is writing
+        if self.output.fatal:
+            raise FatalTargetError(self.output.fatal)
+        return 130 if self.output.interrupted else 0
 
     @staticmethod
     async def _served_model(target: OpenAITarget) -> str | None:
@@ -260,8 +196,8 @@ class Recorder:
         return None
 
     def _on_signal(self) -> None:
-        if not self.interrupted:
-            self.interrupted = True
+        if not self.output.interrupted:
+            self.output.interrupted = True
             self.err.print("[yellow]interrupted: stopping the load, letting in-flight requests finish...[/yellow]")
         assert self._stop is not None
         self._stop.set()
@@ -271,9 +207,7 @@ class Recorder:
         """One stage under one mode; ``control`` is the local engine's (None for a remote target)."""
         assert self._stop is not None
         rec_cfg = self.profile.record
-        note: dict[str, Any] = {"stage": stage.name, "mode": mode, "rate": stage.rate, "partial": True,
-                                "started_t": now()}
-        self.cells.append(note)
+        note = self.output.start_cell(stage, mode, now())
         step_base = 0
         self._short_outputs = [0, 0]
         if control is not None:
@@ -295,13 +229,13 @@ class Recorder:
         profile = stage_profile(self.profile, stage)  # a repeat's own seed
         if workers > 1:
             return WorkerRunner(profile, target.base_url, target.model, workers=workers, rate=stage.rate,
-                                stage=stage.name, mode=mode, run_id=self.run_id, on_record=self._on_record,
+                                stage=stage.name, mode=mode, run_id=self.output.run_id, on_record=self._on_record,
                                 window=window)
         return LoadRunner(profile, target=target, rate=stage.rate, stage=stage.name, mode=mode,
-                          run_id=self.run_id, on_record=self._on_record, window=window)
+                          run_id=self.output.run_id, on_record=self._on_record, window=window)
 
     async def _load_cell(self, runner: LoadRunner | WorkerRunner, window: RollingWindow, target: OpenAITarget,
-                         control: ControlClient | None, root: str, stage: Stage, mode: str, note: dict[str, Any],
+                         control: ControlClient | None, root: str, stage: Stage, mode: str, note: CellNote,
                          step_base: int) -> None:
         assert self._stop is not None
         rec_cfg = self.profile.record
@@ -309,14 +243,14 @@ class Recorder:
             await runner.warmup(self.profile.load.warmup_requests, timeout_s=rec_cfg.drain_timeout_s)
             if control is not None:
                 step_base = await self._engine_step(control, step_base)
-        offered = self.offered_rate(stage)  # what this stage's drawn schedule offers (None: too long to plan)
+        offered = self.output.offered_rate(stage)  # what this stage's drawn schedule offers (None: too long to plan)
         before = await self._gauges(target, root)
         kv_samples: list[float] = []  # a remote server's own KV gauge, when it has one
         watchdog = framer = None
         if control is not None:
             poller = asyncio.create_task(self._poll_engine(control, stage.name, mode, step_base))
             watchdog = asyncio.create_task(self._watch_local(control))
-            if "frames" in self._writers:
+            if self.output.keeps_frames:
                 framer = asyncio.create_task(self._poll_frames(control, stage.name, mode))
         else:
             poller = asyncio.create_task(self._poll_server_kv(target, root, kv_samples))
@@ -350,16 +284,16 @@ class Recorder:
                            ("server_preemptions", "num_preemptions")):
             b, a = getattr(before, field), getattr(after, field)
             if a is not None and b is not None:
-                note[key] = a - b
+                setattr(note, key, a - b)
         if kv_samples:
-            note["server_kv_mean"] = sum(kv_samples) / len(kv_samples)
-            note["server_kv_peak"] = max(kv_samples)
-        note["partial"] = self._stop.is_set()
-        note["ended_t"] = now()
-        note["client_busy"] = runner.loop_busy()  # the busiest worker's, with several
+            note.server_kv_mean = sum(kv_samples) / len(kv_samples)
+            note.server_kv_peak = max(kv_samples)
+        note.partial = self._stop.is_set()
+        note.ended_t = now()
+        note.client_busy = runner.loop_busy()  # the busiest worker's, with several
         clients = runner.client_stats()
-        note["client_workers"] = len(clients)
-        note["worker_lag_p99_ms"] = [None if (lag := c.lag_p99_s()) is None else lag * 1e3 for c in clients]
+        note.client_workers = len(clients)
+        note.worker_lag_p99_ms = [None if (lag := c.lag_p99_s()) is None else lag * 1e3 for c in clients]
         w = window.stats()  # counts and percentiles from the one place that keeps them
         p99 = (f"{w.ttft.p99 * 1e3:.0f} ms" if w.ttft.p99 is not None else "-") + f" (last {w.window_s:g} s)"
         self.err.print(
@@ -367,7 +301,7 @@ class Recorder:
             + (f", offered {offered:.2f}/s" if offered is not None else "")
             + f": {w.sent} sent, {w.completed} ok, "
             f"{w.failed_total} failed{_failures(w.failed)}, TTFT P99 {p99}"
-            + (" (partial)" if note["partial"] else "")
+            + (" (partial)" if note.partial else "")
         )
         short, done = self._short_outputs
         if short and not self.profile.target.sends_ignore_eos:
@@ -378,13 +312,10 @@ class Recorder:
                 markup=False, highlight=False)
 
     def _stop_reason(self) -> str:
-        return "run stopped: " + (self.fatal or "interrupted")
+        return "run stopped: " + (self.output.fatal or "interrupted")
 
     def _on_record(self, rec: RequestRecord) -> None:
-        self._writers["requests"].add(rec.to_row())
-        self._plan.on_record(rec)
-        if self._bars is not None:
-            self._bars.finished(rec)
+        self.output.on_record(rec)
         if rec.warmup or self._stop is None:
             return
         if rec.ok:
@@ -404,8 +335,8 @@ class Recorder:
                        f"{api_key_hint(self.profile.target.api_key_env)}")
 
     def _fail(self, message: str) -> None:
-        if self.fatal is None:
-            self.fatal = message
+        if self.output.fatal is None:
+            self.output.fatal = message
         assert self._stop is not None
         self._stop.set()
 
@@ -510,7 +441,7 @@ class Recorder:
     async def _collect_steps(self, control: ControlClient, stage: str, mode: str, since: int) -> None:
         steps = await control.steps(since, timeout_s=30.0)
         if steps:
-            self._writers["steps"].add_many(dataclass_rows(steps, stage=stage, mode=mode))
+            self.output.add_steps(steps, stage, mode)
             self._steps_seen = max(s.step for s in steps)
 
     async def _poll_engine(self, control: ControlClient, stage: str, mode: str, since: int) -> None:
@@ -523,7 +454,7 @@ class Recorder:
                 st = await control.state()
                 # a simulated engine's device is the modelled one (this machine's GPUs are not it)
                 gpu = modelled_gpu_samples(st.engine.sim, now()) if st.engine.sim else st.gpu
-                self._writers["gpu"].add_many(dataclass_rows(gpu, stage=stage, mode=mode))
+                self.output.add_gpu(gpu, stage, mode)
 
     async def _poll_frames(self, control: ControlClient, stage: str, mode: str) -> None:
         """The engine's state at ``record.snapshots_per_s`` while the stage runs: the replay's frames."""
@@ -533,7 +464,7 @@ class Recorder:
             started = loop.time()
             with contextlib.suppress(ControlError):
                 snap = (await control.state()).engine
-                self._writers["frames"].add(frame_row(snap, stage, mode, now()))
+                self.output.add_frame(snap, stage, mode, now())
             await asyncio.sleep(max(0.0, period - (loop.time() - started)))
 
     async def _gauges(self, target: OpenAITarget, root: str) -> ServerGauges:
@@ -559,21 +490,12 @@ class Recorder:
 
     # -- progress, flushing, the end ----------------------------------------------------------------
 
-    def offered_rate(self, stage: Stage) -> float | None:
-        """The arrival rate ``stage``'s schedule will offer (its seeded draw, not the target), planned ahead
-        from the same arrival process; None when the stage is too long to plan."""
-        plan = planned_deadlines(make_arrivals(stage_profile(self.profile, stage), stage.num_requests), stage.rate,
-                                 stage.num_requests, stage.duration_s)
-        return stats.offered_rate(plan) if plan else None
-
     @contextlib.contextmanager
     def _progress(self, stage: Stage, mode: str, offered: float | None):
         planned = f"/{stage.num_requests}" if stage.num_requests else ""
         target = f"target {stage.rate:.4g}/s" + (f" (schedule offers {offered:.2f}/s)" if offered is not None else "")
 
-        bars = self._bars
-        if bars is not None:
-            bars.start_cell(f"{stage.name} / {mode}", cell_total(stage))
+        bars = self.output.bars  # its cell bar started with the cell (RunOutput.start_cell)
 
         def render() -> RenderableType:
             r, w = self._runner, self._window
@@ -586,7 +508,7 @@ class Recorder:
                 f"completed {s.completed} · failed {s.failed_total} · in flight {r.in_flight} · "
                 f"achieved {s.achieved_rate:.1f}/s · TTFT P99 {p99} · {client_line(r.client_stats())}"
             )
-            extra = self._plan.status()  # a sweep's probe and the SLO attainment so far
+            extra = self.output.plan.status()  # a sweep's probe and the SLO attainment so far
             line = Text("\n").join([line, Text(extra)]) if extra else line
             return bars.renderable(line) if bars is not None else line
 
@@ -600,108 +522,10 @@ class Recorder:
         while True:
             await asyncio.sleep(FLUSH_EVERY_S)
             try:
-                for w in self._writers.values():
-                    w.flush()
+                self.output.flush()
             except Exception as e:  # a full disk, a value the schema cannot hold: load without records is waste
-                self._fail(self._write_failure(e))
+                self._fail(self.output.write_failure(e))
                 return
-
-    def _write_failure(self, e: Exception) -> str:
-        return f"cannot write the records to {self.out} ({one_line(e, 160)}); the run stopped, records so far kept"
-
-    def _write_run_json(self, finished: bool, code: int | None) -> None:
-        info = {
-            "run_id": self.run_id,
-            **provenance(),  # which kvtui measured it (the report's header prints it)
-            "profile": self.profile.name,
-            "target": self.profile.target.kind,
-            "base_url": redact_url(self.profile.target.base_url),
-            "model": self.profile.target.model,
-            "partial": not finished or self.interrupted or self.fatal is not None,
-            "interrupted": self.interrupted,
-            "error": self._no_credentials(self.fatal),
-            "exit_code": code,
-            # what drew the arrivals and the request contents: the same seeds repeat the run exactly
-            "seed": {"load": self.profile.load.seed, "workload": self.profile.workload.seed,
-                     "drawn_at_random": self.seed_drawn},
-            **self._prompt_unit(),
-            "cells": self.cells,
-            # every time in the records is on tui.clock (monotonic, never stepped); this pair dates them:
-            # wall time = started_wall + (t - started_t)
-            "started_t": self.started_t,
-            "started_wall": self.started_wall,
-            "written_wall": time.time(),
-        }
-        eng = self.profile.engine
-        if self.profile.target.kind == "local":
-            info["engine_backend"] = eng.backend
-            if eng.backend == "simulated":  # every file of a simulated run says so
-                info.update(simulated=True, clock=self.clock_kind, engine_model=eng.model_path or eng.model,
-                            hardware=eng.hardware or "H100-SXM", tensor_parallel_size=eng.tensor_parallel_size)
-        info.update(self.extra_info)
-        tmp = self.out / "run.json.tmp"
-        tmp.write_text(json.dumps(info, indent=2), encoding="utf-8")
-        tmp.replace(self.out / "run.json")
-
-    def _no_credentials(self, text: str | None) -> str | None:
-        """``text`` with the target URL's user name and password (if it has them) as ``***``."""
-        url = self.profile.target.base_url
-        shown = redact_url(url)
-        return text.replace(url, shown) if text and url and shown and shown != url else text
-
-    def _prompt_unit(self) -> dict[str, Any]:
-        """What the requested prompt lengths (``prompt_len``) count, for run.json and summary.md."""
-        unit, tokenizer = prompt_sizing(self.profile)
-        return {"prompt_len_unit": unit, "prompt_len_counts": UNIT_MEANING[unit], "prompt_tokenizer": tokenizer}
-
-    def _finish(self, code: int) -> int:
-        """Write everything collected, the summary, and print the table (also on errors and Ctrl-C).
-
-        Returns the exit code: ``code``, or 1 when the records could not be written."""
-        for w in self._writers.values():
-            try:
-                w.finish()
-            except Exception as e:  # the rows not yet on disk are lost; the parts that are get joined
-                w.discard_pending()
-                if self.fatal is None:
-                    self.fatal = self._write_failure(e)
-                with contextlib.suppress(Exception):
-                    w.finish()  # else the parts stay, and read_records still reads them
-        if self.fatal and code == 0:
-            code = 1
-        try:
-            self._write_run_json(finished=True, code=code)
-            if self.fatal:
-                self.err.print(f"kvtui: {self._no_credentials(self.fatal)}", markup=False, highlight=False)
-            self._summarise()
-        except OSError as e:
-            self.err.print(f"kvtui: cannot write the summary to {self.out}: {one_line(e, 160)}", markup=False,
-                           highlight=False)
-            return code or 1
-        return code
-
-    def _summarise(self) -> None:
-        """summary.csv, summary.md and the table on the terminal, from the records on disk."""
-        run = load_run(self.out)
-        table = run.table  # repeated cells as one row: mean and 95 % interval
-        table.write_csv(self.out / "summary.csv")
-        title = f"kvtui run {self.run_id} ({self.profile.name})" + (" (partial)" if run.partial else "")
-        eng = self.profile.engine
-        if self.profile.target.kind == "local" and eng.backend == "simulated":
-            title += (f" · SIMULATED {eng.model_path or eng.model} on {eng.tensor_parallel_size} x "
-                      f"{eng.hardware or 'H100-SXM'}, {self.clock_kind} clock")
-        edges = run.edges  # [] unless the run was a sweep
-        (self.out / "summary.md").write_text(
-            to_markdown(table, title, self.profile.slo, seed=self.profile.load.seed, prompt_unit=self._prompt_unit())
-            + edges_markdown(edges),
-            encoding="utf-8")
-        if table.height:
-            print_summary(self.console, table, title)
-        if edges:
-            self.console.print(edges_rich(edges))
-            for line in edge_summary_lines(edges):
-                self.console.print(line, markup=False, highlight=False)
-        self.err.print(f"records written to {self.out} ({read_records(self.out).num_rows} requests)", highlight=False)
 
 
 def client_line(clients: list[ClientStats]) -> str:
@@ -710,30 +534,6 @@ def client_line(clients: list[ClientStats]) -> str:
     busy = " / ".join("-" if c.busy is None else f"{100 * c.busy:.0f}%" for c in clients)
     procs = f"{len(clients)} client process{'es' if len(clients) > 1 else ''}"
     return f"{procs}, dispatch lag P99 {lags} ms, loop busy {busy}"
-
-
-def frame_row(snap: EngineSnapshot, stage: str, mode: str, t: float) -> dict[str, Any]:
-    """One replay frame (``tui.records.frames``): the engine state at ``t`` in its compact JSON form."""
-    return {"stage": stage, "mode": mode, "t": t, "step": snap.step, "num_running": snap.num_running,
-            "num_waiting": snap.num_waiting, "num_preemptions": snap.num_preemptions, "state": frame_json(snap)}
-
-
-def _without_credentials(profile: Profile) -> Profile:
-    """``profile`` with any user name and password in the target's URL replaced by ``***``."""
-    url = profile.target.base_url
-    if not url or redact_url(url) == url:
-        return profile
-    return dataclasses.replace(profile, target=dataclasses.replace(profile.target, base_url=redact_url(url)))
-
-
-def restore_signal_handlers(handlers: dict[int, Any]) -> None:
-    """Put back the handlers :meth:`Recorder._interruptible` replaced."""
-    for sig, handler in handlers.items():
-        signal.signal(sig, handler)
-
-
-def _raise_interrupt(signum, frame):  # SIGTERM outside the event loop behaves like Ctrl-C
-    raise KeyboardInterrupt
 
 
 def _failures(failed: dict[str, int]) -> str:

@@ -26,6 +26,7 @@ from tui.metrics.significance import METHOD, significance_table
 from tui.metrics.summary import compare_table, format_cell, summary_table
 from tui.metrics.table_view import print_summary
 from tui.profile import Profile, ProfileError, SloConfig, load_profile
+from tui.records.cell import CellNote, cell_notes
 from tui.records.parquet import DamagedRecords, read_records
 
 
@@ -46,6 +47,11 @@ class RunData:
     def table(self) -> pl.DataFrame:
         """The table as reported: a repeated cell's rows as one, each figure's mean and 95 % interval."""
         return collapse_repeats(self.summary)
+
+    @property
+    def cells(self) -> list[CellNote]:
+        """The recorder's per-cell notes from run.json, in run order."""
+        return cell_notes(self.info.get("cells", []))
 
     @property
     def partial(self) -> bool:
@@ -86,7 +92,7 @@ def load_run(path: Path) -> RunData:
     tables = {name: pl.from_arrow(read_records(path, name)) for name in ("requests", "steps", "gpu")}
     run = RunData(path, tables["requests"], tables["steps"], tables["gpu"], info, profile)  # type: ignore[arg-type]
     slo = profile.slo if profile is not None else SloConfig()
-    run.summary = summary_table(run.requests, run.steps, run.gpu, slo, info.get("cells", []))
+    run.summary = summary_table(run.requests, run.steps, run.gpu, slo, run.cells)
     run.edges = read_capacity_edges(path)
     return run
 
@@ -105,7 +111,7 @@ def review_of(run: RunData, edges: dict[str, float] | None = None) -> RunReview:
     slo = run.profile.slo if run.profile is not None else SloConfig()
     if edges is None:
         edges = {e.mode: e.edge_rate for e in run.edges if e.edge_rate is not None}
-    return review_run(run.name, run.requests, run.steps, run.summary, slo, cells=run.info.get("cells", []),
+    return review_run(run.name, run.requests, run.steps, run.summary, slo, cells=run.cells,
                       simulated=bool(run.info.get("simulated")), edges=edges)
 
 
@@ -119,7 +125,7 @@ def _print_run(console: Console, run: RunData) -> None:
         console.print(edges_rich(run.edges))
         for line in edge_summary_lines(run.edges):
             console.print(line, markup=False, highlight=False)
-    for item in decomposition_rich(*read_tables(run.path)):  # a decomposition's tables (tui.decompose)
+    for item in decomposition_rich(*read_tables(run.path)):  # a decomposition's tables (tui.recorder.decompose)
         if isinstance(item, str):
             console.print(item, markup=False, highlight=False)
         else:

@@ -7,7 +7,7 @@ no script, no external reference of any kind). Beside the page each chart is als
 (vector, for editing) and PNG (for slides) into a charts folder: ``--charts-dir DIR``, by default
 ``FILE``'s name without ``.html`` plus ``-charts`` (``report.html`` -> ``report-charts/``).
 
-The page, in order: each run's header (:mod:`tui.report_facts`: run id, date, kvtui version, target,
+The page, in order: each run's header (:mod:`tui.report.facts`: run id, date, kvtui version, target,
 model, KV cache, modes, load, SLOs; the headline against its baseline; the capacity edges; a
 simulated engine's run says SIMULATED), latency against offered load per mode (TTFT and TPOT P50/P99
 with the SLO, goodput and throughput, each mode's capacity edge marked where a sweep found one),
@@ -46,8 +46,7 @@ from matplotlib.ticker import FuncFormatter
 from tui.metrics.capacity import EDGE_HEADERS, edge_rows, edge_summary_lines
 from tui.metrics.review import Cdf, CellSeries, LoadCurve, Review, review
 from tui.metrics.summary import compare_table, display_rows, format_cell, reconciliation_lines, to_markdown
-from tui.report import ReportError, RunData, open_runs, review_of, run_title
-from tui.report_facts import (
+from tui.report.facts import (
     BASELINE_MODE,
     Analyses,
     headline,
@@ -57,6 +56,7 @@ from tui.report_facts import (
     run_facts,
     without_local_paths,
 )
+from tui.report.terminal import ReportError, RunData, open_runs, review_of, run_title
 
 # A mode keeps its colour on every chart; the headline pair first (matplotlib's tab10 colours).
 _MODE_COLOURS = {"static+contiguous": "#d62728", "continuous+paged": "#1f77b4",

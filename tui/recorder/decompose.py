@@ -17,7 +17,7 @@ load all four sustain: TTFT/TPOT) and ``<preset>:saturation`` (every mode at twi
 edge: throughput and KV use). The run directory holds those records and the summary table, plus
 ``decomposition.csv``, ``decomposition_modes.csv`` and ``slo_sensitivity.csv``.
 
-Everything runs on the virtual clock (:func:`tui.virtual_record.run_virtual_cell`), so an hour of
+Everything runs on the virtual clock (:func:`tui.recorder.virtual.run_virtual_cell`), so an hour of
 traffic takes seconds; the same chain on the torch engine is four ``[record] modes`` with
 ``engine.reservation`` set per run (docs/decomposition.md).
 """
@@ -58,10 +58,10 @@ from tui.profile import (
     find_profile,
     load_profile,
 )
-from tui.records.parquet import dataclass_rows
+from tui.recorder.run_output import RunOutput
+from tui.recorder.virtual import run_virtual_cell
 from tui.records.request import RequestRecord
-from tui.report import load_run
-from tui.virtual_record import VirtualClockRecorder, run_virtual_cell
+from tui.report.terminal import load_run
 
 SATURATION_FACTOR = 2.0  # the saturation cell offers every mode this many times the chain's highest edge
 
@@ -127,11 +127,20 @@ class ProbeData:
         return mean_service_s(self.send[self.ok], self.last[self.ok])
 
 
-class DecomposeRecorder(VirtualClockRecorder):
-    """The chain on every preset of a ``[decompose]`` profile, on the virtual clock, into ``out``."""
+class DecomposeRecorder:
+    """The chain on every preset of a ``[decompose]`` profile, on the virtual clock, into ``out`` (through a
+    :class:`~tui.recorder.run_output.RunOutput`, as the other recorders write theirs)."""
+
+    def __init__(self, profile: Profile, out: Path, *, seed_drawn: bool = False, force: bool = False):
+        self.profile = profile
+        self.output = RunOutput(profile, out, clock_kind="virtual", seed_drawn=seed_drawn, force=force)
+        self.err, self.console = self.output.err, self.output.console
+        self._simulated_s = 0.0  # simulated seconds of every cell and probe so far
 
     def run(self) -> int:
-        self._open_run()
+        output = self.output
+        if not output.open():
+            return 2
         code = 0
         t0 = time.perf_counter()
         self._figures: list[ModeFigures] = []
@@ -143,16 +152,16 @@ class DecomposeRecorder(VirtualClockRecorder):
                 self._run_preset(preset, ladder=len(self._chains) < self._config().ladder_presets)
                 self._ran.append(preset)
         except ProfileError as e:
-            self.fatal, code = str(e), 2
+            output.fatal, code = str(e), 2
         except KeyboardInterrupt:
-            self.interrupted, code = True, 130
+            output.interrupted, code = True, 130
         except ValueError as e:  # the engine could not be built (e.g. the model does not fit)
-            self.fatal, code = f"the simulated engine did not start: {e}", 1
-        self.extra_info = {"simulated_s": self._simulated_s, "wall_s": time.perf_counter() - t0, "decompose": {
+            output.fatal, code = f"the simulated engine did not start: {e}", 1
+        output.extra_info = {"simulated_s": self._simulated_s, "wall_s": time.perf_counter() - t0, "decompose": {
             # each chain's own simulated engine (the run's engine_model / hardware are the first preset's)
             "presets": [{"name": p.name, "model": p.engine.model_path or p.engine.model, "hardware": p.engine.hardware,
                          "tensor_parallel_size": p.engine.tensor_parallel_size} for p in self._ran]}}
-        self._finish(code)
+        output.finish(code)
         self._write_decomposition()
         self.err.print(f"decomposition: {time.perf_counter() - t0:,.1f} s of wall time, {self._simulated_s:,.0f} s "
                        "simulated", highlight=False)
@@ -250,22 +259,22 @@ class DecomposeRecorder(VirtualClockRecorder):
         """One measured cell, its records and steps written under ``stage_name`` and the link's label."""
         cfg = self._config()
         n = max(cfg.measure_requests, math.ceil(rate * cfg.measure_s))
-        note = {"stage": stage_name, "mode": link.label, "rate": rate, "partial": True}
-        self.cells.append(note)
+        output = self.output
+        stage = Stage(stage_name, rate, n)
+        note = output.start_cell(stage, link.label, None)
 
         def on_record(r: RequestRecord) -> None:
             r.stage, r.mode = stage_name, link.label
-            self._writers["requests"].add(r.to_row())
+            output.on_record(r)
 
         def on_steps(steps: list[StepTiming]) -> None:
-            self._writers["steps"].add_many(dataclass_rows(steps, stage=stage_name, mode=link.label))
+            output.add_steps(steps, stage_name, link.label)
 
-        cell = run_virtual_cell(self._cell_profile(preset, link), Stage(stage_name, rate, n), link.mode,
-                                start=time.monotonic(), run_id=self.run_id, on_record=on_record, on_steps=on_steps)
+        cell = run_virtual_cell(self._cell_profile(preset, link), stage, link.mode,
+                                start=time.monotonic(), run_id=output.run_id, on_record=on_record, on_steps=on_steps)
         self._simulated_s += cell.clock.now()
-        note["partial"] = False
-        for w in self._writers.values():
-            w.flush()
+        note.partial = False
+        output.flush()
         self.err.print(f"decompose {stage_name} {link.label}: {n} requests at {rate:.4g} req/s measured", highlight=False)
 
     # -- the tables ------------------------------------------------------------------------------
@@ -273,7 +282,7 @@ class DecomposeRecorder(VirtualClockRecorder):
     def _write_decomposition(self) -> None:
         if not self._chains:
             return
-        summary = load_run(self.out).summary
+        summary = load_run(self.output.out).summary
         rows = {(r["stage"], r["mode"]): r for r in summary.iter_rows(named=True)}
         chains = []
         for chain in self._chains:
@@ -288,8 +297,8 @@ class DecomposeRecorder(VirtualClockRecorder):
             chains.append(filled)
         table = pl.concat([decomposition_table(c) for c in chains])
         ladder = pl.concat([slo_table([e for e in self._ladder if e.stage == c[0].stage], c[0].mode) for c in chains])
-        write_tables(self.out, table, modes_table([f for c in chains for f in c]), ladder)
-        with (self.out / "summary.md").open("a", encoding="utf-8") as fh:
+        write_tables(self.output.out, table, modes_table([f for c in chains for f in c]), ladder)
+        with (self.output.out / "summary.md").open("a", encoding="utf-8") as fh:
             fh.write(decomposition_markdown(table, ladder))
         for item in decomposition_rich(table, ladder):
             if isinstance(item, str):

@@ -27,7 +27,7 @@ def spawn_child(module: str, *, buffer_bytes: int | None = None) -> tuple[subpro
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, buffer_bytes)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, buffer_bytes)
     env = dict(os.environ)
-    root = str(Path(__file__).resolve().parents[1])  # so `-m tui....` finds this checkout
+    root = str(Path(__file__).resolve().parents[2])  # so `-m tui....` finds this checkout
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     fd = theirs.fileno()
     try:

@@ -28,10 +28,10 @@ from pathlib import Path, PurePath
 from urllib.parse import urlsplit, urlunsplit
 
 import tui
+from tui.base.provenance import kvtui_commit
 from tui.metrics.capacity import RATIO_MODES, edge_ratio
 from tui.profile import Profile
-from tui.provenance import kvtui_commit
-from tui.report import RunData
+from tui.report.terminal import RunData
 
 BASELINE_MODE = RATIO_MODES[1]  # static+contiguous: what every headline compares with
 DECOMPOSITION_FILE = "decomposition.csv"

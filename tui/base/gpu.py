@@ -21,12 +21,12 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from tui.clock import now as records_now
+from tui.base.clock import now as records_now
 
 
 @dataclass(frozen=True)
 class GpuSample:
-    """One NVML reading of one GPU; ``t`` on the records' clock (:mod:`tui.clock`)."""
+    """One NVML reading of one GPU; ``t`` on the records' clock (:mod:`tui.base.clock`)."""
 
     t: float
     index: int

@@ -17,7 +17,7 @@ from pathlib import Path
 from tui.engine.measure import Measurement, StepSample, measure
 from tui.engine.sim.calibrate import Fit, fit
 from tui.engine.sim.cost import CostModel
-from tui.engine.sim.hardware import PRESETS, CostParams, GpuSpec, Hardware, dump_hardware
+from tui.engine.sim.hardware import ATTN_FLOPS_FACTOR, PRESETS, CostParams, GpuSpec, Hardware, dump_hardware
 from tui.engine.sim.models import ModelSpec, resolve_model
 from tui.profile import EngineConfig, Profile
 
@@ -40,7 +40,10 @@ def _machine_gpu(device_label: str, dtype_bytes: int) -> GpuSpec:
 
 def fit_samples(samples: list[StepSample], model: ModelSpec, gpu: GpuSpec) -> tuple[Hardware, Fit]:
     """Fit the cost model to measured steps; the hardware profile it gives and the fit."""
-    prior = CostParams.from_gpu(gpu)
+    # the prior: the device's peaks at its own efficiency factors (a CPU's 1.0), one overhead per step and
+    # none of a GPU stack's fitted terms (per layer, GEMM saturation, sampler): calibration fits its own
+    fl, bw = gpu.peak_flops * gpu.flops_efficiency, gpu.mem_bandwidth * gpu.bandwidth_efficiency
+    prior = CostParams(gpu.step_overhead_s, 0.0, fl, bw, fl * ATTN_FLOPS_FACTOR, bw)
     cm = CostModel(model, gpu, prior)
     works = [cm.work(s.shape, s.sampled) for s in samples]
     f = fit(works, [s.duration_s for s in samples], prior)

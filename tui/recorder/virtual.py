@@ -1,6 +1,6 @@
 """The recorder on a virtual clock: ``kvtui --record`` for a profile whose engine is simulated.
 
-Same stages, modes, workload and arrival generator as :mod:`tui.record`, but no server and no HTTP:
+Same stages, modes, workload and arrival generator as :mod:`tui.recorder.recorder`, but no server and no HTTP:
 the simulated engine runs in this process on a :class:`~tui.engine.sim.clock.VirtualClock`, requests
 are added at their scheduled arrival times on that clock, and each step moves the clock by its
 modelled time. Nothing waits, so an hour of traffic takes as long as the scheduler needs to step
@@ -16,77 +16,82 @@ import contextlib
 import itertools
 import math
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from rich.console import RenderableType
+from rich.console import Console, RenderableType
 from rich.live import Live
 from rich.text import Text
 
-from tui.clock import now as records_now
+from tui.base.clock import now as records_now
+from tui.base.gpu import GpuSample
 from tui.engine.engine import Engine, RequestRejected
 from tui.engine.params import SamplingParams
 from tui.engine.sim.clock import SimClock, VirtualClock
 from tui.engine.sim.readings import modelled_gpu_samples
 from tui.engine.snapshot import EngineSnapshot, StepTiming
-from tui.gpu import GpuSample
 from tui.load.arrivals import Schedule
 from tui.load.trace_replay import make_arrivals, make_workload
 from tui.metrics.capacity import cell_attainment
 from tui.metrics.window import RollingWindow
 from tui.profile import EngineMode, Profile, Stage, stage_profile
-from tui.record import Recorder, frame_row, restore_signal_handlers
-from tui.records.parquet import dataclass_rows
-from tui.records.request import RequestRecord, finish_status
-from tui.run_progress import cell_total
+from tui.recorder.run_output import RunOutput, finishing, interruptible, restore_signal_handlers
+from tui.records.request import RequestRecord
 
 STEPS_EVERY = 2000  # collect the engine's steps this often (its history holds 20,000)
 IDLE_TICK_S = 0.001  # nothing runs but requests wait (a static batch window): look again this much later
 GPU_EVERY_S = 1.0  # simulated seconds between modelled GPU samples (the live recorder polls NVML as often)
 
 
-class VirtualClockRecorder(Recorder):
-    """Every stage x mode of a simulated profile on the virtual clock, into ``out``."""
+class VirtualClockRecorder:
+    """The virtual-clock driver: every stage x mode of a simulated profile on the virtual clock, into ``out``
+    (through a :class:`~tui.recorder.run_output.RunOutput`, the core the HTTP driver writes through too)."""
 
-    clock_kind = "virtual"
-    _t_next: float | None = None  # where the next cell's virtual clock starts
-    _simulated_s = 0.0  # simulated seconds of all cells so far
+    def __init__(self, profile: Profile, out: Path, *, console_err: Console | None = None,
+                 console_out: Console | None = None, seed_drawn: bool = False, force: bool = False):
+        self.profile = profile
+        self.output = RunOutput(profile, out, clock_kind="virtual", console_err=console_err,
+                                console_out=console_out, seed_drawn=seed_drawn, force=force)
+        self.err = self.output.err
+        self._t_next: float | None = None  # where the next cell's virtual clock starts
+        self._simulated_s = 0.0  # simulated seconds of all cells so far
 
     def run(self) -> int:
-        if not self._open_run():
+        output = self.output
+        if not output.open():
             return 2
         code = 0
-        handlers = self._interruptible()
+        handlers = interruptible()
         t0 = time.perf_counter()
         self._simulated_s = 0.0
-        self._plan = self._make_plan([m.label for m in self.profile.record.modes])
+        plan = output.begin([m.label for m in self.profile.record.modes])
         try:
             with self._plan_progress():
-                while (cell := self._plan.next_cell()) is not None:
+                while (cell := plan.next_cell()) is not None:
                     stage, mode = cell
                     self._simulated_s += self._run_virtual_cell(stage, EngineMode.parse(mode))
-                    self._plan.cell_done(partial=False)
+                    plan.cell_done(partial=False)
                     try:
-                        for w in self._writers.values():
-                            w.flush()
+                        output.flush()
                     except Exception as e:  # a full disk: stop here, keep what reached it
-                        self.fatal, code = self._write_failure(e), 1
+                        output.fatal, code = output.write_failure(e), 1
                         break
-            self._plan.finish(complete=self.fatal is None)
+            plan.finish(complete=output.fatal is None)
         except KeyboardInterrupt:
-            self.interrupted = True
-            self._plan.finish(complete=False)
+            output.interrupted = True
+            plan.finish(complete=False)
             code = 130
         except ValueError as e:  # the engine could not be built (e.g. the model does not fit)
-            self.fatal = f"the simulated engine did not start: {e}"
+            output.fatal = f"the simulated engine did not start: {e}"
             code = 1
-        self._finishing()
+        finishing()
         wall = time.perf_counter() - t0
-        self.extra_info = {"simulated_s": self._simulated_s, "wall_s": wall}
+        output.extra_info = {"simulated_s": self._simulated_s, "wall_s": wall}
         self.err.print(f"simulated {self._simulated_s:,.1f} s of traffic in {wall:,.1f} s of wall time "
                        f"({self._simulated_s / wall if wall > 0 else 0:,.0f}x)", highlight=False)
-        code = self._finish(code)
+        code = output.finish(code)
         restore_signal_handlers(handlers)
         return code
 
@@ -100,51 +105,39 @@ class VirtualClockRecorder(Recorder):
         if not self.err.is_terminal:
             yield
             return
+        output = self.output
+
         def render() -> RenderableType:
-            status = Text(self._plan.status())
-            return self._bars.renderable(status) if self._bars is not None else status
+            status = Text(output.plan.status())
+            return output.bars.renderable(status) if output.bars is not None else status
 
         with Live(get_renderable=render, console=self.err, refresh_per_second=4, transient=True):
             yield
 
     def _run_virtual_cell(self, stage: Stage, mode: EngineMode) -> float:
         """One stage under one mode; returns the simulated seconds it spanned."""
+        output = self.output
         # its clock's origin on the records' clock: where the last cell ended
         start = self._t_next if self._t_next is not None else records_now()
-        note: dict[str, Any] = {"stage": stage.name, "mode": mode.label, "rate": stage.rate, "partial": True,
-                                "started_t": start}
-        self.cells.append(note)
-        if self._bars is not None:
-            self._bars.start_cell(f"{stage.name} / {mode.label}", cell_total(stage))
-        frames = self._writers.get("frames")
-        cell = run_virtual_cell(self.profile, stage, mode, start=start, run_id=self.run_id, on_record=self._on_record,
-                                on_steps=self._write_steps(stage.name, mode.label),
-                                on_gpu=self._write_gpu(stage.name, mode.label),
-                                on_frame=None if frames is None else
-                                lambda snap, t: frames.add(frame_row(snap, stage.name, mode.label, t)))
+        note = output.start_cell(stage, mode.label, start)
+        name, label = stage.name, mode.label
+        cell = run_virtual_cell(self.profile, stage, mode, start=start, run_id=output.run_id,
+                                on_record=output.on_record,
+                                on_steps=lambda steps: output.add_steps(steps, name, label),
+                                on_gpu=lambda samples: output.add_gpu(samples, name, label),
+                                on_frame=(lambda snap, t: output.add_frame(snap, name, label, t))
+                                if output.keeps_frames else None)
         clock = cell.clock
-        note["partial"] = False
-        note["ended_t"] = clock.origin + clock.now()
+        note.partial = False
+        note.ended_t = clock.origin + clock.now()
         w = cell.window.stats()
         p99 = (f"{w.ttft.p99 * 1e3:.0f} ms" if w.ttft.p99 is not None else "-") + f" (last {w.window_s:g} s)"
-        offered = self.offered_rate(stage)
+        offered = output.offered_rate(stage)
         rates = f"target {stage.rate:.4g}/s" + (f", offered {offered:.2f}/s" if offered is not None else "")
         self.err.print(f"{stage.name} / {mode.label}: {rates}: {w.sent} sent, {w.completed} ok, {w.failed_total} failed, "
                        f"TTFT P99 {p99} (simulated)", highlight=False)
         self._t_next = clock.origin + clock.now()
         return clock.now()
-
-    def _write_steps(self, stage: str, mode: str) -> Callable[[list[StepTiming]], None]:
-        def write(steps: list[StepTiming]) -> None:
-            self._writers["steps"].add_many(dataclass_rows(steps, stage=stage, mode=mode))
-
-        return write
-
-    def _write_gpu(self, stage: str, mode: str) -> Callable[[list[GpuSample]], None]:
-        def write(samples: list[GpuSample]) -> None:
-            self._writers["gpu"].add_many(dataclass_rows(samples, stage=stage, mode=mode))
-
-        return write
 
 
 class ClockDriver:
@@ -187,26 +180,34 @@ class ClockDriver:
         # handed over after the stretch's own, in the order stepping one at a time hands them over
         self._held: list[tuple[int, RequestRecord]] | None = None
         self._stretch_steps = 0
+        # load.max_concurrency, as the live client's semaphore: requests due while that many are in the
+        # engine wait here, in order, for a slot (index, workload index, when it was due, warm-up)
+        self._cap = profile.load.max_concurrency or math.inf
+        self._queued: deque[tuple[int, int, float, bool]] = deque()
+        self._in_flight_before = 0  # requests in the engine after the last _send_due (before the step since)
 
     def _stamp(self, t: float) -> float:
-        """A time on the engine's clock as a records' time (:mod:`tui.clock`)."""
+        """A time on the engine's clock as a records' time (:mod:`tui.base.clock`)."""
         return self.clock.origin + t
 
     # -- requests --------------------------------------------------------------------------------
 
-    def _send(self, index: int, spec_index: int, t: float, warmup: bool) -> None:
+    def _send(self, index: int, spec_index: int, t: float, warmup: bool, sent: float | None = None) -> None:
+        """Request ``index``, due at ``t``, sent at ``sent`` (default ``t``: a concurrency slot was free)."""
         spec = self.workload.spec(spec_index)
         stage = "warmup" if warmup else self.stage.name
         rid = f"{self.run_id}-{stage}-{self.mode}-{index}"
-        wall = self._stamp(t)
-        r = RequestRecord(request_id=rid, index=index, stage=self.stage.name, mode=self.mode, scheduled_t=wall,
-                          run_id=self.run_id, warmup=warmup, send_t=wall, wire_t=wall, prompt_len=spec.prompt_len,
+        wall = self._stamp(sent if sent is not None else t)
+        r = RequestRecord(request_id=rid, index=index, stage=self.stage.name, mode=self.mode,
+                          scheduled_t=self._stamp(t), run_id=self.run_id, warmup=warmup, send_t=wall, wire_t=wall,
+                          prompt_len=spec.prompt_len,
                           max_tokens=spec.max_tokens, shared_prefix=spec.shared_prefix)
         if not warmup:
             self.window.note_sent(r)
         ids = self.engine.tokenizer.encode(spec.prompt)
         try:
-            self.engine.add_request(rid, ids, SamplingParams.exact(spec.max_tokens), arrival_time=t)
+            self.engine.add_request(rid, ids, SamplingParams.exact(spec.max_tokens),
+                                    arrival_time=sent if sent is not None else t)
         except RequestRejected as e:
             r.status, r.reason, r.finish_reason, r.end_t = "rejected", e.message, e.reason, wall
             self._done(r)
@@ -233,13 +234,7 @@ class ClockDriver:
                 continue
             ids = o.new_token_ids
             if ids:
-                last = r.last_token_t
-                if last is None:
-                    r.first_token_t = t
-                else:
-                    r.chunk_gaps_s.append(t - last)
-                r.last_token_t = t
-                r.num_chunks += len(ids)
+                r.add_chunk(t, len(ids))
             if o.finished:
                 self._end(r, o.finish_reason, o.prompt_tokens, o.output_tokens, t)
         self._after_steps()
@@ -250,8 +245,7 @@ class ClockDriver:
              t: float) -> None:
         """The engine finished ``r``'s request at ``t``."""
         del self.open[r.request_id]
-        r.finish_reason = finish_reason
-        r.status, r.reason = finish_status(finish_reason)  # as the HTTP client reads the server's
+        r.served(finish_reason)  # as the HTTP client reads the server's
         r.prompt_tokens, r.completion_tokens, r.end_t = prompt_tokens, output_tokens, t
         self._done(r)
 
@@ -297,14 +291,8 @@ class ClockDriver:
             r = get(req.request_id)
             if r is None:
                 continue
-            last = ended.get(req.request_id, k - 1)  # the steps it got a token in: first .. last
-            if r.last_token_t is None:
-                r.first_token_t = stamps[first]
-            else:
-                r.chunk_gaps_s.append(stamps[first] - r.last_token_t)
-            r.chunk_gaps_s.extend(gaps[first:last])
-            r.last_token_t = stamps[last]
-            r.num_chunks += last - first + 1
+            # the steps it got a token in: first .. last
+            r.add_chunk_run(stamps, gaps, first, ended.get(req.request_id, k - 1))
         h = 0
         for j, req in run.finished:  # in the order step() reports them; a record held after step i follows step i's
             while h < len(held) and held[h][0] <= j:
@@ -326,15 +314,33 @@ class ClockDriver:
         return t if (n is None or self._sent < n) and t < self._end_t else math.inf
 
     def _send_due(self) -> None:
-        """Send every request due by now; once the last is sent, the drain bound starts."""
+        """Send every request due by now that has a concurrency slot (``load.max_concurrency``); once the
+        last is sent, the drain bound starts."""
         assert self._arrivals is not None
-        while self._next_t <= self.clock.now():
-            self._send(self._sent, self._sent, self._next_t, warmup=False)
+        now = self.clock.now()
+        in_flight = len(self.engine.requests)
+        # the requests that finished in the step just run were in flight until its end (now)
+        finished = max(0, self._in_flight_before - in_flight)
+        self._send_queued()
+        while self._next_t <= now:
+            t = self._next_t
+            if self._queued or len(self.engine.requests) + (finished if t < now else 0) >= self._cap:
+                self._queued.append((self._sent, self._sent, t, False))
+            else:
+                self._send(self._sent, self._sent, t, warmup=False)
             self._arrivals.advance()
             self._sent += 1
             self._next_t = self._next_arrival()
-        if self._next_t == math.inf and self._drain_deadline == math.inf:
-            self._drain_deadline = self.clock.now() + self.profile.record.drain_timeout_s
+        self._send_queued()
+        self._in_flight_before = len(self.engine.requests)
+        if self._next_t == math.inf and not self._queued and self._drain_deadline == math.inf:
+            self._drain_deadline = now + self.profile.record.drain_timeout_s
+
+    def _send_queued(self) -> None:
+        """Send, now, the requests waiting for a concurrency slot while one is free."""
+        while self._queued and len(self.engine.requests) < self._cap:
+            index, spec_index, t, warmup = self._queued.popleft()
+            self._send(index, spec_index, t, warmup, sent=self.clock.now())
 
     def collect_steps(self) -> None:
         """Hand the engine's steps since the last call to ``on_steps``."""
@@ -357,11 +363,12 @@ class ClockDriver:
 
     def warmup(self, n: int) -> None:
         """``n`` requests at once, run to the end (records marked warm-up, as the live recorder does)."""
-        for i in range(n):
-            self._send(i, 1_000_000 + i, self.clock.now(), warmup=True)
-        while self.engine.has_unfinished():
+        self._queued.extend((i, 1_000_000 + i, self.clock.now(), True) for i in range(n))
+        self._send_queued()
+        while self.engine.has_unfinished() or self._queued:
             if not self._step():
                 self.clock.wait_until(self.clock.now() + IDLE_TICK_S)
+            self._send_queued()
         self.steps_seen = self.engine.step_index  # warm-up steps are not the stage's
 
     def run(self) -> None:
@@ -374,6 +381,7 @@ class ClockDriver:
         self._sent = 0
         self._next_t = self._next_arrival()
         self._drain_deadline = math.inf
+        self._in_flight_before = len(self.engine.requests)
         while True:
             self._send_due()
             if self.engine.has_unfinished():

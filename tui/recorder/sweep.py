@@ -1,6 +1,6 @@
 """Which cells a recorded run runs, one at a time: every stage x mode, or a sweep for each mode's capacity edge.
 
-Both recorders (:mod:`tui.record` live over HTTP, :mod:`tui.virtual_record` on the virtual clock) ask
+Both recorders (:mod:`tui.recorder.recorder` live over HTTP, :mod:`tui.recorder.virtual` on the virtual clock) ask
 a :class:`CellPlan` for the next (stage, mode), run it as any cell, hand it every request record and
 say when the cell is done. :class:`FixedCells` is the plain run: the profile's stages under every
 mode. :class:`Sweep` (a profile with ``[sweep]``) chooses each probe's rate from the ones before it

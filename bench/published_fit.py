@@ -1,0 +1,198 @@
+"""The step-time and memory models against bench/published.toml, leave one source out.
+
+Each published point is predicted with every fitted number fitted to the *other* sources' points:
+the efficiency terms shared by all GPUs (GEMM efficiency and its saturation in the step's tokens,
+weight-streaming and decode-attention bandwidth shares, the sampler's per-logit cost), each stack
+class's per-layer floor, and the non-torch memory. Nothing the held-out source measured reaches its
+own prediction. ``fit_all`` fits the same on every point: the constants in tui/engine/sim/hardware.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy.optimize import nnls
+
+from tui.engine.sim.cost import CostModel, StepWork, step_seconds
+from tui.engine.sim.hardware import CostParams, Efficiency, GiB, load_hardware
+from tui.engine.sim.memory import NON_TORCH_PER_PEER, memory_split
+from tui.engine.sim.models import resolve_model, with_dtypes
+
+PUBLISHED = Path(__file__).with_name("published.toml")
+# which stack preset (tui.engine.sim.hardware.STACKS) each measured stack is
+STACK_CLASS = {"vllm-serve": "vllm", "vllm-ci-latency": "vllm", "nemo-trtllm": "compiled",
+               "lmdeploy-turbomind": "compiled", "gpt-fast": "compiled", "trtllm": "compiled"}
+CLASSES = ("vllm", "compiled")
+DECODE_SAMPLES = 8  # decode steps evaluated per point (evenly over its output; the step time is ~linear)
+GRID = {"flops_efficiency": (0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85),
+        "gemm_half_tokens": (0.0, 32.0, 64.0, 128.0, 256.0, 384.0, 512.0),
+        "bandwidth_efficiency": (0.7, 0.75, 0.8, 0.85, 0.9, 0.95), "kv_bandwidth_factor": (0.5, 0.75, 1.0)}
+
+
+def load_points() -> list[dict[str, Any]]:
+    return tomllib.loads(PUBLISHED.read_text())["point"]
+
+
+def _model(p: dict[str, Any]):
+    return with_dtypes(resolve_model(p["model"]), p.get("dtype", "bf16").replace("fp16", "bf16"), p.get("kv_dtype", ""))
+
+
+def _steps(p: dict[str, Any]) -> list[tuple[list[tuple[int, int]], int, float]]:
+    """The steps a latency point is made of: (chunks, sampled rows, weight in the figure)."""
+    b, prompt, out = p["batch"], p["prompt"], p["output"]
+    prefill = ([(prompt, 0)] * b, b, 1.0)
+    if p["metric"] == "ttft_ms":
+        return [prefill]
+    n = min(DECODE_SAMPLES, out - 1)
+    at = np.linspace(1, out - 1, n).round().astype(int)
+    share = (out - 1) / n if p["metric"] == "e2e_ms" else 1.0 / n
+    decodes = [([(1, prompt + int(i) - 1)] * b, b, share) for i in at]
+    return decodes if p["metric"] == "tpot_ms" else [prefill, *decodes]
+
+
+class LatencyTable:
+    """Every latency point's steps as arrays of their work (per GPU: peaks differ), for vectorised fits."""
+
+    def __init__(self, points: list[dict[str, Any]]) -> None:
+        self.points = points
+        rows: list[tuple[int, float, StepWork, float, float]] = []
+        for i, p in enumerate(points):
+            gpu = load_hardware(p["gpu"]).gpu
+            cm = CostModel(_model(p), gpu, CostParams.from_gpu(gpu), p["tp"])
+            for chunks, sampled, w in _steps(p):
+                rows.append((i, w, cm.work(chunks, sampled), gpu.peak_flops, gpu.mem_bandwidth))
+        self.point = np.array([r[0] for r in rows])
+        self.weight = np.array([r[1] for r in rows])
+        fields = [f.name for f in dataclasses.fields(StepWork)]
+        self.work = StepWork(**{f: np.array([getattr(r[2], f) for r in rows], dtype=float) for f in fields})
+        self.peak = np.array([r[3] for r in rows])
+        self.bw = np.array([r[4] for r in rows])
+        self.value = np.array([p["value"] for p in points])
+        self.cls = np.array([CLASSES.index(STACK_CLASS[p["stack"]]) for p in points])
+
+    def _sum(self, x: np.ndarray) -> np.ndarray:
+        return np.bincount(self.point, self.weight * x, minlength=len(self.points))
+
+    def parts(self, e: Efficiency) -> tuple[np.ndarray, np.ndarray]:
+        """ms per point with no per-layer or per-logit cost, and the columns (per-layer s per class,
+        per-logit s) that add to it linearly."""
+        p = CostParams(0.0, 0.0, self.peak * e.flops_efficiency, self.bw * e.bandwidth_efficiency,  # type: ignore[arg-type]
+                       self.peak * e.flops_efficiency * 0.7, self.bw * e.bandwidth_efficiency * e.kv_bandwidth_factor,  # type: ignore[arg-type]
+                       gemm_half_tokens=e.gemm_half_tokens)
+        base = self._sum(step_seconds(self.work, p, np.maximum)) * 1e3
+        layers = self._sum(self.work.layers) * 1e3  # type: ignore[arg-type]
+        cols = np.zeros((len(self.points), len(CLASSES) + 2))
+        cols[np.arange(len(self.points)), self.cls] = layers
+        cols[:, -2] = self._sum(self.work.rows) * 1e3  # type: ignore[arg-type]
+        cols[:, -1] = self._sum(self.work.logits) * 1e3  # type: ignore[arg-type]
+        return base, cols
+
+
+class Grid:
+    """Every grid point's :meth:`LatencyTable.parts`, computed once for all the folds."""
+
+    def __init__(self, table: LatencyTable) -> None:
+        self.table = table
+        self.cells = [(e, *table.parts(e)) for e in
+                      (Efficiency(fe, half, be, kf, 0.0, 0.0) for fe, half, be, kf in itertools.product(*GRID.values()))]
+
+
+def fit_latency(table: LatencyTable, train: np.ndarray, grid: Grid | None = None) -> tuple[Efficiency, np.ndarray]:
+    """The grid's efficiency terms and the linear terms (per-layer s per class, per-logit s) that best
+    reproduce the ``train`` points: for each grid point the linear terms by least squares of the
+    relative errors; the grid point whose mean |log(modelled / measured)| is least (robust to one
+    source's outliers)."""
+    best: tuple[float, Efficiency, np.ndarray] | None = None
+    v = table.value[train]
+    for e, base, cols in (grid or Grid(table)).cells:
+        a = cols[train] / v[:, None]
+        r = 1.0 - base[train] / v
+        used = np.abs(a).sum(axis=0) > 0
+        theta = np.zeros(cols.shape[1])
+        if used.any():
+            theta[used] = nnls(a[:, used], r)[0]
+        err = float(np.mean(np.abs(np.log(np.maximum(base[train] + cols[train] @ theta, 1e-12) / v))))
+        if best is None or err < best[0]:
+            best = (err, e, theta)
+    assert best is not None
+    _, e, theta = best
+    return dataclasses.replace(e, per_logit_s=float(theta[-1]), per_row_s=float(theta[-2])), theta[:-2]
+
+
+def predict_latency(table: LatencyTable, e: Efficiency, per_layer: np.ndarray) -> np.ndarray:
+    base, cols = table.parts(dataclasses.replace(e, per_logit_s=0.0, per_row_s=0.0))
+    return base + cols @ np.append(per_layer, [e.per_row_s, e.per_logit_s])
+
+
+def _split(p: dict[str, Any], non_torch_base: float):
+    gpu = load_hardware(p["gpu"]).gpu
+    return memory_split(_model(p), gpu, gpu_memory_utilization=p["gpu_memory_utilization"],
+                        max_num_batched_tokens=p["max_num_batched_tokens"], max_num_seqs=p["max_num_seqs"],
+                        tp=p["tp"], max_model_len=p["max_model_len"], chunked_prefill=p["chunked_prefill"],
+                        non_torch_bytes=int(non_torch_base + NON_TORCH_PER_PEER * (p["tp"] - 1)),
+                        cuda_graph_bytes=0)
+
+
+def implied_non_torch(p: dict[str, Any]) -> float:
+    """The TP1-equivalent non-torch bytes that make the split give exactly what ``p`` logged."""
+    s = _split(p, 0.0)
+    kv = p["value"] * GiB if p["metric"] == "kv_gib" else p["value"] * s.block_size * s.kv_bytes_per_token
+    return s.kv_bytes - kv
+
+
+def non_torch_base(points: list[dict[str, Any]]) -> float:
+    """The non-torch bytes at TP1 that ``points`` imply: the median over their single-device points
+    (the per-device growth with TP stays vLLM PR #10511's, :data:`NON_TORCH_PER_PEER`)."""
+    return float(np.median([implied_non_torch(p) for p in points if p["tp"] == 1]))
+
+
+def predict_capacity(p: dict[str, Any], non_torch_base: float) -> float:
+    s = _split(p, non_torch_base)
+    return s.kv_bytes / GiB if p["metric"] == "kv_gib" else float(s.num_blocks)
+
+
+def loso(points: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Every point predicted with the parameters fitted without its source: rows of name, source,
+    phase, value, prediction, error (%)."""
+    points = load_points() if points is None else points
+    lat = [p for p in points if p["phase"] != "capacity"]
+    cap = [p for p in points if p["phase"] == "capacity"]
+    table = LatencyTable(lat)
+    grid = Grid(table)
+    src = np.array([p["source_id"] for p in lat])
+    rows = []
+    for s in sorted({p["source_id"] for p in points}):
+        held = src == s
+        if held.any():
+            e, per_layer = fit_latency(table, ~held, grid)
+            pred = predict_latency(table, e, per_layer)
+            rows += [dict(name=p["name"], source=s, phase=p["phase"], value=p["value"], pred=float(pred[i]))
+                     for i, p in enumerate(lat) if held[i]]
+        base = non_torch_base([p for p in cap if p["source_id"] != s])
+        rows += [dict(name=p["name"], source=s, phase="capacity", value=p["value"], pred=predict_capacity(p, base))
+                 for p in cap if p["source_id"] == s]
+    for r in rows:
+        r["err"] = 100.0 * (r["pred"] - r["value"]) / r["value"]
+    return rows
+
+
+def fit_all(points: list[dict[str, Any]] | None = None) -> tuple[Efficiency, dict[str, float], float]:
+    """The same fit on every point: the efficiency terms, per-layer s per stack class, non-torch bytes."""
+    points = load_points() if points is None else points
+    lat = [p for p in points if p["phase"] != "capacity"]
+    table = LatencyTable(lat)
+    e, per_layer = fit_latency(table, np.ones(len(lat), bool))
+    base = non_torch_base([p for p in points if p["phase"] == "capacity"])
+    return e, dict(zip(CLASSES, map(float, per_layer), strict=True)), base
+
+
+if __name__ == "__main__":
+    eff, floors, non_torch = fit_all()
+    print(f"fitted on every point: {eff}")
+    print("per-layer floor per stack class: " + ", ".join(f"{k} {v * 1e6:.0f} us" for k, v in floors.items()))
+    print(f"non-torch memory at TP1: {non_torch / GiB:.2f} GiB")
