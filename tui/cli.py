@@ -44,6 +44,10 @@ modes:
   kvtui report DIR --replay       play a recorded run's scheduler back (keys: space, ← →, [ ], n N, c)
   kvtui calibrate [--out FILE]    measure the torch engine here and write a hardware profile for the
                                   simulated backend (engine.backend = "simulated")
+  kvtui tune --profile tune --out DIR
+                                  search the engine settings in the profile's [tune] for the highest
+                                  capacity edge at the SLO, and its cost per million output tokens
+                                  (--executor ray for a Ray cluster); writes DIR/tune.csv
   kvtui profiles [show NAME]      list the shipped profiles, or print one with defaults filled in
 """
 
@@ -143,7 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--real-time", action="store_true",
                         help="with --record and a simulated engine: run it behind the server in real time "
                              "(default: on the virtual clock, no HTTP)")
-    sub = parser.add_subparsers(dest="command", metavar="{serve,report,profiles,calibrate}")
+    sub = parser.add_subparsers(dest="command", metavar="{serve,report,profiles,calibrate,tune}")
 
     serve = sub.add_parser("serve", help="run the local engine as an OpenAI-compatible server")
     serve.add_argument("--profile", metavar="NAME|FILE", help="profile (name or file) whose [engine] and [defenses] to use")
@@ -179,6 +183,23 @@ def build_parser() -> argparse.ArgumentParser:
                      help="where to write the hardware profile (default calibrated-hardware.toml)")
     cal.add_argument("--quick", action="store_true", help="a smaller grid of steps (about a quarter of the time)")
     _set_option(cal)
+
+    tune = sub.add_parser(
+        "tune", help="search engine settings for the highest capacity edge at the SLO, and its cost",
+        description="Search the engine settings a profile's [tune] lists (successive halving: every candidate's "
+                    "capacity edge swept with short probes, the best 1/reduction again with longer ones), rank them "
+                    "by the sweep's capacity edge at the profile's [slo] and by cost per million output tokens "
+                    "([tune.prices], per GPU-hour). Writes DIR/tune.csv, DIR/tune.json and each candidate's runs "
+                    "under DIR/runs/ (ordinary run directories: kvtui report opens them).")
+    tune.add_argument("--profile", metavar="NAME|FILE", required=True, help="a profile with [tune] and [sweep], e.g. tune")
+    tune.add_argument("--out", metavar="DIR", type=Path, required=True, help="where tune.csv and the candidates' runs go")
+    tune.add_argument("--executor", choices=("local", "ray"), default="local",
+                      help="local worker processes (default) or Ray (pip install 'kvtui[ray]')")
+    tune.add_argument("--workers", type=int, metavar="N",
+                      help="trials at once (default: every core; 1 on the torch engine, which runs in real time)")
+    tune.add_argument("--ray-address", metavar="ADDR", help="with --executor ray: an existing cluster (default: a local Ray)")
+    tune.add_argument("--seed", type=int, metavar="N", help="the seed that draws the candidates (= --set tune.seed=N)")
+    _set_option(tune)
     return parser
 
 
@@ -331,6 +352,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             from tui.recorder.calibrate import calibrate_main
 
             return calibrate_main(load_named_profile(args.profile, args.overrides), args.out, quick=args.quick)
+        if args.command == "tune":
+            from tui.tune.main import tune_main
+
+            if args.workers is not None and args.workers < 1:
+                raise ProfileError(f"--workers = {args.workers}: expected a number of processes >= 1")
+            seed = [f"tune.seed={args.seed}"] if args.seed is not None else []
+            prof = check_backend(load_named_profile(args.profile, [*args.overrides, *seed]))
+            return tune_main(prof, args.out, executor=args.executor, workers=args.workers, ray_address=args.ray_address)
         if args.command == "profiles":
             if args.profiles_command == "show":
                 print(dump_profile(load_named_profile(args.name, args.overrides)), end="")

@@ -315,6 +315,37 @@ class DecomposeConfig:
 
 
 @dataclass(frozen=True)
+class TuneConfig:
+    """``[tune]``: the engine settings ``kvtui tune`` searches, how it searches, and GPU-hour prices.
+
+    Each knob list names the values to try (empty: keep the profile's own); the candidates are the
+    grid of every non-empty list (at most ``max_candidates``, drawn by ``seed`` when the grid is larger),
+    plus the profile's own configuration. The search is successive halving over ``rungs`` rungs: every
+    candidate's capacity edge is swept with short probes, the best 1/``reduction`` go on to probes
+    ``reduction`` times longer, and the last rung's probes are the profile's own ``[sweep]``.
+    ``prices`` maps a hardware name (``engine.hardware``; ``"H100-SXM"`` by default) to a price per
+    GPU-hour, for the cost per million output tokens at each candidate's edge.
+    """
+
+    seed: int = 0
+    max_candidates: int = 32
+    reduction: int = 2
+    rungs: int = 3
+    max_num_seqs: tuple[int, ...] = ()
+    max_num_batched_tokens: tuple[int, ...] = ()
+    block_size: tuple[int, ...] = ()
+    enable_chunked_prefill: tuple[bool, ...] = ()
+    preemption_mode: tuple[PreemptionMode, ...] = ()
+    reservation: tuple[Reservation, ...] = ()
+    mode: tuple[EngineMode, ...] = ()  # batching+kv together, as record.modes names them
+    hardware: tuple[str, ...] = ()  # simulated backend only
+    tensor_parallel_size: tuple[int, ...] = ()  # simulated backend only
+    backlog_limit: tuple[int, ...] = ()
+    wait_timeout_s: tuple[float, ...] = ()
+    prices: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Profile:
     """A whole experiment. ``Profile()`` is the built-in default."""
 
@@ -330,6 +361,7 @@ class Profile:
     slo: SloConfig = field(default_factory=SloConfig)
     sweep: SweepConfig | None = None
     decompose: DecomposeConfig | None = None
+    tune: TuneConfig | None = None
     source: str = "<builtin>"
 
     def run_stages(self) -> tuple[Stage, ...]:
@@ -472,6 +504,8 @@ RANGES: dict[type, dict[str, Range]] = {
     },
     DecomposeConfig: {"slo_ladder": Range(0, 1e6, lo_open=True), "ladder_presets": Range(0, 1000),
                       "measure_s": _SECONDS, "measure_requests": _COUNT},
+    TuneConfig: {"seed": _SEED, "max_candidates": Range(1, 10_000), "reduction": Range(2, 100),
+                 "rungs": Range(1, 10)},
 }
 
 
@@ -649,6 +683,11 @@ def _convert(tp: Any, value: Any, source: str, path: str) -> Any:
             return EngineMode.parse(value)
         except ValueError as e:
             raise ProfileError(f"{source}: {path} = {value!r}: {str(e).split('; ', 1)[1]}") from None
+    if origin is dict:
+        (_, value_tp) = get_args(tp)
+        if not isinstance(value, dict):
+            _fail(source, path, value, f"a table of {_describe(value_tp)}")
+        return {str(k): _convert(value_tp, v, source, f"{path}.{k}") for k, v in value.items()}
     if origin is tuple:
         (item_tp, _) = get_args(tp)
         if not isinstance(value, list):
@@ -804,6 +843,13 @@ def _check_profile(p: Profile, source: str) -> None:
             _fail(source, "decompose.presets", [], "at least one preset profile name")
         if 1.0 not in p.decompose.slo_ladder:
             _fail(source, "decompose.slo_ladder", list(p.decompose.slo_ladder), "a list that includes 1 (the [slo] itself)")
+    if p.tune is not None and p.sweep is None:
+        raise ProfileError(f"{source}: [tune] needs a [sweep] (and an [slo]): each candidate's capacity edge is "
+                           "found by the sweep, whose probes the last rung uses")
+    if p.tune is not None:
+        for name, price in p.tune.prices.items():
+            if not price > 0:
+                _fail(source, f"tune.prices.{name}", price, "a price > 0 per GPU-hour")
 
 
 def _check_trace(p: Profile, source: str) -> None:
@@ -930,6 +976,12 @@ def _set_path(doc: dict[str, Any], keys: list[str], value: Any, label: str) -> N
             if not isinstance(node, dict):
                 raise ProfileError(f"{label}: {parent} = {node!r} is not a table; set it whole with --set {parent}=...")
             tp = _hints(tp)[key]
+            if depth == len(keys) - 1:
+                node[key] = value
+            else:
+                node = node.setdefault(key, {})
+        elif get_origin(tp) is dict and isinstance(node, dict):  # a table of any keys (tune.prices)
+            tp = get_args(tp)[1]
             if depth == len(keys) - 1:
                 node[key] = value
             else:

@@ -389,6 +389,8 @@ def test_the_analysis_files_are_read_when_present_drawn_and_make_the_headline(tm
     charts = build_charts(review([review_of(run)]), [(run.name, a)])
     assert [c.id for c in charts if c.drawn][-3:] == ["decomposition", "slo-sensitivity", "tune"]
     assert _chart(charts, "slo-sensitivity").figure.axes[0].get_xscale() == "linear"  # type: ignore[union-attr]
+    tune_axes = _chart(charts, "tune").figure.axes  # type: ignore[union-attr]
+    assert [ax.get_ylabel() for ax in tune_axes] == ["cost per million tokens", "TTFT P99 at the edge (ms)"]
 
     (tmp_path / "tune.csv").write_text("rank,name\n1,a\n", encoding="utf-8")  # not the columns a tune writes
     assert read_analyses(tmp_path).tune == () and read_analyses(tmp_path).notes == (

@@ -560,8 +560,9 @@ def _tune_chart(a: Analyses, cid: str, title: str) -> Chart:
     if not rows:
         return _no_data(cid, title, "No chart: no tuned candidate has a capacity edge (tune.csv).")
     costed = [t for t in rows if t.cost_per_mtok is not None]
+    tails = [t for t in rows if t.ttft_p99_ms is not None]
     fig = Figure(figsize=(FIG_WIDTH, 4.2), layout="constrained")
-    ax = fig.add_subplot()
+    ax = fig.add_subplot(1, 2, 1) if tails else fig.add_subplot()
     if costed:
         xs = np.array([t.capacity_edge_req_s for t in costed], dtype=float)
         ys = np.array([t.cost_per_mtok for t in costed], dtype=float)
@@ -580,6 +581,17 @@ def _tune_chart(a: Analyses, cid: str, title: str) -> Chart:
         ax.invert_yaxis()
         what = "the best-ranked candidates' capacity edges"
     ax.set_xlabel("capacity edge (req/s)")
+    if tails:  # the other trade: how long the first token waits at the rate each one holds
+        ax2 = fig.add_subplot(1, 2, 2)
+        xs = np.array([t.capacity_edge_req_s for t in tails], dtype=float)
+        ax2.scatter(xs, np.array([t.ttft_p99_ms for t in tails], dtype=float), color="#ff7f0e", zorder=3)
+        for t in tails[:5]:
+            ax2.annotate(f"#{t.rank} {t.candidate}", (t.capacity_edge_req_s, t.ttft_p99_ms), fontsize=7,
+                         xytext=(4, 3), textcoords="offset points")
+        _rate_axis(ax2, xs.tolist())
+        ax2.set_xlabel("throughput: capacity edge (req/s)")
+        ax2.set_ylabel("TTFT P99 at the edge (ms)")
+        what += "; and each one's TTFT P99 at its edge against that throughput"
     return Chart(cid, title, f"Tune results (tune.csv): {what}.", fig)
 
 

@@ -1,0 +1,114 @@
+"""kvtui tune: the candidates, the halving, the ranking, and both executors giving the same ranking."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from tui.cli import main
+from tui.metrics.capacity import read_capacity_edges
+from tui.profile import EngineMode, ProfileError, apply_overrides, find_profile, load_profile
+from tui.report.facts import read_analyses
+from tui.tune.candidates import PROFILE_CANDIDATE, make_candidates
+from tui.tune.executors import LocalExecutor, RayExecutor
+from tui.tune.search import successive_halving, survivors, write_results
+from tui.tune.trial import Outcome
+from tui.tune.view import pareto
+
+SHIPPED = load_profile(find_profile("tune"))
+
+
+def test_the_shipped_profile_has_its_own_configuration_and_31_seeded_grid_points():
+    cands = make_candidates(SHIPPED)
+    assert len(cands) == 32
+    own = cands[0]
+    assert own.name == PROFILE_CANDIDATE
+    assert dict(own.knobs) == {"mode": EngineMode("continuous", "paged"), "max_num_seqs": 256,
+                               "max_num_batched_tokens": 8192, "enable_chunked_prefill": True,
+                               "preemption_mode": "recompute"}
+    assert all(dict(c.knobs) != dict(own.knobs) for c in cands[1:])
+    assert len({c.knobs for c in cands}) == 32
+    # the draw is the seed's: the same seed draws the same grid points, another seed others
+    assert [c.knobs for c in make_candidates(SHIPPED)] == [c.knobs for c in cands]
+    other = make_candidates(apply_overrides(SHIPPED, ["tune.seed=1"]))
+    assert [c.knobs for c in other] != [c.knobs for c in cands]
+    # each candidate's profile records its one mode with its knobs, and no [tune]
+    c = cands[1]
+    knobs = dict(c.knobs)
+    assert c.profile.record.modes == (knobs["mode"],) and c.profile.engine.mode == knobs["mode"]
+    assert c.profile.engine.max_num_seqs == knobs["max_num_seqs"] and c.profile.tune is None
+
+
+def _outcome(name: str, edge: float | None) -> Outcome:
+    return Outcome(name, 0, "", 0, edge, "found", 3, 100.0, 50.0, 1000.0, 1.0)
+
+
+def test_halving_keeps_the_best_half_by_edge_and_always_the_profile():
+    cands = make_candidates(apply_overrides(SHIPPED, ["tune.max_candidates=5"]))
+    names = [c.name for c in cands]
+    assert names == ["profile", "c01", "c02", "c03", "c04"]
+    edges = {"profile": 10.0, "c01": 40.0, "c02": None, "c03": 40.0, "c04": 30.0}
+    outcomes = {n: _outcome(n, e) for n, e in edges.items()}
+    kept = survivors(cands, outcomes, 2, lambda c, o: None)
+    assert [c.name for c in kept] == ["profile", "c01", "c03"]  # ties on edge and cost: by name
+
+
+def test_pareto_front_is_what_nothing_beats_on_both_axes():
+    points = [("a", 10.0, 1.0), ("b", 20.0, 2.0), ("c", 15.0, 3.0), ("d", 20.0, 1.5)]
+    assert pareto(points, x_high=True, y_high=False) == {"a", "d"}
+
+
+def test_tune_refuses_a_remote_target_with_exit_2(capsys):
+    code = main(["tune", "--profile", "tune", "--out", "/nonexistent/x", "--set", "target.kind=openai",
+                 "--set", "target.base_url=http://127.0.0.1:9/v1", "--set", "target.model=m"])
+    assert code == 2
+    assert "remote target" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_local_and_ray_executors_rank_a_small_search_identically(tmp_path: Path):
+    ray = pytest.importorskip("ray")
+    small = apply_overrides(SHIPPED, [
+        "tune.max_candidates=3", "tune.rungs=2", "workload.output_len=16", "workload.prompt_len=64",
+        "sweep.num_requests=10", "sweep.duration_s=0.2",
+        "sweep.max_probes=2", "sweep.start_rate=8", "sweep.max_extensions=0",
+        "record.snapshots_per_s=0"])
+    cands = make_candidates(small)
+    results = {}
+    for name, ex in (("local", LocalExecutor(1)), ("ray", RayExecutor(1))):
+        try:
+            ranked = successive_halving(small, cands, ex, tmp_path / name)
+        finally:
+            ex.close()
+        path = write_results(small, ranked, tmp_path / name, executor=name)
+        with path.open(newline="") as f:
+            results[name] = list(csv.DictReader(f))
+    assert not ray.is_initialized()
+    assert results["local"] == results["ray"]
+    rows = results["local"]
+    assert [r["rank"] for r in rows] == ["1", "2", "3"]
+    assert {r["candidate"] for r in rows} == {"profile", "c01", "c02"}
+    # the profile's own always reaches the last rung, so the best's edge is at least its own
+    best, own = rows[0], next(r for r in rows if r["candidate"] == "profile")
+    assert float(best["capacity_edge_req_s"]) >= float(own["capacity_edge_req_s"])
+    assert (tmp_path / "local" / "runs" / "profile" / "rung-2" / "sweep.json").is_file()
+    # each trial is an ordinary run directory whose edge is the sweep's
+    run = tmp_path / "local" / "runs" / best["candidate"] / "rung-2"
+    assert read_capacity_edges(run)[0].edge_rate == pytest.approx(float(best["capacity_edge_req_s"]), rel=1e-3)
+    # and the HTML report reads the tune.csv written: the same candidates, in rank order
+    assert [t.candidate for t in read_analyses(tmp_path / "local").tune] == [r["candidate"] for r in rows]
+
+
+def test_cost_per_million_output_tokens_is_gpu_hours_over_the_tokens_an_hour_at_the_edge():
+    o = _outcome("a", 40.0)  # 1000 output tokens/s at the edge probe
+    assert o.cost_per_mtok(2.5, 1) == pytest.approx(2.5 / 3.6)
+    assert o.cost_per_mtok(2.5, 4) == pytest.approx(4 * 2.5 / 3.6)
+    assert o.cost_per_mtok(None, 1) is None and _outcome("b", None).cost_per_mtok(2.5, 1) is None
+
+
+def test_a_price_is_set_like_any_key_and_must_be_positive():
+    assert apply_overrides(SHIPPED, ["tune.prices.H100-SXM=3.1"]).tune.prices == {"H100-SXM": 3.1}
+    with pytest.raises(ProfileError, match=r"tune.prices.H100-SXM = -1.0: expected a price > 0"):
+        apply_overrides(SHIPPED, ["tune.prices.H100-SXM=-1"])
