@@ -1,4 +1,5 @@
-"""Shared by the simulator's tests: ``bench/sim.py`` loaded as a module (it is a script, not a package)."""
+"""Shared by the simulator's tests: the benchmark scripts ``bench/sim.py`` and ``bench/published_fit.py``
+loaded as modules (they are scripts, not a package)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,21 @@ import pytest
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 
 
-@pytest.fixture(scope="session")
-def bench_sim() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_sim", BENCH / "sim.py")
+def load_bench(name: str) -> ModuleType:
+    """``bench/NAME.py`` as a module."""
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+@pytest.fixture(scope="session")
+def bench_sim() -> ModuleType:
+    return load_bench("sim")
+
+
+@pytest.fixture(scope="session")
+def fit() -> ModuleType:
+    """The leave-one-source-out fit of the published points (``bench/published_fit.py``)."""
+    return load_bench("published_fit")

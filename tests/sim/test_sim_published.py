@@ -3,7 +3,6 @@ stack, from enough independent sources; the leave-one-source-out fit recovers kn
 
 from __future__ import annotations
 
-import importlib.util
 import tomllib
 from pathlib import Path
 from types import ModuleType
@@ -16,15 +15,6 @@ from tui.engine.sim.hardware import Efficiency
 from tui.engine.sim.models import PRESETS as MODELS
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
-
-
-@pytest.fixture(scope="module")
-def fit() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("published_fit", BENCH / "published_fit.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def test_every_point_names_its_model_gpu_source_phase_dtype_and_stack(fit: ModuleType) -> None:
