@@ -206,7 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
 def check_backend(prof: Profile) -> Profile:
     """A simulated engine's model, hardware and memory checked up front (a ProfileError, exit 2)."""
     if prof.engine.backend == "simulated":
-        from tui.engine.sim.backend import validate
+        from tui.engine.sim.sizing import validate
 
         validate(prof.engine, prof.source)
     return prof

@@ -75,3 +75,19 @@ def test_the_api_server_loads_no_torch() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_the_recorder_and_the_report_load_no_torch(tmp_path: Path) -> None:
+    """A run against a remote server never needs torch: the recorder over HTTP, its run directory (a
+    simulated profile's memory split in run.json included) and the report stay small."""
+    code = (
+        "import sys\n"
+        "import tui.recorder.recorder, tui.recorder.run_output, tui.report.html\n"
+        "from tui.engine.sim.sizing import kv_cache\n"
+        "from tui.profile import EngineConfig\n"
+        "kv_cache(EngineConfig(backend='simulated', model='llama-3.1-8b', gpu_memory_utilization=0.9))\n"
+        "print(sorted(n for n in sys.modules if n.split('.')[0] == 'torch'))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"

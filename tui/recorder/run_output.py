@@ -27,7 +27,7 @@ from tui.base.clock import anchor
 from tui.base.errors import one_line, redact_url
 from tui.base.gpu import GpuSample
 from tui.base.provenance import provenance
-from tui.engine.sim.backend import kv_cache
+from tui.engine.sim.sizing import kv_cache
 from tui.load.arrivals import planned_deadlines
 from tui.load.runner import prompt_sizing
 from tui.load.trace_replay import make_arrivals

@@ -218,7 +218,7 @@ def _kv_cache(run: RunData) -> str:
     eng = profile.engine
     tail = f"; blocks of {eng.block_size} tokens; reservation {eng.reservation}"
     if eng.backend == "simulated" and eng.gpu_memory_utilization is not None:
-        from tui.engine.sim.backend import kv_cache  # the backend's own sizing, only for a simulated run
+        from tui.engine.sim.sizing import kv_cache  # the backend's own sizing, only for a simulated run
 
         try:
             kv_bytes, split = kv_cache(eng)

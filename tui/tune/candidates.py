@@ -10,6 +10,9 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
+from tui.engine.sim.sizing import (
+    DEFAULT_HARDWARE,  # what a simulated engine runs on when engine.hardware is unset
+)
 from tui.profile import EngineMode, Profile, ProfileError, TuneConfig, profile_from_dict, to_dict
 
 PROFILE_CANDIDATE = "profile"  # the profile's own configuration's name in tune.csv
@@ -21,7 +24,6 @@ KNOB_SECTIONS: dict[str, str] = {
     "hardware": "engine", "tensor_parallel_size": "engine",
     "backlog_limit": "defenses", "wait_timeout_s": "defenses",
 }
-DEFAULT_HARDWARE = "H100-SXM"  # what a simulated engine runs on when engine.hardware is unset
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ def tune_main(profile: Profile, out: Path, *, executor: str = "local", workers: 
     candidates = make_candidates(profile)
     for c in candidates:
         if c.profile.engine.backend == "simulated":
-            from tui.engine.sim.backend import validate
+            from tui.engine.sim.sizing import validate
 
             validate(c.profile.engine, f"[tune] candidate {c.name}")
     out = Path(out)

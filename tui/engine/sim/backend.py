@@ -1,8 +1,8 @@
 """The simulated backend put together: model, hardware, memory split, cost model, runner, tokenizer.
 
 :func:`build` turns an ``[engine]`` config with ``backend = "simulated"`` into the engine's
-:class:`tui.engine.backend.Backend` (it builds no tensors); :func:`validate` checks the simulated keys
-of a profile up front so a bad name is a profile error (exit 2) rather than a failed engine start.
+:class:`tui.engine.backend.Backend` (it builds no tensors); what the config resolves to (model,
+hardware, KV cache) is :mod:`tui.engine.sim.sizing`, which the front ends read without torch.
 """
 
 from __future__ import annotations
@@ -16,19 +16,19 @@ import torch
 from tui.engine.kv import slots_for_budget
 from tui.engine.sim.clock import SimClock
 from tui.engine.sim.cost import CostModel
-from tui.engine.sim.hardware import Hardware, load_hardware
-from tui.engine.sim.memory import MemorySplit, memory_split
-from tui.engine.sim.models import ModelSpec, resolve_model
+from tui.engine.sim.hardware import Hardware
+from tui.engine.sim.memory import MemorySplit
+from tui.engine.sim.models import ModelSpec
 from tui.engine.sim.runner import SimulatedRunner
+from tui.engine.sim.sizing import kv_cache_of, parts
 from tui.engine.sim.stretch import fast_forward
 from tui.engine.tokenizer import ByteTokenizer
-from tui.profile import EngineConfig, ProfileError
+from tui.profile import EngineConfig
 
 if TYPE_CHECKING:
     from tui.engine.engine import Engine
     from tui.engine.sim.stretch import DecodeRun
 
-DEFAULT_HARDWARE = "H100-SXM"
 BYTE_VOCAB = 260  # the byte tokenizer's ids; the cost model uses the simulated model's own vocabulary
 
 
@@ -132,67 +132,11 @@ class SimulatedBackend:
         }
 
 
-def _parts(cfg: EngineConfig) -> tuple[ModelSpec, Hardware]:
-    """Model and hardware of ``cfg``; ``ValueError`` naming the key whose value is wrong."""
-    try:
-        hw = load_hardware(cfg.hardware or DEFAULT_HARDWARE)
-    except ValueError as e:
-        raise ValueError(f"engine.hardware: {e}") from None
-    try:
-        model = resolve_model(cfg.model, cfg.model_path, hw.gpu.dtype_bytes)
-    except ValueError as e:
-        raise ValueError(f"engine.{'model_path' if cfg.model_path else 'model'}: {e}") from None
-    try:
-        CostModel(model, hw.gpu, hw.params, cfg.tensor_parallel_size)
-    except ValueError as e:
-        raise ValueError(f"engine.tensor_parallel_size: {e}") from None
-    return model, hw
-
-
-def validate(cfg: EngineConfig, source: str) -> None:
-    """Check a simulated ``[engine]`` (model, hardware, tp, memory); raises ProfileError in one line."""
-    if cfg.backend != "simulated":
-        return
-    try:
-        model, hw = _parts(cfg)
-        if cfg.gpu_memory_utilization is not None:
-            try:
-                _split(cfg, model, hw)
-            except ValueError as e:
-                raise ValueError(f"engine.gpu_memory_utilization: {e}") from None
-    except ValueError as e:
-        raise ProfileError(f"{source}: {e}") from None
-
-
-def _split(cfg: EngineConfig, model: ModelSpec, hw: Hardware) -> MemorySplit:
-    return memory_split(
-        model, hw.gpu, gpu_memory_utilization=cfg.gpu_memory_utilization or 0.9,
-        max_num_batched_tokens=cfg.max_num_batched_tokens, max_num_seqs=cfg.max_num_seqs,
-        block_size=cfg.block_size, tp=cfg.tensor_parallel_size, max_model_len=cfg.max_model_len,
-        chunked_prefill=cfg.enable_chunked_prefill,
-    )
-
-
-def kv_cache(cfg: EngineConfig) -> tuple[int, MemorySplit | None]:
-    """The KV cache a simulated ``[engine]`` gets: bytes per device, and vLLM's memory split when
-    ``gpu_memory_utilization`` sizes it (None for a ``kv_budget_mb`` byte budget); ``ValueError``
-    with one line when it cannot be built."""
-    model, hw = _parts(cfg)
-    return _kv_cache(cfg, model, hw)
-
-
-def _kv_cache(cfg: EngineConfig, model: ModelSpec, hw: Hardware) -> tuple[int, MemorySplit | None]:
-    if cfg.gpu_memory_utilization is None:
-        return int(cfg.kv_budget_mb * (1 << 20)), None
-    split = _split(cfg, model, hw)
-    return split.num_blocks * split.block_size * split.kv_bytes_per_token, split
-
-
 def build(cfg: EngineConfig, clock: SimClock) -> SimulatedBackend:
     """The simulated backend for ``cfg`` on ``clock``; ``ValueError`` with one line when it cannot be."""
-    model, hw = _parts(cfg)
+    model, hw = parts(cfg)
     tp = cfg.tensor_parallel_size
-    kv_bytes, split = _kv_cache(cfg, model, hw)
+    kv_bytes, split = kv_cache_of(cfg, model, hw)
     runner = SimulatedRunner(CostModel(model, hw.gpu, hw.params, tp), clock, cfg.seed)
     backend = SimulatedBackend(model, hw, tp, split, kv_bytes, runner, ByteTokenizer(BYTE_VOCAB),
                                min(cfg.max_model_len, model.max_position), cfg.served_model_name or model.name,
