@@ -30,7 +30,7 @@ from tui.load.traces import (
     scan_trace,
     utf8_bytes,
 )
-from tui.load.workload import _ALPHABET, _WORDS, RequestSpec, TextUnit, TokenSizer, Workload
+from tui.load.workload import _ALPHABET, _WORDS, RequestSpec, TextUnit, Workload, token_sizer
 from tui.profile import Profile, Stage, WorkloadConfig
 
 if TYPE_CHECKING:
@@ -56,12 +56,10 @@ class TraceWorkload:
     def __init__(self, cfg: WorkloadConfig, text_unit: TextUnit = "char", max_prompt_len: int | None = None,
                  tokenizer: Tokenizer | None = None):
         assert cfg.trace is not None
-        if text_unit == "token" and tokenizer is None:
-            raise ValueError("prompts sized in tokens need the model's tokenizer")
         self.cfg = cfg
         self.text_unit = text_unit
         self.max_prompt_len = max_prompt_len
-        self._sizer = TokenSizer(tokenizer) if text_unit == "token" and tokenizer is not None else None
+        self._sizer = token_sizer(text_unit, tokenizer)
         if tokenizer is not None and text_unit == "token":
             tok = tokenizer
             self._count = lambda text: len(tok.encode(text, add_special_tokens=False).ids)

@@ -130,6 +130,16 @@ class TokenSizer:
         return cut
 
 
+def token_sizer(text_unit: TextUnit, tokenizer: Tokenizer | None) -> TokenSizer | None:
+    """What cuts prompts to exact token counts when they are sized in the model's tokens (else None);
+    ``ValueError`` when they are and no tokenizer was given."""
+    if text_unit != "token":
+        return None
+    if tokenizer is None:
+        raise ValueError("prompts sized in tokens need the model's tokenizer")
+    return TokenSizer(tokenizer)
+
+
 class Workload:
     """Turns a :class:`WorkloadConfig` into :class:`RequestSpec`s, request ``i`` from ``(seed, i)``.
 
@@ -138,12 +148,10 @@ class Workload:
 
     def __init__(self, cfg: WorkloadConfig, text_unit: TextUnit = "char", max_prompt_len: int | None = None,
                  tokenizer: Tokenizer | None = None):
-        if text_unit == "token" and tokenizer is None:
-            raise ValueError("prompts sized in tokens need the model's tokenizer")
         self.cfg = cfg
         self.text_unit = text_unit
         self.max_prompt_len = max_prompt_len
-        self._sizer = TokenSizer(tokenizer) if text_unit == "token" and tokenizer is not None else None
+        self._sizer = token_sizer(text_unit, tokenizer)
         # The shared prefix is the same text for every request that uses it (prefix caching needs that).
         prefix_rng = np.random.default_rng([cfg.seed, 2**31 - 1])
         self._prefix = self._text(prefix_rng, cfg.shared_prefix_tokens)

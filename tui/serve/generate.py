@@ -332,12 +332,9 @@ async def generate(engine: EngineLoop, metrics: ServerMetrics, counters: Counter
         if params.stream:
             return await _stream_choices(gens)
         parts = await asyncio.gather(*(g._collect() for g in gens))
-        for g in gens:
-            err = g.error()
-            if err is not None:
-                return error_response(err)
-        for g in gens:
-            g.served = True
+        refused = _serve_all(gens)
+        if refused is not None:
+            return refused
         body = first.head.response_of([g.whole_choice(p) for g, p in zip(gens, parts, strict=True)],
                                       first.prompt_tokens, sum(g.text.tokens for g in gens))
         return JSONResponse(body)
@@ -349,15 +346,24 @@ async def generate(engine: EngineLoop, metrics: ServerMetrics, counters: Counter
                 g.close()
 
 
-async def _stream_choices(gens: list[Generation]) -> Any:
-    """The first events of every choice, then a stream of each choice's events as they come."""
-    pieces = [g.sse_events(await g._outputs(), first=True, last=False) for g in gens]
+def _serve_all(gens: list[Generation]) -> JSONResponse | None:
+    """The error response of the first choice that failed before its first token (the request is then
+    answered with it), else None with every choice marked served."""
     for g in gens:
         err = g.error()
         if err is not None:
             return error_response(err)
     for g in gens:
         g.served = True
+    return None
+
+
+async def _stream_choices(gens: list[Generation]) -> Any:
+    """The first events of every choice, then a stream of each choice's events as they come."""
+    pieces = [g.sse_events(await g._outputs(), first=True, last=False) for g in gens]
+    refused = _serve_all(gens)
+    if refused is not None:
+        return refused
     return ChoicesStream(gens, b"".join(pieces))
 
 
