@@ -266,6 +266,23 @@ def test_engine_process_death_is_an_error_not_a_hang(make_server, client, poll):
     assert cl.completions.create(model=MODEL, prompt="back", max_tokens=2).usage.completion_tokens == 2
 
 
+def test_a_request_between_the_engines_death_and_its_closed_socket_hears_how_it_died():
+    """The exit status exists a moment before the loop reads the closed socket: a request in that
+    window is told "killed by SIGKILL" too, not a bare "not running"."""
+    import signal
+    import subprocess
+    import sys
+
+    from tui.serve.engine_loop import EngineLoop
+
+    loop = EngineLoop(TEST_ENGINE)
+    loop._proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    loop._alive = True  # as after start(); the socket's EOF has not been handled
+    loop._proc.send_signal(signal.SIGKILL)
+    loop._proc.wait(10)
+    assert str(loop.unavailable()) == "the engine process was killed by SIGKILL"
+
+
 def test_second_signal_aborts_open_streams_and_exits(make_server, client):
     import signal
 

@@ -346,6 +346,11 @@ class EngineLoop:
 
     def unavailable(self) -> EngineUnavailable:
         """The error for a request that finds no engine: how it died, when it did."""
+        if self.death is None and self._alive and self._proc is not None:
+            # Dead, but the closed socket is not handled yet: its exit status says how already.
+            code = self._proc.poll()
+            if code is not None:
+                return EngineUnavailable(f"the engine process {describe_exit(code)}")
         return EngineUnavailable(self.death or "the engine process is not running")
 
     async def _call(self, request: m.EngineRequest) -> Any:
