@@ -271,7 +271,7 @@ def test_the_live_line_names_the_mode_the_probe_and_the_slo_count(tmp_path: Path
         plan.on_record(RequestRecord(f"r{i}", i, "sweep-01", mode, 0.0, send_t=10.0, first_token_t=10.0 + ttft,
                                      last_token_t=10.1 + ttft, completion_tokens=8, status="ok"))
     plan.on_record(RequestRecord("w", 0, "sweep-01", mode, 0.0, warmup=True, status="ok"))  # warm-ups do not count
-    assert plan.status() == "sweep continuous+paged · probe 1 at 4/s · SLO met 1/2 so far · target 85%"
+    assert plan.status() == "sweep continuous+paged · probe 1 at 4/s · SLO met 1/2 · target 85%"
     plan.cell_done(partial=False)
     assert said[-1].startswith("sweep continuous+paged: sweep-01 at 4 req/s: SLO met by 50.0% of 2 requests (missed")
     (probe,) = read_capacity_edges(tmp_path)[0].probes

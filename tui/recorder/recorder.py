@@ -38,7 +38,7 @@ from tui.load.target import OpenAITarget, PreflightError
 from tui.load.workers import WorkerFailed, WorkerRunner
 from tui.load.workload import Workload
 from tui.metrics.prom import parse_server_gauges
-from tui.metrics.types import ServerGauges
+from tui.metrics.types import ServerGauges, WindowStats
 from tui.metrics.window import RollingWindow
 from tui.profile import EngineMode, Profile, ProfileError, Stage, stage_profile
 from tui.recorder.run_output import (  # frame_row and restore_signal_handlers: their old home's names
@@ -55,7 +55,8 @@ from tui.serve.control_client import ControlClient, ControlError
 if TYPE_CHECKING:
     from tui.serve.local import LocalServer
 
-__all__ = ["FatalTargetError", "Recorder", "client_line", "frame_row", "record_main", "restore_signal_handlers"]
+__all__ = ["FatalTargetError", "Recorder", "client_line", "frame_row", "live_status", "record_main",
+           "restore_signal_handlers"]
 
 GRACE_S = 0.25  # how long in-flight requests may finish after Ctrl-C (the whole stop stays under 2 s)
 FLUSH_EVERY_S = 1.0  # records reach disk at least this often
@@ -501,15 +502,8 @@ class Recorder:
             r, w = self._runner, self._window
             if r is None or w is None:
                 return bars.renderable() if bars is not None else Text("")
-            s = w.stats()
-            p99 = f"{s.ttft.p99 * 1e3:.0f} ms" if s.ttft.p99 is not None else "-"
-            line = Text.from_markup(
-                f"[bold]{stage.name}[/bold] · {mode} · {target} · sent {s.sent}{planned} · "
-                f"completed {s.completed} · failed {s.failed_total} · in flight {r.in_flight} · "
-                f"achieved {s.achieved_rate:.1f}/s · TTFT P99 {p99} · {client_line(r.client_stats())}"
-            )
-            extra = self.output.plan.status()  # a sweep's probe and the SLO attainment so far
-            line = Text("\n").join([line, Text(extra)]) if extra else line
+            line = live_status(f"{stage.name} · {mode} · {target}", w.stats(), planned, r.in_flight,
+                               r.client_stats(), self.output.plan.status())
             return bars.renderable(line) if bars is not None else line
 
         if not self.err.is_terminal:
@@ -526,6 +520,20 @@ class Recorder:
             except Exception as e:  # a full disk, a value the schema cannot hold: load without records is waste
                 self._fail(self.output.write_failure(e))
                 return
+
+
+def live_status(cell: str, s: WindowStats, planned: str, in_flight: int, clients: list[ClientStats],
+                plan: str = "") -> Text:
+    """The recorder's live lines under its progress bars, each short enough for an 80-column terminal:
+    the cell and its target, its requests, its pace and tail, the load client, and ``plan``'s own
+    (a sweep's probe)."""
+    p99 = f"{s.ttft.p99 * 1e3:.0f} ms" if s.ttft.p99 is not None else "-"
+    lines = [Text(cell, style="bold"),
+             Text(f"sent {s.sent}{planned} · completed {s.completed} · failed {s.failed_total} · in flight {in_flight}"),
+             Text(f"achieved {s.achieved_rate:.1f}/s · TTFT P99 {p99}"),
+             Text(client_line(clients)),
+             *(Text(x) for x in plan.splitlines())]
+    return Text("\n").join(lines)
 
 
 def client_line(clients: list[ClientStats]) -> str:

@@ -149,10 +149,11 @@ class Sweep(CellPlan):
         stage, mode = self._cell
         search = self.searches[self._mode]
         done = len(self._records)
-        live = f"SLO met {self._met}/{done} so far" if done else "no request finished yet"
-        history = " ".join(f"{p.rate:.3g}:{p.attainment:.2f}" for p in search.probes)
+        live = f"SLO met {self._met}/{done}" if done else "no request finished yet"
+        # the last few probes: the line stays within 80 columns (each probe is printed as it ends)
+        history = " ".join(f"{p.rate:.3g}:{p.attainment:.2f}" for p in search.probes[-6:])
         return (f"sweep {mode} · probe {search.runs + 1} at {stage.rate:.4g}/s · {live} · target "
-                f"{self.config.target_attainment:.0%}" + (f" · before (rate:met) {history}" if history else ""))
+                f"{self.config.target_attainment:.0%}" + (f"\nprobes before (rate:met) {history}" if history else ""))
 
     def _write(self, finished: bool) -> None:
         write_capacity_edges(self.out, [s.edge() for s in self.searches if s.probes], finished=finished)
