@@ -318,7 +318,8 @@ class DecomposeConfig:
 class TuneConfig:
     """``[tune]``: the engine settings ``kvtui tune`` searches, how it searches, and GPU-hour prices.
 
-    Each knob list names the values to try (empty: keep the profile's own); the candidates are the
+    Each knob list names the values to try (empty: keep the profile's own; a numeric knob also takes a
+    range, :func:`tune_range`, expanded to its list when the profile is read); the candidates are the
     grid of every non-empty list (at most ``max_candidates``, drawn by ``seed`` when the grid is larger),
     plus the profile's own configuration. The search is successive halving over ``rungs`` rungs: every
     candidate's capacity edge is swept with short probes, the best 1/``reduction`` go on to probes
@@ -527,8 +528,60 @@ def load_profile(path: str | Path) -> Profile:
     return profile_from_dict(data, source=str(p))
 
 
+# [tune] knobs that take a range as well as a list, and whether their values are whole numbers
+TUNE_RANGE_KNOBS = {"max_num_seqs": int, "max_num_batched_tokens": int, "block_size": int,
+                    "tensor_parallel_size": int, "backlog_limit": int, "wait_timeout_s": float}
+MAX_RANGE_VALUES = 1000
+
+
+def tune_range(knob: str, spec: dict[str, Any], source: str) -> list[int] | list[float]:
+    """A ``[tune]`` range, ``{from = A, to = B, step = S}`` (A, A+S, ... up to B) or ``{from = A, to = B,
+    factor = F}`` (A, A·F, A·F², ... up to B; whole-number knobs rounded), as the list it stands for."""
+    path = f"tune.{knob}"
+    kind = TUNE_RANGE_KNOBS[knob]
+    unknown = set(spec) - {"from", "to", "step", "factor"}
+    if unknown or not {"from", "to"} <= set(spec) or ("step" in spec) == ("factor" in spec):
+        _fail(source, path, spec, "a list, or a range {from = A, to = B, step = S} or {from = A, to = B, factor = F}")
+    lo, hi = spec["from"], spec["to"]
+    for key in ("from", "to", "step", "factor"):
+        v = spec.get(key, 1)
+        if isinstance(v, bool) or not isinstance(v, int | float) or (kind is int and key != "factor" and not isinstance(v, int)):
+            _fail(source, f"{path}.{key}", v, "a whole number" if kind is int and key != "factor" else "a number")
+    if not 0 < lo <= hi:
+        _fail(source, path, spec, "0 < from <= to")
+    values: list[float] = []
+    if "step" in spec:
+        if spec["step"] <= 0:
+            _fail(source, f"{path}.step", spec["step"], "a step > 0")
+        n = int((hi - lo) / spec["step"] + 1e-9) + 1
+        values = [lo + i * spec["step"] for i in range(min(n, MAX_RANGE_VALUES + 1))]
+    else:
+        if spec["factor"] <= 1:
+            _fail(source, f"{path}.factor", spec["factor"], "a factor > 1")
+        v = lo
+        while v <= hi * (1 + 1e-9) and len(values) <= MAX_RANGE_VALUES:
+            values.append(v)
+            v *= spec["factor"]
+    if len(values) > MAX_RANGE_VALUES:
+        _fail(source, path, spec, f"a range of at most {MAX_RANGE_VALUES} values")
+    if kind is int:
+        return list(dict.fromkeys(round(v) for v in values))
+    return [float(v) for v in values]
+
+
+def _expand_tune_ranges(data: dict[str, Any], source: str) -> dict[str, Any]:
+    """``data`` with each ``[tune]`` range replaced by its list (the rest of validation sees lists only)."""
+    tune = data.get("tune")
+    if not isinstance(tune, dict) or not any(isinstance(tune.get(k), dict) for k in TUNE_RANGE_KNOBS):
+        return data
+    tune = {k: tune_range(k, v, source) if k in TUNE_RANGE_KNOBS and isinstance(v, dict) else v
+            for k, v in tune.items()}
+    return {**data, "tune": tune}
+
+
 def profile_from_dict(data: dict[str, Any], source: str = "<dict>") -> Profile:
     """Validate a parsed TOML document (or the same shape from JSON)."""
+    data = _expand_tune_ranges(data, source)
     prof = _build(Profile, data, source, "", skip={"source"})
     prof = dataclasses.replace(prof, source=source)
     if not data.get("name") and source.endswith(".toml"):
@@ -564,6 +617,8 @@ def to_dict(obj: Any) -> Any:
         return out
     if isinstance(obj, (tuple, list)):
         return [to_dict(x) for x in obj]
+    if isinstance(obj, dict):  # a copy: --set edits the document, never the profile it came from
+        return {k: to_dict(v) for k, v in obj.items()}
     return obj
 
 

@@ -110,5 +110,23 @@ def test_cost_per_million_output_tokens_is_gpu_hours_over_the_tokens_an_hour_at_
 
 def test_a_price_is_set_like_any_key_and_must_be_positive():
     assert apply_overrides(SHIPPED, ["tune.prices.H100-SXM=3.1"]).tune.prices == {"H100-SXM": 3.1}
+    assert SHIPPED.tune.prices == {"H100-SXM": 2.5}  # the profile --set started from is left as it was
     with pytest.raises(ProfileError, match=r"tune.prices.H100-SXM = -1.0: expected a price > 0"):
         apply_overrides(SHIPPED, ["tune.prices.H100-SXM=-1"])
+
+
+def test_a_knob_takes_a_range_read_as_its_list():
+    tune = apply_overrides(SHIPPED, ["tune.max_num_seqs={from=32, to=512, factor=2}",
+                                     "tune.max_num_batched_tokens={from=1024, to=4096, step=1024}",
+                                     "tune.wait_timeout_s={from=0.5, to=2, factor=2}"]).tune
+    assert tune.max_num_seqs == (32, 64, 128, 256, 512)
+    assert tune.max_num_batched_tokens == (1024, 2048, 3072, 4096)
+    assert tune.wait_timeout_s == (0.5, 1.0, 2.0)
+    for bad, says in (("{from=32, to=512}", r"tune.max_num_seqs = .*expected a list, or a range"),
+                      ("{from=32, to=512, step=16, factor=2}", "expected a list, or a range"),
+                      ("{from=512, to=32, step=16}", "expected 0 < from <= to"),
+                      ("{from=32, to=512, factor=1}", r"tune.max_num_seqs.factor = 1: expected a factor > 1"),
+                      ("{from=32.5, to=512, step=16}", r"tune.max_num_seqs.from = 32.5: expected a whole number"),
+                      ("{from=1, to=100000, step=1}", "at most 1000 values")):
+        with pytest.raises(ProfileError, match=says):
+            apply_overrides(SHIPPED, [f"tune.max_num_seqs={bad}"])
