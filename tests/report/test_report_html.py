@@ -375,14 +375,15 @@ def test_the_analysis_files_are_read_when_present_drawn_and_make_the_headline(tm
         "ttft_slo_ms,mode,capacity_edge_req_s,ratio_vs_baseline\n500,static+contiguous,0.1,1\n"
         "500,continuous+paged,40,400\n2000,static+contiguous,0.3,1\n2000,continuous+paged,80,266.7\n", encoding="utf-8")
     (tmp_path / "tune.csv").write_text(
-        "rank,candidate,max_num_seqs,block_size,capacity_edge_req_s,cost_per_mtok,ttft_p99_ms,tpot_p99_ms\n"
-        "2,b,128,32,70,0.9,900,40\n1,a,256,16,83,0.8,1200,45\n", encoding="utf-8")
+        "rank,candidate,max_num_seqs,block_size,capacity_edge_req_s,cost_per_mtok,ttft_p99_ms,tpot_p99_ms,rungs_reached\n"
+        "2,b,128,32,70,0.9,900,40,2\n1,a,256,16,83,0.8,1200,45,2\n3,c,64,16,95,0.7,800,30,1\n", encoding="utf-8")
     a = read_analyses(tmp_path)
     assert [(s.change, s.capacity_factor, s.goodput_factor) for s in a.decomposition] == [
         ("reservation", 1.5, 1.4), ("batching", 8.0, None)]
     assert [(p.ttft_slo_ms, p.mode, p.capacity_edge_req_s) for p in a.slo_sensitivity][1] == (500.0, "continuous+paged", 40.0)
-    assert [(t.rank, t.candidate, t.knobs) for t in a.tune] == [
-        (1, "a", (("max_num_seqs", "256"), ("block_size", "16"))), (2, "b", (("max_num_seqs", "128"), ("block_size", "32")))]
+    assert [(t.rank, t.candidate, t.knobs, t.rungs_reached) for t in a.tune] == [
+        (1, "a", (("max_num_seqs", "256"), ("block_size", "16")), 2), (2, "b", (("max_num_seqs", "128"), ("block_size", "32")), 2),
+        (3, "c", (("max_num_seqs", "64"), ("block_size", "16")), 1)]
     assert headline(run, a)[0] == ("continuous+paged holds 12× the capacity of static+contiguous (the baseline) at edge: "
                                    "reservation 1.5× (static+contiguous → static+paged), batching 8× "
                                    "(static+paged → continuous+paged).")
@@ -391,6 +392,9 @@ def test_the_analysis_files_are_read_when_present_drawn_and_make_the_headline(tm
     assert _chart(charts, "slo-sensitivity").figure.axes[0].get_xscale() == "linear"  # type: ignore[union-attr]
     tune_axes = _chart(charts, "tune").figure.axes  # type: ignore[union-attr]
     assert [ax.get_ylabel() for ax in tune_axes] == ["cost per million tokens", "TTFT P99 at the edge (ms)"]
+    # c, dropped at the first rung on shorter probes, is not drawn beside the finalists
+    assert [len(ax.collections[0].get_offsets()) for ax in tune_axes] == [2, 2]
+    assert "not the 1 dropped at an earlier rung" in _chart(charts, "tune").caption
 
     (tmp_path / "tune.csv").write_text("rank,name\n1,a\n", encoding="utf-8")  # not the columns a tune writes
     assert read_analyses(tmp_path).tune == () and read_analyses(tmp_path).notes == (

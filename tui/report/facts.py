@@ -77,6 +77,7 @@ class TuneResult:
     cost_per_mtok: float | None
     ttft_p99_ms: float | None
     tpot_p99_ms: float | None
+    rungs_reached: int | None = None  # of the search's rungs: fewer, shorter probes than the finalists'
 
 
 @dataclass(frozen=True)
@@ -133,14 +134,16 @@ def read_analyses(run_dir: Path) -> Analyses:
         if slo is not None and slo > 0:
             points.append(SloPoint(slo, r["mode"], _num(r["capacity_edge_req_s"]), _num(r.get("ratio_vs_baseline"))))
     tuned = []
-    fixed = ("rank", "candidate", "capacity_edge_req_s", "cost_per_mtok", "ttft_p99_ms", "tpot_p99_ms")
+    fixed = ("rank", "candidate", "capacity_edge_req_s", "cost_per_mtok", "ttft_p99_ms", "tpot_p99_ms", "rungs_reached")
     for r in _rows(run_dir / TUNE_FILE, ("rank", "candidate", "capacity_edge_req_s"), notes):
         rank = _num(r["rank"])
         if rank is None:
             continue
         knobs = tuple((k, v) for k, v in r.items() if k is not None and k not in fixed)
+        rungs = _num(r.get("rungs_reached"))
         tuned.append(TuneResult(int(rank), r["candidate"], knobs, _num(r["capacity_edge_req_s"]),
-                                _num(r.get("cost_per_mtok")), _num(r.get("ttft_p99_ms")), _num(r.get("tpot_p99_ms"))))
+                                _num(r.get("cost_per_mtok")), _num(r.get("ttft_p99_ms")), _num(r.get("tpot_p99_ms")),
+                                None if rungs is None else int(rungs)))
     return Analyses(tuple(steps), tuple(points), tuple(sorted(tuned, key=lambda t: t.rank)), tuple(notes))
 
 

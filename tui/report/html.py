@@ -559,6 +559,11 @@ def _tune_chart(a: Analyses, cid: str, title: str) -> Chart:
     rows = [t for t in a.tune if t.capacity_edge_req_s is not None]
     if not rows:
         return _no_data(cid, title, "No chart: no tuned candidate has a capacity edge (tune.csv).")
+    # the last rung's candidates only, as the terminal draws them: an edge from an earlier rung's
+    # shorter, coarser probes is not comparable with theirs
+    last = max((t.rungs_reached for t in rows if t.rungs_reached is not None), default=None)
+    dropped = [t for t in rows if last is not None and t.rungs_reached != last]
+    rows = [t for t in rows if t not in dropped]
     costed = [t for t in rows if t.cost_per_mtok is not None]
     tails = [t for t in rows if t.ttft_p99_ms is not None]
     fig = Figure(figsize=(FIG_WIDTH, 4.2), layout="constrained")
@@ -592,6 +597,9 @@ def _tune_chart(a: Analyses, cid: str, title: str) -> Chart:
         ax2.set_xlabel("throughput: capacity edge (req/s)")
         ax2.set_ylabel("TTFT P99 at the edge (ms)")
         what += "; and each one's TTFT P99 at its edge against that throughput"
+    if dropped:
+        what += (f"; the last rung's {len(rows)} candidates, not the {len(dropped)} dropped at an earlier rung "
+                 "(measured with shorter probes)")
     return Chart(cid, title, f"Tune results (tune.csv): {what}.", fig)
 
 

@@ -26,7 +26,8 @@ from tui.tune.trial import Outcome, Trial
 
 TUNE_CSV = "tune.csv"  # the columns tui.report_facts reads: rank, candidate, knobs..., edge, cost, tails
 TUNE_JSON = "tune.json"  # the search itself: rungs, probes, each trial's run directory
-RESULT_COLUMNS = ("capacity_edge_req_s", "cost_per_mtok", "ttft_p99_ms", "tpot_p99_ms")
+# rungs_reached: a candidate dropped at an earlier rung was measured with shorter, coarser probes
+RESULT_COLUMNS = ("capacity_edge_req_s", "cost_per_mtok", "ttft_p99_ms", "tpot_p99_ms", "rungs_reached")
 
 
 @dataclass(frozen=True)
@@ -114,7 +115,7 @@ def tune_rows(base: Profile, ranked: Sequence[Ranked]) -> tuple[list[str], list[
         values = dict(r.candidate.knobs)
         o = r.outcome
         rows.append([str(r.rank), r.candidate.name, *(knob_text(values.get(k)) for k in knobs),
-                     _num(o.edge_req_s), _num(r.cost_per_mtok), _num(o.ttft_p99_ms), _num(o.tpot_p99_ms)])
+                     _num(o.edge_req_s), _num(r.cost_per_mtok), _num(o.ttft_p99_ms), _num(o.tpot_p99_ms), str(r.rungs)])
     return header, rows
 
 
