@@ -85,6 +85,9 @@ def test_html_report_is_self_contained_with_every_chart_and_runs_overlaid(two_ru
     load = re.search(r'<figure id="chart-load-ttft">.*?</figure>', page, re.S).group(0)  # type: ignore[union-attr]
     assert "run-a (tiny-sim-3)" in load and "run-b (tiny-sim-4)" in load and "SLO: TTFT ≤ 500 ms" in load
     assert 'id="table-1"' in page and 'id="table-2"' in page and 'id="compare-1"' in page
+    # which differences are significant, as `kvtui report A B` prints them
+    sig = re.search(r'<h4 id="significance-1">.*?</table>', page, re.S).group(0)  # type: ignore[union-attr]
+    assert "<th>p</th>" in sig and re.search(r"<td>(yes|no)</td>", sig) and "Mann-Whitney U" in page
     assert page.count("SIMULATED llama-3.1-8b on 1 x H100-SXM, virtual clock") >= 2
     assert 'class="simulated"' in page
     # the table as the report prints it, and the notes summary.md has under it

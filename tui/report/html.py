@@ -45,7 +45,8 @@ from matplotlib.ticker import FuncFormatter
 
 from tui.metrics.capacity import EDGE_HEADERS, edge_rows, edge_summary_lines
 from tui.metrics.review import Cdf, CellSeries, LoadCurve, Review, review
-from tui.metrics.summary import compare_table, display_rows, format_cell, reconciliation_lines, to_markdown
+from tui.metrics.significance import METHOD
+from tui.metrics.summary import display_rows, reconciliation_lines, to_markdown
 from tui.report.facts import (
     BASELINE_MODE,
     Analyses,
@@ -56,7 +57,17 @@ from tui.report.facts import (
     run_facts,
     without_local_paths,
 )
-from tui.report.terminal import ReportError, RunData, open_runs, review_of, run_title
+from tui.report.terminal import (
+    COMPARE_HEADERS,
+    SIGNIFICANCE_HEADERS,
+    ReportError,
+    RunData,
+    compare_rows,
+    open_runs,
+    review_of,
+    run_title,
+    significance_rows,
+)
 
 # A mode keeps its colour on every chart; the headline pair first (matplotlib's tab10 colours).
 _MODE_COLOURS = {"static+contiguous": "#d62728", "continuous+paged": "#1f77b4",
@@ -734,11 +745,14 @@ def _run_section(i: int, run: RunData) -> str:
 
 
 def _compare_section(a: RunData, b: RunData, n: int) -> str:
-    df = compare_table(a.table, b.table)
-    rows = [[r["stage"], r["mode"], r["metric"], format_cell(r["a"], "r"), format_cell(r["b"], "r"),
-             "-" if r["change_pct"] is None else f"{r['change_pct']:+.1f}%"] for r in df.iter_rows(named=True)]
-    return (f'<section id="compare-{n}"><h3>A = {html.escape(a.name)}, B = {html.escape(b.name)}</h3>'
-            + _table_html(("stage", "mode", "metric", "A", "B", "B vs A"), rows, text_cols=3) + "</section>")
+    parts = [f'<section id="compare-{n}"><h3>A = {html.escape(a.name)}, B = {html.escape(b.name)}</h3>',
+             _table_html(COMPARE_HEADERS, compare_rows(a, b), text_cols=3)]
+    sig = significance_rows(a, b)
+    if sig:
+        parts += [f'<h4 id="significance-{n}">Significant differences, B vs A</h4>',
+                  _table_html(SIGNIFICANCE_HEADERS, sig, text_cols=3),
+                  f'<p class="notes">method: {html.escape(METHOD)}</p>']
+    return "".join(parts) + "</section>"
 
 
 def _edges_html(run: RunData) -> str:

@@ -141,24 +141,34 @@ def compare_rows(a: RunData, b: RunData) -> list[list[str]]:
             for row in compare_table(a.table, b.table).iter_rows(named=True)]
 
 
+COMPARE_HEADERS = ("stage", "mode", "metric", "A", "B", "B vs A")
+SIGNIFICANCE_HEADERS = ("stage", "mode", "latency", "A median ms", "B median ms", "n A / B", "p", "significant")
+
+
+def significance_rows(a: RunData, b: RunData) -> list[list[str]]:
+    """Per cell and latency, whether B differs from A significantly (:mod:`tui.metrics.significance`), as
+    printed: the two medians, the request counts, p, and yes / no."""
+    return [[cell["stage"], cell["mode"], cell["metric"].upper(), format_cell(cell["a_median_ms"], "ms"),
+             format_cell(cell["b_median_ms"], "ms"), f"{cell['a_n']} / {cell['b_n']}",
+             "-" if cell["p_value"] is None else f"{cell['p_value']:.3g}",
+             "-" if cell["significant"] is None else ("yes" if cell["significant"] else "no")]
+            for cell in significance_table(a.requests, b.requests).iter_rows(named=True)]
+
+
 def _print_compare(console: Console, a: RunData, b: RunData) -> None:
     table = Table(title=f"A = {a.name}   B = {b.name}", header_style="bold")
-    for col in ("stage", "mode", "metric", "A", "B", "B vs A"):
+    for col in COMPARE_HEADERS:
         table.add_column(col, justify="right" if col in ("A", "B", "B vs A") else "left")
     for row in compare_rows(a, b):
         table.add_row(*row)
     console.print(table)
-    sig = significance_table(a.requests, b.requests)
-    if sig.height:
+    sig = significance_rows(a, b)
+    if sig:
         table = Table(title="Significant differences, B vs A", header_style="bold")
-        for col in ("stage", "mode", "latency", "A median ms", "B median ms", "n A / B", "p", "significant"):
+        for col in SIGNIFICANCE_HEADERS:
             table.add_column(col, justify="left" if col in ("stage", "mode", "latency") else "right")
-        for cell in sig.iter_rows(named=True):
-            p = cell["p_value"]
-            table.add_row(cell["stage"], cell["mode"], cell["metric"].upper(), format_cell(cell["a_median_ms"], "ms"),
-                          format_cell(cell["b_median_ms"], "ms"), f"{cell['a_n']} / {cell['b_n']}",
-                          "-" if p is None else f"{p:.3g}",
-                          "-" if cell["significant"] is None else ("yes" if cell["significant"] else "no"))
+        for row in sig:
+            table.add_row(*row)
         console.print(table)
         console.print(f"method: {METHOD}", markup=False, highlight=False)
 
