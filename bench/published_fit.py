@@ -181,6 +181,28 @@ def loso(points: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     return rows
 
 
+def disagreements(points: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """Setups two sources both measured (the same model, GPU, TP, batch, dtype and figure; the same
+    prompt for a TTFT, any prompt for a TPOT, which short contexts barely move): each source's median
+    value, and ``floor``, the least |error| in % one prediction can have on both, ``(hi - lo) / (hi +
+    lo)``. No model that does not know which stack measured a point gets under it on that setup."""
+    points = load_points() if points is None else points
+    setups: dict[tuple, dict[str, list[float]]] = {}
+    for p in points:
+        if p["phase"] == "capacity":
+            continue
+        key = (p["model"], p["gpu"], p["tp"], p["batch"], p["metric"], p.get("dtype", "bf16").replace("fp16", "bf16"),
+               0 if p["metric"] == "tpot_ms" else p["prompt"])
+        setups.setdefault(key, {}).setdefault(p["source_id"], []).append(p["value"])
+    rows = []
+    for key, by_source in setups.items():
+        for (a, va), (b, vb) in itertools.combinations(sorted(by_source.items()), 2):
+            lo, hi = sorted((float(np.median(va)), float(np.median(vb))))
+            rows.append(dict(setup=key, sources=(a, b), values=(float(np.median(va)), float(np.median(vb))),
+                             phase="prefill" if key[4] == "ttft_ms" else "decode", floor=100.0 * (hi - lo) / (hi + lo)))
+    return rows
+
+
 def fit_all(points: list[dict[str, Any]] | None = None) -> tuple[Efficiency, dict[str, float], float]:
     """The same fit on every point: the efficiency terms, per-layer s per stack class, non-torch bytes."""
     points = load_points() if points is None else points

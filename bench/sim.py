@@ -30,6 +30,11 @@ Prints one ``name: value`` line per figure (the README quotes them):
   sources), median |error| by phase and the 90th percentile of all, in %, **leave one source out**:
   each source's points predicted with every fitted number (efficiency terms, per-layer floors,
   sampler cost, non-torch memory) fitted without that source (bench/published_fit.py);
+- sim_published_same_setup_pairs, sim_published_disagreement_median_pct, sim_published_disagreement_max_pct:
+  setups two sources both measured (same model, GPU, TP, batch, dtype and figure): the least |error|
+  one prediction can have on both, ``(hi - lo) / (hi + lo)``, median and largest over those pairs, in %.
+  A model that is not told which stack measured a point cannot get under it there: it says how much
+  of the errors above the sources' own disagreement explains;
 - sim_throughput_ratio_continuous_paged_vs_static_contiguous: compare's workload on Llama-3.1-8B on a
   simulated H100 (profile sim-h100-llama8b: the same KV bytes and batch cap for both), saturated:
   every request queued at t=0, output tokens per simulated second while the queue is non-empty, past
@@ -435,6 +440,7 @@ def main() -> None:
     phase_med = {ph: statistics.median(abs(r["err"]) for r in loso if r["phase"] == ph)
                  for ph in ("decode", "prefill", "capacity")}
     p90 = float(np.percentile([abs(r["err"]) for r in loso], 90))
+    pairs = published_fit.disagreements()
     ratio, tput = throughput_ratio(2000 if q else 5000)
     runs = sorted(virtual_speedup(600 if q else 1800) for _ in range(3))
     speedup, sim_s, wall_s, cpu_s = runs[-1]
@@ -449,6 +455,9 @@ def main() -> None:
     print(f"sim_loso_p90_err_pct: {p90:.1f}")
     print(f"sim_published_points: {len(loso)}")
     print(f"sim_published_sources: {len({r['source'] for r in loso})}")
+    print(f"sim_published_same_setup_pairs: {len(pairs)}")
+    print(f"sim_published_disagreement_median_pct: {statistics.median(d['floor'] for d in pairs):.1f}")
+    print(f"sim_published_disagreement_max_pct: {max(d['floor'] for d in pairs):.1f}")
     print(f"sim_throughput_ratio_continuous_paged_vs_static_contiguous: {ratio:.2f}")
     print(f"sim_virtual_clock_speedup: {speedup:.0f}")
     print(f"sim_sched_ms_per_step_512: {sched:.2f}")
@@ -458,6 +467,12 @@ def main() -> None:
     for r in loso:
         print(f"#   {r['name']:<42} {r['source']:<16} {r['phase']:<8} {r['value']:9.2f}  modelled {r['pred']:9.2f} "
               f"{r['err']:+6.1f} %")
+    print("# setups two sources measured (the least |error| one prediction can have on both):")
+    for d in pairs:
+        model, gpu, tp, batch, metric, dtype, prompt = d["setup"]
+        shape = f"{metric[:-3].upper()} {model} {gpu} TP{tp} batch {batch} {dtype}" + (f" {prompt} in" if prompt else "")
+        print(f"#   {shape:<52} {d['sources'][0]} {d['values'][0]:g} vs {d['sources'][1]} {d['values'][1]:g}: "
+              f"{d['floor']:.1f} %")
     print("# saturated throughput (out tok/s, simulated): "
           + ", ".join(f"{k} {v:,.0f} over {w:,.0f} s" for k, (v, w) in tput.items()))
     print(f"# virtual clock: {sim_s:,.1f} simulated s in {wall_s:,.2f} wall s, {cpu_s:,.2f} CPU s "
