@@ -190,3 +190,38 @@ def test_workers_flag_sets_load_workers_for_every_stage():
     items = alias_overrides(args, staged)
     assert items == ["load.workers=3"]
     assert apply_overrides(staged, items).load.workers == 3
+
+
+def test_a_workers_streaming_chunks_reach_the_parents_live_tokens_per_second():
+    """Requests in flight in a load worker: the worker's relay reads their chunks as they stream and the
+    parent's window counts them when they arrive, as it does for its own requests; the finished record
+    then settles only what was not relayed, so the run's total is the usage's."""
+    import pickle
+
+    from tui.load.workers import ChunkRelay
+    from tui.metrics.window import RollingWindow
+
+    clock = [0.0]
+    parent = RollingWindow(window_s=10.0, clock=lambda: clock[0])
+    relay = ChunkRelay()
+    recs = [RequestRecord(request_id=f"r{i}", index=i, stage="s", mode="m", scheduled_t=0.0) for i in range(8)]
+    for r in recs:
+        r.send_t = 0.0
+        relay.note_sent(r)
+        parent.note_sent()  # the parent counts a worker's sends without their records
+    for step in range(1, 201):  # 8 streams, a chunk each every 10 ms for 2 s, relayed every 50 ms
+        t = step * 0.01
+        for r in recs:
+            r.add_chunk(t)
+        if step % 5 == 0:
+            clock[0] = t
+            for rid, times in pickle.loads(pickle.dumps(relay.take())):  # as they cross the pipe
+                parent.note_chunks(rid, times)
+    clock[0] = 2.0
+    assert parent.stats().output_tokens_per_s == pytest.approx(8 * 200 / 2.0)  # none finished yet
+    for r in recs:  # each finishes with usage saying 2 tokens per chunk
+        r.end_t, r.status, r.completion_tokens = 2.0, "ok", 400
+        relay.add(r)
+        parent.add(pickle.loads(pickle.dumps(r)))  # a copy, as the parent receives it
+    assert relay.take() == []
+    assert parent.stats().output_tokens_per_s * 2.0 == pytest.approx(8 * 400)

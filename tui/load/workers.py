@@ -23,7 +23,8 @@ Messages (pickled over a ``multiprocessing.connection.Connection``):
 - parent → worker: a :class:`WorkerSpec` once; then ``("warmup", n, timeout_s)``, ``("start", start_at,
   num_requests, duration_s)``, ``("drain", timeout_s, reason)``, ``("stop", grace_s, reason)``, ``("exit",)``.
 - worker → parent: ``("ready",)``; ``("warm",)``; ``("records", [RequestRecord, ...], scheduled,
-  in_flight, busy)`` at most every ``FLUSH_S``; ``("scheduled",)`` when its pacer is done; ``("done",)``
+  in_flight, busy, [(request_id, [chunk times]), ...])`` at most every ``FLUSH_S`` (the chunks: its
+  requests in flight, read since the last message); ``("scheduled",)`` when its pacer is done; ``("done",)``
   after a drain or stop, its last records sent before it; ``("failed", message)``.
 """
 
@@ -41,9 +42,9 @@ from typing import Any
 
 from tui.base.child_process import child_connection, spawn_child
 from tui.load.headroom import new_timed_loop
-from tui.load.runner import ClientStats, LoadRunner, RecordCallback, RecordWindow
+from tui.load.runner import ClientStats, LoadRunner, RecordCallback, StreamWindow
 from tui.profile import Profile
-from tui.records.request import RequestRecord
+from tui.records.request import ChunkCursor, RequestRecord
 
 FLUSH_S = 0.05  # a worker sends its finished records this often (and its progress with them)
 START_LEAD_S = 0.2  # the shared start is this far ahead of the start command (every worker gets it first)
@@ -121,7 +122,7 @@ class WorkerRunner:
 
     def __init__(self, profile: Profile, base_url: str, model: str, *, workers: int, rate: float, stage: str,
                  mode: str = "", run_id: str = "", on_record: RecordCallback | None = None,
-                 window: RecordWindow | None = None) -> None:
+                 window: StreamWindow | None = None) -> None:
         self.workers = workers
         self.on_record, self.window = on_record, window
         self._events: dict[str, asyncio.Event] = {}
@@ -222,11 +223,13 @@ class WorkerRunner:
         kind = msg[0]
         st = worker.state
         if kind == "records":
-            _, records, scheduled, st.in_flight, busy = msg
+            _, records, scheduled, st.in_flight, busy, streamed = msg
             st.busy = busy if busy is not None else st.busy
             if self.window is not None:
                 for _ in range(scheduled - st.scheduled):  # sends, as the worker counted them
                     self.window.note_sent()
+                for request_id, times in streamed:  # chunks of requests still in flight there
+                    self.window.note_chunks(request_id, times)
             st.scheduled = scheduled
             for rec in records:
                 self._emit(st, rec)
@@ -255,6 +258,30 @@ class WorkerRunner:
 # The worker process
 
 
+class ChunkRelay:
+    """A worker's window: the output chunks of its requests in flight, read as they stream, for the
+    parent's window (live tok/s counts tokens as they arrive, whichever process received them)."""
+
+    def __init__(self) -> None:
+        self._open: dict[int, ChunkCursor] = {}
+
+    def note_sent(self, rec: RequestRecord | None = None) -> None:
+        if rec is not None:
+            self._open[id(rec)] = ChunkCursor(rec)
+
+    def add(self, rec: RequestRecord) -> None:
+        self._open.pop(id(rec), None)  # its record goes to the parent whole
+
+    def take(self) -> list[tuple[str, list[float]]]:
+        """Per request in flight, the times of its chunks that arrived since the last call."""
+        out = []
+        for cursor in self._open.values():
+            times: list[float] = []
+            if cursor.take(float("inf"), times):
+                out.append((cursor.rec.request_id, times))
+        return out
+
+
 class _WorkerMain:
     """One worker: a LoadRunner over its share of the schedule, driven by the parent's commands."""
 
@@ -265,9 +292,10 @@ class _WorkerMain:
         profile, mc = spec.profile, spec.profile.load.max_concurrency
         if mc is not None:  # the concurrency cap is the whole client's: each worker holds its share
             profile = dataclasses.replace(profile, load=dataclasses.replace(profile.load, max_concurrency=-(-mc // spec.workers)))
+        self.relay = ChunkRelay()
         self.runner = LoadRunner(profile, spec.base_url, model=spec.model, rate=spec.rate, stage=spec.stage,
                                  mode=spec.mode, run_id=spec.run_id, on_record=self.out.append,
-                                 shard=(spec.worker, spec.workers))
+                                 shard=(spec.worker, spec.workers), window=self.relay)
         self.exit = asyncio.Event()
         self._tasks: set[asyncio.Task] = set()
 
@@ -275,7 +303,7 @@ class _WorkerMain:
         r = self.runner
         records, self.out = self.out, []
         r.on_record = self.out.append
-        self.conn.send(("records", records, r.scheduled, r.in_flight, r.loop_busy()))
+        self.conn.send(("records", records, r.scheduled, r.in_flight, r.loop_busy(), self.relay.take()))
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()

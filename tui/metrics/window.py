@@ -6,7 +6,7 @@ the records of one window: cheap at 10 Hz with many thousands of records.
 
 Output tokens per second count tokens as they stream, not when their request completes: a request
 sent with its record (``note_sent(rec)``) is watched while in flight, and each output chunk counts at
-the time it arrived. At completion the server's ``usage.completion_tokens`` settles the difference
+the time it arrived (a load worker's requests, in another process, by ``note_chunks``). At completion the server's ``usage.completion_tokens`` settles the difference
 (several tokens in one chunk), and a failed request's chunks are taken back, so over a whole run the
 tokens counted are the summary table's (output tokens of successful requests).
 """
@@ -20,7 +20,7 @@ import numpy as np
 from tui.base.clock import now
 from tui.metrics import stats
 from tui.metrics.types import WindowStats
-from tui.records.request import RequestRecord
+from tui.records.request import ChunkCursor, RequestRecord
 
 
 class _Columns:
@@ -79,41 +79,6 @@ class _Columns:
         return {k: v[self.start : self.n][mask] for k, v in self.data.items()}
 
 
-class _Stream:
-    """A request in flight as the window last saw it: how many of its chunks counted, the last one's time."""
-
-    __slots__ = ("last_t", "rec", "seen")
-
-    def __init__(self, rec: RequestRecord):
-        self.rec = rec
-        self.seen = 0
-        self.last_t = 0.0
-
-    def take(self, until: float, ts: list[float]) -> int:
-        """Append the times of chunks not yet counted that arrived by ``until``; how many."""
-        rec = self.rec
-        if rec.first_token_t is None:
-            return 0
-        gaps = rec.chunk_gaps_s
-        have = 1 + len(gaps)  # chunk 0 at first_token_t, chunk i at first_token_t + sum(gaps[:i])
-        k = 0
-        if self.seen == 0:
-            if rec.first_token_t > until:
-                return 0
-            self.last_t = rec.first_token_t
-            ts.append(self.last_t)
-            self.seen = k = 1
-        while self.seen < have:
-            t = self.last_t + gaps[self.seen - 1]
-            if t > until:
-                break
-            ts.append(t)
-            self.last_t = t
-            self.seen += 1
-            k += 1
-        return k
-
-
 class RollingWindow:
     """``add(record)`` as requests finish, ``note_sent(record)`` as they are sent, ``stats(now)`` to read."""
 
@@ -129,7 +94,8 @@ class RollingWindow:
         self._lags = _Columns(("lag",))  # dispatch lag of every finished request, whatever its status
         self._sends = _Columns(())
         self._tokens = _Columns(("n",))  # output tokens at the time their chunk arrived
-        self._streams: dict[int, _Stream] = {}  # id(record) -> its stream, while in flight
+        self._streams: dict[int, ChunkCursor] = {}  # id(record) -> its stream, while in flight
+        self._relayed: dict[str, int] = {}  # request id -> chunks counted from another process's relay
         self._first_t: float | None = None
         self.sent = 0
         self.finished = 0
@@ -142,7 +108,14 @@ class RollingWindow:
         self._sends.append(t)
         self.sent += 1
         if rec is not None and not rec.warmup:
-            self._streams[id(rec)] = _Stream(rec)
+            self._streams[id(rec)] = ChunkCursor(rec)
+
+    def note_chunks(self, request_id: str, times: list[float]) -> None:
+        """Chunks of a request in flight in another process (a load worker) that arrived at ``times``:
+        counted now; its finished record, when :meth:`add` gets it, settles the rest."""
+        if times:
+            self._tokens.extend_rows(times, "n", [1.0] * len(times))
+            self._relayed[request_id] = self._relayed.get(request_id, 0) + len(times)
 
     def _take_streamed(self, until: float) -> None:
         """Count the chunks that arrived by ``until`` on every request in flight."""
@@ -155,7 +128,7 @@ class RollingWindow:
     def _settle(self, rec: RequestRecord, t: float) -> None:
         """A finished request's tokens: chunks not counted yet, then the usage's difference (or, for a
         failed request, every chunk counted taken back), at its end."""
-        stream = self._streams.pop(id(rec), None) or _Stream(rec)
+        stream = self._streams.pop(id(rec), None) or ChunkCursor(rec, self._relayed.pop(rec.request_id, 0))
         ts: list[float] = []
         stream.take(float("inf"), ts)
         if ts:

@@ -123,6 +123,45 @@ class RequestRecord:
         return row
 
 
+class ChunkCursor:
+    """A record's output chunks as they stream, read once each: how many were read, the last one's time.
+
+    ``seen``: chunks already read elsewhere (another process's cursor over the same request)."""
+
+    __slots__ = ("last_t", "rec", "seen")
+
+    def __init__(self, rec: RequestRecord, seen: int = 0):
+        self.rec = rec
+        self.seen = seen
+        self.last_t = 0.0
+        if seen and rec.first_token_t is not None:
+            self.last_t = rec.first_token_t + sum(rec.chunk_gaps_s[: seen - 1])
+
+    def take(self, until: float, ts: list[float]) -> int:
+        """Append the times of chunks not yet counted that arrived by ``until``; how many."""
+        rec = self.rec
+        if rec.first_token_t is None:
+            return 0
+        gaps = rec.chunk_gaps_s
+        have = 1 + len(gaps)  # chunk 0 at first_token_t, chunk i at first_token_t + sum(gaps[:i])
+        k = 0
+        if self.seen == 0:
+            if rec.first_token_t > until:
+                return 0
+            self.last_t = rec.first_token_t
+            ts.append(self.last_t)
+            self.seen = k = 1
+        while self.seen < have:
+            t = self.last_t + gaps[self.seen - 1]
+            if t > until:
+                break
+            ts.append(t)
+            self.last_t = t
+            self.seen += 1
+            k += 1
+        return k
+
+
 _RECORD_FIELDS = tuple(f.name for f in fields(RequestRecord))
 
 
