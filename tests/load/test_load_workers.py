@@ -118,7 +118,7 @@ def test_the_recorders_live_lines_fit_an_80_column_terminal():
     a, b = ClientStats(busy=0.5), ClientStats(busy=0.25)
     a.lags_s = b.lags_s = [0.0123] * 10
     stats = WindowStats(window_s=30.0, ttft=Percentiles(p99=1.2345), sent=123_456, completed=123_000,
-                        failed={"timeout": 12, "error": 3}, achieved_rate=1234.5)
+                        failed={"timeout": 12, "error": 3}, achieved_rate=1234.5, output_tokens_per_s=123456.7)
     sweep = ("sweep continuous+paged · probe 7 at 83.25/s · SLO met 1234/1500 · target 90%\n"
              "probes before (rate:met) 10:1.00 20:1.00 40:0.98 80:0.61 60:0.95 70:0.92")
     text = live_status("capacity-edge · continuous+paged · target 83.25/s (schedule offers 83.21/s)", stats,
@@ -129,7 +129,7 @@ def test_the_recorders_live_lines_fit_an_80_column_terminal():
     assert lines == [
         "capacity-edge · continuous+paged · target 83.25/s (schedule offers 83.21/s)",
         "sent 123456/200000 · completed 123000 · failed 15 · in flight 456",
-        "achieved 1234.5/s · TTFT P99 1234 ms",
+        "achieved 1234.5/s · 123,457 output tok/s · TTFT P99 1234 ms",
         "2 client processes, dispatch lag P99 12.3 / 12.3 ms, loop busy 50% / 25%",
         sweep.splitlines()[0],
         sweep.splitlines()[1],
