@@ -63,6 +63,7 @@ class StreamWindow(RecordWindow, Protocol):
 
     def note_chunks(self, request_id: str, times: list[float]) -> None: ...
 
+
 # The pacer wakes this much before a deadline and yields to the loop until it is due: an epoll
 # timeout is rounded to whole milliseconds, so sleeping to the deadline alone lands up to 1 ms late.
 SPIN_S = 0.0015

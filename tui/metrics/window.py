@@ -6,9 +6,10 @@ the records of one window: cheap at 10 Hz with many thousands of records.
 
 Output tokens per second count tokens as they stream, not when their request completes: a request
 sent with its record (``note_sent(rec)``) is watched while in flight, and each output chunk counts at
-the time it arrived (a load worker's requests, in another process, by ``note_chunks``). At completion the server's ``usage.completion_tokens`` settles the difference
-(several tokens in one chunk), and a failed request's chunks are taken back, so over a whole run the
-tokens counted are the summary table's (output tokens of successful requests).
+the time it arrived (a load worker's requests, in another process, by ``note_chunks``). At completion
+the server's ``usage.completion_tokens`` settles the difference (several tokens in one chunk), and a
+failed request's chunks are taken back, so over a whole run the tokens counted are the summary
+table's (output tokens of successful requests).
 """
 
 from __future__ import annotations

@@ -526,8 +526,7 @@ def live_status(cell: str, s: WindowStats, planned: str, in_flight: int, clients
                 plan: str = "") -> Text:
     """The recorder's live lines under its progress bars, each short enough for an 80-column terminal:
     the cell and its target, its requests, its pace (tokens as they stream) and tail, the load client,
-    and ``plan``'s own
-    (a sweep's probe)."""
+    and ``plan``'s own (a sweep's probe)."""
     p99 = f"{s.ttft.p99 * 1e3:.0f} ms" if s.ttft.p99 is not None else "-"
     lines = [Text(cell, style="bold"),
              Text(f"sent {s.sent}{planned} · completed {s.completed} · failed {s.failed_total} · in flight {in_flight}"),
