@@ -235,7 +235,7 @@ async def health(request: Request) -> Response:
     if st.counters.draining:
         return JSONResponse({"status": "draining"}, status_code=503)
     if not st.engine.running:
-        return JSONResponse({"status": "engine stopped", "detail": st.engine.death or "not running"},
+        return JSONResponse({"status": "engine stopped", "detail": str(st.engine.unavailable())},
                             status_code=503)
     return JSONResponse({"status": "ok", "model": st.info.model_name})
 
