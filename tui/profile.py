@@ -72,7 +72,9 @@ class EngineConfig:
     simulated preset such as ``"llama-3.1-8b"``, or ``model_path`` holding only a config.json) on
     ``tensor_parallel_size`` devices of ``hardware`` (a GPU preset such as ``"H100-SXM"``, default, or a
     hardware profile written by ``kvtui calibrate``). Its KV cache is the vLLM memory split at
-    ``gpu_memory_utilization`` when that is set, else ``kv_budget_mb`` as on a CPU.
+    ``gpu_memory_utilization`` when that is set, else ``kv_budget_mb`` as on a CPU. A simulated model's
+    weights may be ``quantization = "fp8"`` (GEMMs at the GPU's FP8 peak, where it has one) or ``"int8"``
+    (weight-only), and its KV cache ``kv_cache_dtype = "fp8"``: vLLM's flags of the same names.
     """
 
     backend: Literal["torch", "simulated"] = "torch"
@@ -101,6 +103,8 @@ class EngineConfig:
     threads: int = 1
     hardware: str | None = None  # simulated backend: GPU preset or hardware-profile TOML (None: H100-SXM)
     tensor_parallel_size: int = 1  # simulated backend only
+    quantization: Literal["fp8", "int8"] | None = None  # simulated backend only: the weights' dtype
+    kv_cache_dtype: Literal["auto", "fp8"] = "auto"  # simulated backend only: auto = the weights' 16 bits
 
     @property
     def mode(self) -> EngineMode:
@@ -851,6 +855,11 @@ def _check_engine(e: EngineConfig, source: str) -> None:
                   "set engine.backend = 'simulated')")
         if e.hardware is not None:
             _fail(source, "engine.hardware", e.hardware, "no value unless engine.backend = 'simulated'")
+        if e.quantization is not None:
+            _fail(source, "engine.quantization", e.quantization, "no value unless engine.backend = 'simulated' "
+                  "(the torch engine runs its checkpoint's dtype)")
+        if e.kv_cache_dtype != "auto":
+            _fail(source, "engine.kv_cache_dtype", e.kv_cache_dtype, "'auto' unless engine.backend = 'simulated'")
     if e.model_path is not None and not _is_dir(e.model_path):
         _fail(source, "engine.model_path", e.model_path, "a local checkpoint directory (config.json, *.safetensors)")
 

@@ -67,3 +67,34 @@ def test_non_torch_memory_grows_with_tensor_parallelism_and_totals_are_gib() -> 
     assert tp1.total_bytes == int(79.22 * GiB)  # vLLM's logged total_gpu_memory, not 80 decimal GB
     assert tp1.cuda_graph_bytes > 0 and tp1.budget_bytes == (
         tp1.weight_bytes + tp1.activation_bytes + tp1.non_torch_bytes + tp1.kv_bytes)  # graphs outside it
+
+
+def test_fp8_weights_and_kv_cache_as_vllm_names_them() -> None:
+    """engine.quantization = "fp8" and engine.kv_cache_dtype = "fp8" on a simulated H100: the weights
+    take half the bytes, each token's KV half, so the same memory holds more than twice the blocks;
+    a batch-1 decode (weight streaming) is faster; the GPU pane names the 8-bit parts. The torch engine
+    refuses both (it runs its checkpoint's dtype)."""
+    import dataclasses
+
+    from tui.engine.sim.cost import CostModel
+    from tui.engine.sim.sizing import kv_cache, parts
+    from tui.profile import EngineConfig, ProfileError, profile_from_dict
+
+    base = EngineConfig(backend="simulated", model="llama-3.1-8b", hardware="H100-SXM", gpu_memory_utilization=0.9,
+                        max_model_len=8192, max_num_batched_tokens=8192)
+    fp8 = dataclasses.replace(base, quantization="fp8", kv_cache_dtype="fp8")
+    (m16, hw), (m8, _) = parts(base), parts(fp8)
+    (_, s16), (_, s8) = kv_cache(base), kv_cache(fp8)
+    assert s16 is not None and s8 is not None
+    assert s8.weight_bytes * 2 == s16.weight_bytes and s8.kv_bytes_per_token * 2 == s16.kv_bytes_per_token
+    assert s8.num_blocks > 2 * s16.num_blocks
+    decode = [(1, 512)]
+    t16 = CostModel(m16, hw.gpu, hw.params).step(decode, 1).time_s
+    t8 = CostModel(m8, hw.gpu, hw.params).step(decode, 1).time_s
+    assert t8 < 0.75 * t16
+    assert (m16.label, m8.label) == ("Llama-3.1-8B", "Llama-3.1-8B (FP8 weights, FP8 KV)")
+    assert parts(dataclasses.replace(base, quantization="int8"))[0].label == "Llama-3.1-8B (INT8 weights)"
+    with pytest.raises(ProfileError, match=r"engine.quantization = 'fp8': expected no value unless engine.backend"):
+        profile_from_dict({"engine": {"quantization": "fp8"}})
+    with pytest.raises(ProfileError, match=r"engine.kv_cache_dtype"):
+        profile_from_dict({"engine": {"backend": "simulated", "kv_cache_dtype": "int4"}})

@@ -115,7 +115,7 @@ class SimulatedBackend:
         gpu = self.hardware.gpu
         return {
             "backend": "simulated",
-            "model": self.model.name,
+            "model": self.model.label,
             "gpu": gpu.name,
             "label": self.hardware.label,
             "memory_used_bytes": self.memory_used_bytes,

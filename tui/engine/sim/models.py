@@ -62,6 +62,14 @@ class ModelSpec:
         """K and V of one token over all layers."""
         return 2 * self.num_layers * self.kv_size * (self.kv_dtype_bytes or self.dtype_bytes)
 
+    @property
+    def label(self) -> str:
+        """The name, and the 8-bit parts where there are any: "Llama-3.1-8B (FP8 weights, FP8 KV)"."""
+        weights = "FP8 weights" if self.fp8_weights else "INT8 weights" if self.dtype_bytes == 1 else ""
+        kv = "FP8 KV" if (self.kv_dtype_bytes or self.dtype_bytes) == 1 else ""
+        eight = ", ".join(x for x in (weights, kv) if x)
+        return f"{self.name} ({eight})" if eight else self.name
+
 
 PRESETS: dict[str, ModelSpec] = {
     # meta-llama/Llama-3.1-8B config.json

@@ -10,7 +10,7 @@ from __future__ import annotations
 from tui.engine.sim.cost import CostModel
 from tui.engine.sim.hardware import Hardware, load_hardware
 from tui.engine.sim.memory import MemorySplit, memory_split
-from tui.engine.sim.models import ModelSpec, resolve_model
+from tui.engine.sim.models import ModelSpec, resolve_model, with_dtypes
 from tui.profile import EngineConfig, ProfileError
 
 DEFAULT_HARDWARE = "H100-SXM"
@@ -26,6 +26,11 @@ def parts(cfg: EngineConfig) -> tuple[ModelSpec, Hardware]:
         model = resolve_model(cfg.model, cfg.model_path, hw.gpu.dtype_bytes)
     except ValueError as e:
         raise ValueError(f"engine.{'model_path' if cfg.model_path else 'model'}: {e}") from None
+    if cfg.quantization is not None or cfg.kv_cache_dtype != "auto":
+        if hw.gpu.dtype_bytes != 2:
+            raise ValueError(f"engine.quantization / engine.kv_cache_dtype: {hw.label} runs the model in "
+                             f"{8 * hw.gpu.dtype_bytes}-bit (a calibrated CPU profile), not a GPU's 16-bit")
+        model = with_dtypes(model, cfg.quantization or "bf16", "fp8" if cfg.kv_cache_dtype == "fp8" else "")
     try:
         CostModel(model, hw.gpu, hw.params, cfg.tensor_parallel_size)
     except ValueError as e:
