@@ -35,6 +35,11 @@ Prints one ``name: value`` line per figure (the README quotes them):
   one prediction can have on both, ``(hi - lo) / (hi + lo)``, median and largest over those pairs, in %.
   A model that is not told which stack measured a point cannot get under it there: it says how much
   of the errors above the sources' own disagreement explains;
+- sim_served_replay_runs, sim_served_replay_tpot_median_err_pct, sim_served_replay_ttft_median_err_pct:
+  published vLLM serving runs that no fitted number has seen (bench/served_runs.json, 14 runs of
+  LambdaLabsML's vllm-benchmark: A100 and H100, Llama-3 8B and 70B, Mistral-7B, FP8, TP 1-8) replayed
+  on the simulated engine with the shipped constants (bench/served_replay.py): median |error| over
+  the runs of their median TPOT and median TTFT, in %;
 - sim_throughput_ratio_continuous_paged_vs_static_contiguous: compare's workload on Llama-3.1-8B on a
   simulated H100 (profile sim-h100-llama8b: the same KV bytes and batch cap for both), saturated:
   every request queued at t=0, output tokens per simulated second while the queue is non-empty, past
@@ -78,8 +83,9 @@ from tui.recorder.calibrate import fit_measurement
 from tui.recorder.virtual import ClockDriver
 from tui.serve.heap import settle_heap
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # its sibling, also when loaded by path (tests)
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # its siblings, also when loaded by path (tests)
 import published_fit
+import served_replay
 
 # calibration CPU time per second of the compare run's, while they interleave: about what the grid's
 # passes need (--quick: ~25 s against ~35 s), so that they are spread over the whole compare run
@@ -441,6 +447,7 @@ def main() -> None:
                  for ph in ("decode", "prefill", "capacity")}
     p90 = float(np.percentile([abs(r["err"]) for r in loso], 90))
     pairs = published_fit.disagreements()
+    replayed = served_replay.replay_all()
     ratio, tput = throughput_ratio(2000 if q else 5000)
     runs = sorted(virtual_speedup(600 if q else 1800) for _ in range(3))
     speedup, sim_s, wall_s, cpu_s = runs[-1]
@@ -458,6 +465,9 @@ def main() -> None:
     print(f"sim_published_same_setup_pairs: {len(pairs)}")
     print(f"sim_published_disagreement_median_pct: {statistics.median(d['floor'] for d in pairs):.1f}")
     print(f"sim_published_disagreement_max_pct: {max(d['floor'] for d in pairs):.1f}")
+    print(f"sim_served_replay_runs: {len(replayed)}")
+    print(f"sim_served_replay_tpot_median_err_pct: {statistics.median(abs(r.tpot_err_pct) for r in replayed):.1f}")
+    print(f"sim_served_replay_ttft_median_err_pct: {statistics.median(abs(r.ttft_err_pct) for r in replayed):.1f}")
     print(f"sim_throughput_ratio_continuous_paged_vs_static_contiguous: {ratio:.2f}")
     print(f"sim_virtual_clock_speedup: {speedup:.0f}")
     print(f"sim_sched_ms_per_step_512: {sched:.2f}")
@@ -473,6 +483,10 @@ def main() -> None:
         shape = f"{metric[:-3].upper()} {model} {gpu} TP{tp} batch {batch} {dtype}" + (f" {prompt} in" if prompt else "")
         print(f"#   {shape:<52} {d['sources'][0]} {d['values'][0]:g} vs {d['sources'][1]} {d['values'][1]:g}: "
               f"{d['floor']:.1f} %")
+    print("# published vLLM serving runs replayed with the shipped constants (median TTFT, median TPOT):")
+    for r in replayed:
+        print(f"#   {r.name:<46} TTFT {r.ttft_ms:6.1f} ms, modelled {r.sim_ttft_ms:6.1f} ({r.ttft_err_pct:+6.1f} %)   "
+              f"TPOT {r.tpot_ms:5.2f} ms, modelled {r.sim_tpot_ms:5.2f} ({r.tpot_err_pct:+6.1f} %)")
     print("# saturated throughput (out tok/s, simulated): "
           + ", ".join(f"{k} {v:,.0f} over {w:,.0f} s" for k, (v, w) in tput.items()))
     print(f"# virtual clock: {sim_s:,.1f} simulated s in {wall_s:,.2f} wall s, {cpu_s:,.2f} CPU s "

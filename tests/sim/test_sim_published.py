@@ -47,3 +47,32 @@ def test_the_fit_recovers_a_known_per_layer_floor_and_efficiency(fit: ModuleType
     e, per_layer = fit.fit_latency(table, np.ones(len(points), bool))
     assert (e.flops_efficiency, e.gemm_half_tokens, e.bandwidth_efficiency) == (0.7, 128.0, 0.85)
     assert per_layer[0] == pytest.approx(50e-6, rel=1e-3)
+
+
+def test_a_replayed_run_times_its_requests_as_the_cost_model_times_its_steps(served: ModuleType) -> None:
+    """One request of 300 prompt and 5 output tokens on a simulated H100: its first token comes at the end
+    of its prefill step, and its TPOT is the mean of its four decode steps, as the cost model gives them;
+    a request the server answered with no tokens is left out of the replay and of the measurement."""
+    from tui.engine.sim.cost import CostModel
+    from tui.engine.sim.sizing import parts
+
+    run = {"path": "results/prompt_10/1xH100-80GB-SXM/Meta-Llama-3-8B-Instruct_tp1_len2048.json",
+           "model_id": "meta-llama/Meta-Llama-3-8B-Instruct", "input_lens": [300, 40], "output_lens": [5, 0],
+           "ttfts_s": [0.050, 0.0], "itl_sums_s": [0.032, 0.0]}
+    model, hw = parts(served.engine_config(run))
+    cm = CostModel(model, hw.gpu, hw.params)
+    ttft, tpot = served.replay(run)
+    assert ttft == pytest.approx(1e3 * cm.step([(300, 0)], 1).time_s)
+    assert tpot == pytest.approx(1e3 * np.mean([cm.step([(1, 300 + i)], 1).time_s for i in range(4)]))
+    assert served.measured(run) == pytest.approx((50.0, 8.0))
+
+
+def test_every_served_run_names_its_source_and_maps_to_a_simulated_server(served: ModuleType) -> None:
+    runs = served.load_runs()
+    assert len(runs) >= 10
+    for run in runs:
+        assert run["source"].startswith("https://github.com/LambdaLabsML/vllm-benchmark/blob/"), run["path"]
+        n = len(run["input_lens"])
+        assert len(run["output_lens"]) == len(run["ttfts_s"]) == len(run["itl_sums_s"]) == n, run["path"]
+        cfg = served.engine_config(run)
+        assert cfg.backend == "simulated" and cfg.max_model_len == 2048, run["path"]
