@@ -12,8 +12,9 @@ budget with chunked prefill off, the GPU preset and tensor parallelism of the ru
 median TTFT and median TPOT (the time from the first output token to the last over the output tokens
 less one, requests of two or more tokens) are compared with the run's, computed the same way from its
 per-request figures (the sum of a request's gaps between streamed chunks: within ~1 % of the file's
-own median TPOT, which counts to the stream's end). A request the server answered with no tokens is
-left out of both.
+own median TPOT, which counts to the stream's end). A request the server answered with no text is
+replayed (its prompt was prefilled and one token sampled) but left out of both medians. The output
+lengths are the benchmark's own counts (it re-tokenizes each answer's text).
 
     python bench/served_replay.py        # one line per run, then the medians of the errors
 """
@@ -95,8 +96,9 @@ def replay(run: dict[str, Any]) -> tuple[float, float]:
     engine = Engine(engine_config(run), sim_clock=VirtualClock(0.0))
     lengths = {}
     for i, (prompt, out) in enumerate(zip(run["input_lens"], run["output_lens"], strict=True)):
+        # an answer with no text still had its prompt prefilled and one token sampled (its end)
+        engine.add_request(f"r{i}", [100 + i] * prompt, SamplingParams.exact(max(out, 1)))
         if out >= 1:
-            engine.add_request(f"r{i}", [100 + i] * prompt, SamplingParams.exact(out))
             lengths[f"r{i}"] = out
     first: dict[str, float] = {}
     last: dict[str, float] = {}

@@ -52,7 +52,7 @@ def test_the_fit_recovers_a_known_per_layer_floor_and_efficiency(fit: ModuleType
 def test_a_replayed_run_times_its_requests_as_the_cost_model_times_its_steps(served: ModuleType) -> None:
     """One request of 300 prompt and 5 output tokens on a simulated H100: its first token comes at the end
     of its prefill step, and its TPOT is the mean of its four decode steps, as the cost model gives them;
-    a request the server answered with no tokens is left out of the replay and of the measurement."""
+    a request the server answered with no text is prefilled beside it but left out of the medians."""
     from tui.engine.sim.cost import CostModel
     from tui.engine.sim.sizing import parts
 
@@ -62,7 +62,7 @@ def test_a_replayed_run_times_its_requests_as_the_cost_model_times_its_steps(ser
     model, hw = parts(served.engine_config(run))
     cm = CostModel(model, hw.gpu, hw.params)
     ttft, tpot = served.replay(run)
-    assert ttft == pytest.approx(1e3 * cm.step([(300, 0)], 1).time_s)
+    assert ttft == pytest.approx(1e3 * cm.step([(300, 0), (40, 0)], 2).time_s)  # one prefill step for both
     assert tpot == pytest.approx(1e3 * np.mean([cm.step([(1, 300 + i)], 1).time_s for i in range(4)]))
     assert served.measured(run) == pytest.approx((50.0, 8.0))
 
