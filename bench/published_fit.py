@@ -3,7 +3,8 @@
 Each published point is predicted with every fitted number fitted to the *other* sources' points:
 the efficiency terms shared by all GPUs (GEMM efficiency and its saturation in the step's tokens,
 weight-streaming and decode-attention bandwidth shares, the sampler's per-logit cost), each stack
-class's per-layer floor, and the non-torch memory. Nothing the held-out source measured reaches its
+class's per-layer floor, and the memory terms (non-torch bytes at TP1 and per further device, the
+sampler's bytes per logit). Nothing the held-out source measured reaches its
 own prediction. ``fit_all`` fits the same on every point: the constants in tui/engine/sim/hardware.py.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +22,7 @@ from scipy.optimize import nnls
 
 from tui.engine.sim.cost import CostModel, StepWork, step_seconds
 from tui.engine.sim.hardware import CostParams, Efficiency, GiB, load_hardware
-from tui.engine.sim.memory import NON_TORCH_PER_PEER, memory_split
+from tui.engine.sim.memory import memory_split
 from tui.engine.sim.models import resolve_model, with_dtypes
 
 PUBLISHED = Path(__file__).with_name("published.toml")
@@ -129,31 +131,72 @@ def predict_latency(table: LatencyTable, e: Efficiency, per_layer: np.ndarray) -
     return base + cols @ np.append(per_layer, [e.per_row_s, e.per_logit_s])
 
 
-def _split(p: dict[str, Any], non_torch_base: float):
+@dataclass(frozen=True)
+class MemoryFit:
+    """The fitted memory terms (see :mod:`tui.engine.sim.memory`): non-torch bytes at TP1 and per
+    further device, and the sampler's bytes per logit at the profiling run's peak."""
+
+    non_torch_base: float
+    non_torch_per_peer: float
+    sampler_bytes_per_logit: float
+
+
+def _split(p: dict[str, Any], fit: MemoryFit):
     gpu = load_hardware(p["gpu"]).gpu
+    total = int(p["total_gib"] * GiB) if "total_gib" in p else None  # the run's own logged total
     return memory_split(_model(p), gpu, gpu_memory_utilization=p["gpu_memory_utilization"],
                         max_num_batched_tokens=p["max_num_batched_tokens"], max_num_seqs=p["max_num_seqs"],
                         tp=p["tp"], max_model_len=p["max_model_len"], chunked_prefill=p["chunked_prefill"],
-                        non_torch_bytes=int(non_torch_base + NON_TORCH_PER_PEER * (p["tp"] - 1)),
-                        cuda_graph_bytes=0)
+                        total_bytes=total, cuda_graph_bytes=0,
+                        non_torch_bytes=int(fit.non_torch_base + fit.non_torch_per_peer * (p["tp"] - 1)),
+                        sampler_bytes_per_logit=fit.sampler_bytes_per_logit)
 
 
-def implied_non_torch(p: dict[str, Any]) -> float:
-    """The TP1-equivalent non-torch bytes that make the split give exactly what ``p`` logged."""
-    s = _split(p, 0.0)
-    kv = p["value"] * GiB if p["metric"] == "kv_gib" else p["value"] * s.block_size * s.kv_bytes_per_token
-    return s.kv_bytes - kv
+def _kv_bytes(p: dict[str, Any], value: float, s) -> float:
+    """The KV bytes per device a capacity figure of ``p``'s metric stands for."""
+    per = {"kv_gib": GiB, "kv_blocks": s.block_size * s.kv_bytes_per_token, "kv_tokens": s.kv_bytes_per_token}
+    return value * per[p["metric"]]
 
 
-def non_torch_base(points: list[dict[str, Any]]) -> float:
-    """The non-torch bytes at TP1 that ``points`` imply: the median over their single-device points
-    (the per-device growth with TP stays vLLM PR #10511's, :data:`NON_TORCH_PER_PEER`)."""
-    return float(np.median([implied_non_torch(p) for p in points if p["tp"] == 1]))
+def _non_torch(p: dict[str, Any], sampler_bytes_per_logit: float) -> float:
+    """``p``'s non-torch bytes per device: as logged, else what makes the split give its capacity."""
+    if "non_torch_gib" in p:
+        return p["non_torch_gib"] * GiB
+    s = _split(p, MemoryFit(0.0, 0.0, sampler_bytes_per_logit))
+    return s.kv_bytes - _kv_bytes(p, p["value"], s)
 
 
-def predict_capacity(p: dict[str, Any], non_torch_base: float) -> float:
-    s = _split(p, non_torch_base)
-    return s.kv_bytes / GiB if p["metric"] == "kv_gib" else float(s.num_blocks)
+def _sampler_bytes(p: dict[str, Any]) -> float | None:
+    """Bytes per logit of ``p``'s logged activation peak, where the sampler set it (the peak is over
+    a fifth above the forward's alone); None where it did not or nothing was logged."""
+    if "activation_gib" not in p:
+        return None
+    s = _split(p, MemoryFit(0.0, 0.0, 0.0))
+    logged = p["activation_gib"] * GiB
+    if logged < 1.2 * s.activation_bytes:
+        return None
+    m = _model(p)
+    return logged / (min(p["max_num_seqs"], s.profile_tokens) * m.vocab_size)
+
+
+def fit_memory(points: list[dict[str, Any]]) -> MemoryFit:
+    """The memory terms ``points`` (capacity logs) imply, each a median over them: the sampler's
+    bytes per logit over the logged peaks it set, the non-torch bytes over the single-device points,
+    and its growth per further device over the others."""
+    per_logit = [b for b in map(_sampler_bytes, points) if b is not None]
+    sampler = float(np.median(per_logit)) if per_logit else 0.0
+    base = float(np.median([_non_torch(p, sampler) for p in points if p["tp"] == 1]))
+    peers = [(_non_torch(p, sampler) - base) / (p["tp"] - 1) for p in points if p["tp"] > 1]
+    return MemoryFit(base, float(np.median(peers)) if peers else 0.0, sampler)
+
+
+def predict_capacity(p: dict[str, Any], fit: MemoryFit) -> float:
+    """``p``'s capacity under ``fit``, in its metric's unit; 0 where the split leaves no KV cache."""
+    try:
+        s = _split(p, fit)
+    except ValueError:
+        return 0.0
+    return {"kv_gib": s.kv_bytes / GiB, "kv_blocks": float(s.num_blocks), "kv_tokens": float(s.kv_tokens)}[p["metric"]]
 
 
 def loso(points: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
@@ -173,8 +216,8 @@ def loso(points: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
             pred = predict_latency(table, e, per_layer)
             rows += [dict(name=p["name"], source=s, phase=p["phase"], value=p["value"], pred=float(pred[i]))
                      for i, p in enumerate(lat) if held[i]]
-        base = non_torch_base([p for p in cap if p["source_id"] != s])
-        rows += [dict(name=p["name"], source=s, phase="capacity", value=p["value"], pred=predict_capacity(p, base))
+        fit = fit_memory([p for p in cap if p["source_id"] != s])
+        rows += [dict(name=p["name"], source=s, phase="capacity", value=p["value"], pred=predict_capacity(p, fit))
                  for p in cap if p["source_id"] == s]
     for r in rows:
         r["err"] = 100.0 * (r["pred"] - r["value"]) / r["value"]
@@ -203,18 +246,19 @@ def disagreements(points: list[dict[str, Any]] | None = None) -> list[dict[str, 
     return rows
 
 
-def fit_all(points: list[dict[str, Any]] | None = None) -> tuple[Efficiency, dict[str, float], float]:
-    """The same fit on every point: the efficiency terms, per-layer s per stack class, non-torch bytes."""
+def fit_all(points: list[dict[str, Any]] | None = None) -> tuple[Efficiency, dict[str, float], MemoryFit]:
+    """The same fit on every point: the efficiency terms, per-layer s per stack class, memory terms."""
     points = load_points() if points is None else points
     lat = [p for p in points if p["phase"] != "capacity"]
     table = LatencyTable(lat)
     e, per_layer = fit_latency(table, np.ones(len(lat), bool))
-    base = non_torch_base([p for p in points if p["phase"] == "capacity"])
-    return e, dict(zip(CLASSES, map(float, per_layer), strict=True)), base
+    memory = fit_memory([p for p in points if p["phase"] == "capacity"])
+    return e, dict(zip(CLASSES, map(float, per_layer), strict=True)), memory
 
 
 if __name__ == "__main__":
-    eff, floors, non_torch = fit_all()
+    eff, floors, memory = fit_all()
     print(f"fitted on every point: {eff}")
     print("per-layer floor per stack class: " + ", ".join(f"{k} {v * 1e6:.0f} us" for k, v in floors.items()))
-    print(f"non-torch memory at TP1: {non_torch / GiB:.2f} GiB")
+    print(f"non-torch memory: {memory.non_torch_base / GiB:.2f} GiB at TP1, {memory.non_torch_per_peer / GiB:.2f} GiB "
+          f"per further device; sampler {memory.sampler_bytes_per_logit:.1f} bytes per logit")

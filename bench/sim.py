@@ -29,7 +29,8 @@ Prints one ``name: value`` line per figure (the README quotes them):
   bench/published.toml (sim_published_points of them, from sim_published_sources independent
   sources), median |error| by phase and the 90th percentile of all, in %, **leave one source out**:
   each source's points predicted with every fitted number (efficiency terms, per-layer floors,
-  sampler cost, non-torch memory) fitted without that source (bench/published_fit.py);
+  sampler cost, the memory terms: non-torch memory, the sampler's bytes per logit) fitted without
+  that source (bench/published_fit.py);
 - sim_published_same_setup_pairs, sim_published_disagreement_median_pct, sim_published_disagreement_max_pct:
   setups two sources both measured (same model, GPU, TP, batch, dtype and figure): the least |error|
   one prediction can have on both, ``(hi - lo) / (hi + lo)``, median and largest over those pairs, in %.

@@ -16,7 +16,7 @@ from tui.engine.params import SamplingParams
 from tui.engine.sim.clock import RealClock, VirtualClock
 from tui.engine.sim.cost import CostModel
 from tui.engine.sim.hardware import load_hardware
-from tui.engine.sim.memory import memory_split
+from tui.engine.sim.memory import NON_TORCH_BASE, memory_split
 from tui.engine.sim.models import resolve_model
 from tui.engine.snapshot import EngineSnapshot
 from tui.profile import EngineConfig, EngineMode, Profile, ProfileError, Stage, profile_from_dict
@@ -266,7 +266,7 @@ def test_virtual_clock_recorder_writes_a_run_marked_simulated(tmp_path: Path) ->
     assert info["simulated"] is True and info["clock"] == "virtual" and info["engine_backend"] == "simulated"
     assert info["simulated_s"] > 0
     split = info["memory_split"]  # vLLM's split, per device: chunked prefill on, so the step budget is profiled
-    assert split["profile_rule"] == "max_num_batched_tokens" and split["non_torch_bytes"] == int(1.79 * 2**30)
+    assert split["profile_rule"] == "max_num_batched_tokens" and split["non_torch_bytes"] == NON_TORCH_BASE
     assert split["total_bytes"] == int(79.22 * 2**30) and split["num_blocks"] > 20_000
     assert "SIMULATED" in (out / "summary.md").read_text()
     run = load_run(out)

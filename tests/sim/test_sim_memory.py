@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 
 from tui.engine.sim.hardware import PRESETS as GPUS
-from tui.engine.sim.memory import activation_peak_bytes, memory_split
+from tui.engine.sim.memory import (
+    NON_TORCH_BASE,
+    NON_TORCH_PER_PEER,
+    SAMPLER_BYTES_PER_LOGIT,
+    activation_peak_bytes,
+    memory_split,
+)
 from tui.engine.sim.models import PRESETS as MODELS
 
 GiB = 1 << 30
@@ -22,7 +28,7 @@ def test_llama_3_1_8b_on_rtx_3090_matches_vllms_logged_blocks() -> None:
     )
     assert s.weight_bytes / GiB == pytest.approx(14.9888, rel=0.005)
     assert (s.weight_bytes + s.activation_bytes) / GiB == pytest.approx(17.06, rel=0.02)
-    assert s.num_blocks == pytest.approx(1952, rel=0.03)  # modelled 1989 (+1.9 %)
+    assert s.num_blocks == pytest.approx(1952, rel=0.03)  # modelled 1992 (+2.0 %)
 
 
 def test_split_adds_up_and_both_layouts_get_the_same_bytes() -> None:
@@ -34,8 +40,19 @@ def test_split_adds_up_and_both_layouts_get_the_same_bytes() -> None:
 
 def test_activation_peak_grows_with_the_profiled_tokens() -> None:
     m = MODELS["llama-3.1-8b"]
-    small, big = activation_peak_bytes(m, 2048, 256), activation_peak_bytes(m, 8192, 256)
-    assert big - small == 6144 * (2 * 4096 + 3 * 14336) * 2
+    small, big = activation_peak_bytes(m, 8192, 256), activation_peak_bytes(m, 16384, 256)
+    assert big - small == 8192 * (3 * 4096 + 3 * 14336) * 2
+
+
+def test_the_sampler_sets_the_peak_when_many_rows_sample_a_large_vocabulary() -> None:
+    # vLLM 0.19 on an H100 (bench/published.toml, llm-d-planner): Llama-3.1-8B profiled at 8,192
+    # tokens and 1,024 rows logs a 1.89 GiB peak, Qwen2.5-7B (vocabulary 152,064) 2.21 GiB
+    llama, qwen = MODELS["llama-3.1-8b"], MODELS["qwen2.5-7b"]
+    forward = 8192 * (3 * 4096 + 3 * 14336) * 2
+    assert activation_peak_bytes(llama, 8192, 256) == forward  # 256 rows: the forward's is larger
+    assert activation_peak_bytes(llama, 8192, 1024) == int(1024 * 128256 * SAMPLER_BYTES_PER_LOGIT) > forward
+    assert activation_peak_bytes(llama, 8192, 1024) / GiB == pytest.approx(1.89, rel=0.02)
+    assert activation_peak_bytes(qwen, 8192, 1024) / GiB == pytest.approx(2.21, rel=0.02)
 
 
 def test_tensor_parallel_gives_each_device_its_share() -> None:
@@ -54,7 +71,9 @@ def test_chunked_prefill_off_profiles_max_model_len_and_says_so() -> None:
                    for n in (20000, 29000))
     assert (short.profile_tokens, long.profile_tokens) == (20000, 29000)
     assert short.profile_rule == "max_model_len (chunked prefill off)"
-    assert short.activation_bytes - long.activation_bytes == -9000 * (2 * 4096 + 3 * 14336) * 2
+    assert short.activation_bytes - long.activation_bytes == -9000 * (3 * 4096 + 3 * 14336) * 2
+    assert (short.activation_bytes / GiB, long.activation_bytes / GiB) == (  # logged: 2.07 and 2.99
+        pytest.approx(2.07, rel=0.01), pytest.approx(2.99, rel=0.01))
     assert short.num_blocks - long.num_blocks == (short.kv_bytes - long.kv_bytes) // (16 * 131072)
     chunked = memory_split(m, gpu, max_num_batched_tokens=2048, max_model_len=29000, chunked_prefill=True)
     assert chunked.profile_tokens == 2048 and chunked.profile_rule == "max_num_batched_tokens"
@@ -63,15 +82,15 @@ def test_chunked_prefill_off_profiles_max_model_len_and_says_so() -> None:
 def test_non_torch_memory_grows_with_tensor_parallelism_and_totals_are_gib() -> None:
     m = MODELS["llama-3.1-70b"]
     tp1, tp4 = memory_split(MODELS["llama-3.1-8b"], GPUS["H100-SXM"]), memory_split(m, GPUS["H100-SXM"], tp=4)
-    assert tp1.non_torch_bytes == int(1.79 * GiB) and tp4.non_torch_bytes == int(1.79 * GiB) + 3 * int(1.79 * GiB)
+    assert tp1.non_torch_bytes == NON_TORCH_BASE and tp4.non_torch_bytes == NON_TORCH_BASE + 3 * NON_TORCH_PER_PEER
     assert tp1.total_bytes == int(79.22 * GiB)  # vLLM's logged total_gpu_memory, not 80 decimal GB
     assert tp1.cuda_graph_bytes > 0 and tp1.budget_bytes == (
         tp1.weight_bytes + tp1.activation_bytes + tp1.non_torch_bytes + tp1.kv_bytes)  # graphs outside it
 
 
 def test_fp8_weights_and_kv_cache_as_vllm_names_them() -> None:
-    """engine.quantization = "fp8" and engine.kv_cache_dtype = "fp8" on a simulated H100: the weights
-    take half the bytes, each token's KV half, so the same memory holds more than twice the blocks;
+    """engine.quantization = "fp8" and engine.kv_cache_dtype = "fp8" on a simulated H100: the layers'
+    weights take half the bytes, each token's KV half, so the same memory holds more than twice the blocks;
     a batch-1 decode (weight streaming) is faster; the GPU pane names the 8-bit parts. The torch engine
     refuses both (it runs its checkpoint's dtype)."""
     import dataclasses
@@ -86,7 +105,8 @@ def test_fp8_weights_and_kv_cache_as_vllm_names_them() -> None:
     (m16, hw), (m8, _) = parts(base), parts(fp8)
     (_, s16), (_, s8) = kv_cache(base), kv_cache(fp8)
     assert s16 is not None and s8 is not None
-    assert s8.weight_bytes * 2 == s16.weight_bytes and s8.kv_bytes_per_token * 2 == s16.kv_bytes_per_token
+    vocab = 2 * 128256 * 4096 * 2  # embedding and LM head stay 16-bit
+    assert (s8.weight_bytes - vocab) * 2 == s16.weight_bytes - vocab and s8.kv_bytes_per_token * 2 == s16.kv_bytes_per_token
     assert s8.num_blocks > 2 * s16.num_blocks
     decode = [(1, 512)]
     t16 = CostModel(m16, hw.gpu, hw.params).step(decode, 1).time_s

@@ -12,6 +12,7 @@ import pytest
 
 from tui.engine.sim.hardware import PRESETS as GPUS
 from tui.engine.sim.hardware import Efficiency
+from tui.engine.sim.memory import NON_TORCH_BASE, NON_TORCH_PER_PEER, SAMPLER_BYTES_PER_LOGIT, GiB
 from tui.engine.sim.models import PRESETS as MODELS
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
@@ -26,7 +27,8 @@ def test_every_point_names_its_model_gpu_source_phase_dtype_and_stack(fit: Modul
         assert p["source"].startswith("https://") and p["stack"] and p["engine"] and p["dtype"], p["name"]
         assert p["value"] > 0 and p["batch"] >= 1, p["name"]
         assert (p["phase"], p["metric"]) in {("decode", "e2e_ms"), ("decode", "tpot_ms"), ("prefill", "ttft_ms"),
-                                             ("capacity", "kv_blocks"), ("capacity", "kv_gib")}, p["name"]
+                                             ("capacity", "kv_blocks"), ("capacity", "kv_gib"),
+                                             ("capacity", "kv_tokens")}, p["name"]
         if p["phase"] != "capacity":
             assert p["stack"] in fit.STACK_CLASS, p["name"]
     assert {p["phase"] for p in points} == {"decode", "prefill", "capacity"}
@@ -47,6 +49,33 @@ def test_the_fit_recovers_a_known_per_layer_floor_and_efficiency(fit: ModuleType
     e, per_layer = fit.fit_latency(table, np.ones(len(points), bool))
     assert (e.flops_efficiency, e.gemm_half_tokens, e.bandwidth_efficiency) == (0.7, 128.0, 0.85)
     assert per_layer[0] == pytest.approx(50e-6, rel=1e-3)
+
+
+def test_the_shipped_memory_terms_are_the_fit_over_every_capacity_log(fit: ModuleType) -> None:
+    _, _, memory = fit.fit_all()
+    assert (memory.non_torch_base, memory.non_torch_per_peer) == (
+        pytest.approx(NON_TORCH_BASE, abs=0.01 * GiB), pytest.approx(NON_TORCH_PER_PEER, abs=0.01 * GiB))
+    assert memory.sampler_bytes_per_logit == pytest.approx(SAMPLER_BYTES_PER_LOGIT, abs=0.1)
+
+
+def test_the_model_presets_weigh_what_vllm_loaded(fit: ModuleType) -> None:
+    """Every capacity log's 'model weights' against the preset's weights per device (dtype included:
+    an FP8 checkpoint keeps its embedding and LM head in 16-bit)."""
+    logged = [p for p in fit.load_points() if "weights_gib" in p]
+    assert len(logged) >= 10
+    for p in logged:
+        assert fit._model(p).weight_bytes / p["tp"] / GiB == pytest.approx(p["weights_gib"], rel=0.01), p["name"]
+
+
+def test_a_held_out_capacity_log_is_predicted_from_the_other_sources_only(fit: ModuleType) -> None:
+    """Changing a source's own logged parts moves no prediction of that source's points."""
+    points = fit.load_points()
+    mine = [p for p in points if p["source_id"] == "vllm-issue10517"]
+    before = [r["pred"] for r in fit.loso(points) if r["source"] == "vllm-issue10517"]
+    for p in mine:
+        p["non_torch_gib"], p["activation_gib"] = 1.0, 3.5
+    after = [r["pred"] for r in fit.loso(points) if r["source"] == "vllm-issue10517"]
+    assert before == after and len(before) == 2
 
 
 def test_a_replayed_run_times_its_requests_as_the_cost_model_times_its_steps(served: ModuleType) -> None:

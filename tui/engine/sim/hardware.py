@@ -90,11 +90,11 @@ class GpuSpec:
 #  H100 80GB: total_gpu_memory 79.22GiB (vLLM PR #10511 start-up log).
 #  A100 80GB: total_gpu_memory 79.15GiB (vLLM start-up logs of 80 GB cards, e.g. a Phi-4 GRPO notebook's
 #         log; the card type is not printed there) — nvidia-smi says 81,920 MiB.
-#  A100 40GB: nvidia-smi's 40,960 MiB less the same 0.85 GiB the 80 GB card loses: 39.15 GiB (derived).
+#  A100 40GB: total_gpu_memory 39.50GiB (vllm issue #12330's start-up log, an A100 40GB).
 #  H200: nvidia-smi 143,771 MiB (many public nvidia-smi outputs); torch reports a little less.
 #  RTX 3090: total_gpu_memory 23.58GiB (vllm issue #10517's log).
 #  RTX 4090: nvidia-smi 24,564 MiB (vllm issue #7553).
-#  L40S: the datasheet's 48 GB (decimal; no torch figure found: about 5 % short, as the others were).
+#  L40S: total_gpu_memory 44.39GiB (vLLM V0 start-up logs on L40S cards; nvidia-smi says 46,068 MiB).
 def _gib(x: float) -> int:
     return int(x * GiB)
 
@@ -102,13 +102,13 @@ def _gib(x: float) -> int:
 PRESETS: dict[str, GpuSpec] = {
     "A100-80GB": GpuSpec("A100-80GB", 312e12, 2.039e12, _gib(79.15), 300e9,
                          source="NVIDIA A100 datasheet (SXM4 80GB)"),
-    "A100-40GB": GpuSpec("A100-40GB", 312e12, 1.555e12, _gib(39.15), 300e9,
+    "A100-40GB": GpuSpec("A100-40GB", 312e12, 1.555e12, _gib(39.50), 300e9,
                          source="NVIDIA A100 datasheet (SXM4 40GB)"),
     "H100-SXM": GpuSpec("H100-SXM", 989.4e12, 3.35e12, _gib(79.22), 450e9, host_bandwidth=50e9,
                         fp8_peak_flops=1978.9e12, source="NVIDIA H100 datasheet (SXM5)"),
     "H200": GpuSpec("H200", 989.4e12, 4.8e12, 143_771 << 20, 450e9, host_bandwidth=50e9,
                     fp8_peak_flops=1978.9e12, source="NVIDIA H200 datasheet (SXM)"),
-    "L40S": GpuSpec("L40S", 362.05e12, 0.864e12, 48 * 10**9, 32e9, fp8_peak_flops=733e12, interconnect="pcie",
+    "L40S": GpuSpec("L40S", 362.05e12, 0.864e12, _gib(44.39), 32e9, fp8_peak_flops=733e12, interconnect="pcie",
                     interconnect_latency_s=PCIE_LATENCY_S,
                     source="NVIDIA L40S datasheet"),
     "RTX-4090": GpuSpec("RTX-4090", 165.2e12, 1.008e12, 24_564 << 20, 32e9, fp8_peak_flops=330.3e12, interconnect="pcie",

@@ -22,18 +22,32 @@ off, V0 raises the budget to ``max_model_len`` so that one whole prompt fits a s
 ``max(max_num_batched_tokens, max_model_len)`` tokens (issue #10517: 1,952 blocks at ``max_model_len``
 20,000 and 1,478 at 29,000 on one RTX 3090: the bigger profile leaves less).
 
-**Non-torch memory** (CUDA context, cuBLAS workspaces, NCCL buffers: outside torch's allocator) grows
-with tensor parallelism: vLLM PR #10511 logs ``non_torch_memory`` 1.79 GiB at TP1 and 3.58 GiB at TP2
-(Llama-3-8B, H100); :data:`NON_TORCH_BASE` and :data:`NON_TORCH_PER_PEER` are those two figures.
-**CUDA-graph memory**: vLLM captures its decode graphs after sizing the KV cache (0.5-0.10), so they come
-out of the 10 % it leaves (vllm issue #7553: 2.4 GiB on an RTX 4090 at TP4; a Phi-4 log: "Graph
-capturing ... took 1.12 GiB"); ``cuda_graph_bytes`` is reported beside the split and only subtracted
-from the KV cache when given (``graphs_in_budget``), as vLLM >= 0.11 does.
+**Non-torch memory** (cuBLAS workspaces, NCCL and custom all-reduce buffers: outside torch's
+allocator) is what vLLM counts beyond its own tensors. How much of it vLLM counts changed with its
+versions (0.2-0.6.3: everything the device holds beyond weights and activations, CUDA context
+included; 0.6.5's first rework, PR #10511: 1.79 GiB at TP1; since 0.7 and in V1: the increase since
+the worker started, 0.01-0.35 GiB at TP1 in the logs of bench/published.toml); it grows with tensor
+parallelism (vLLM 0.19 on an H100: 0.25 GiB at TP1, 2.07 at TP2). :data:`NON_TORCH_BASE` and
+:data:`NON_TORCH_PER_PEER` are the medians bench/published_fit.py fits over those logs.
+**CUDA-graph memory**: vLLM captures its decode graphs after sizing the KV cache, so they come out of
+the share it leaves (vllm issue #7553: 2.4 GiB on an RTX 4090 at TP4; vLLM 0.19 on an H100 logs
+0.9 GiB at TP1 and does not subtract its estimate); ``cuda_graph_bytes`` is reported beside the split
+and only subtracted from the KV cache when given (``graphs_in_budget``), as vLLM releases after 0.19
+do by default.
 
-The activation peak is modelled as the largest per-layer working set of the profiling forward, per
-token in the model's dtype: the residual stream and the normed input, plus either the attention's q/k/v
-and output or the MLP's gate+up output and its activated product (the larger, the MLP for every
-preset); plus the float32 logits of ``max_num_seqs`` sampled rows.
+The activation peak is the larger of two moments of the profiling run (vLLM frees the forward's
+tensors before it samples):
+
+- **the forward**: the largest per-layer working set of ``profile_tokens`` tokens, per token in the
+  activations' 16-bit dtype: the residual stream, the normed input and the layer's output (``3 ·
+  hidden``), plus either the attention's q/k/v and output or the MLP's gate+up output and its
+  activated product (the larger; the MLP for every preset), those split over ``tp`` devices. On an
+  RTX 3090 (issue #10517) this is 2.06 and 2.99 GiB at 20,000 and 29,000 tokens; vLLM logged 2.07
+  and 2.99;
+- **the sampler**: ``min(max_num_seqs, profile_tokens)`` rows of logits over the whole vocabulary,
+  sorted for top-k/top-p with their indices, ``sampler_bytes_per_logit`` bytes per logit
+  (:data:`SAMPLER_BYTES_PER_LOGIT`, fitted to the logged peaks where the sampler was the larger: it
+  dominates at vLLM V1's 1,024 default rows on an H100, 1.89 GiB for Llama-3.1-8B).
 """
 
 from __future__ import annotations
@@ -44,9 +58,12 @@ from tui.engine.sim.hardware import GpuSpec
 from tui.engine.sim.models import ModelSpec
 
 GiB = 1 << 30
-# vLLM PR #10511's start-up logs (Llama-3-8B on H100): non_torch_memory 1.79 GiB at TP1, 3.58 GiB at TP2
-NON_TORCH_BASE = int(1.79 * GiB)
-NON_TORCH_PER_PEER = int((3.58 - 1.79) * GiB)  # each further device: its NCCL buffers and peer mappings
+# fitted by bench/published_fit.py (fit_all) to the capacity logs of bench/published.toml: non-torch
+# memory at TP1 and per further device (NCCL and all-reduce buffers, peer mappings), and the sampler's
+# bytes per logit at the profiling run's peak
+NON_TORCH_BASE = int(0.35 * GiB)
+NON_TORCH_PER_PEER = int(1.74 * GiB)
+SAMPLER_BYTES_PER_LOGIT = 15.5
 # vllm issue #7553: 2,464 MiB of CUDA graphs per device (RTX 4090, TP4, vLLM 0.5.4, default capture sizes)
 CUDA_GRAPH_BYTES = 2464 << 20
 
@@ -99,14 +116,17 @@ class MemorySplit:
         }
 
 
-def activation_peak_bytes(model: ModelSpec, num_tokens: int, max_num_seqs: int, tp: int = 1) -> int:
-    """Peak activation memory of a profiling forward over ``num_tokens`` tokens (see module doc)."""
+def activation_peak_bytes(model: ModelSpec, num_tokens: int, max_num_seqs: int, tp: int = 1,
+                          sampler_bytes_per_logit: float = SAMPLER_BYTES_PER_LOGIT) -> int:
+    """Peak activation memory of a profiling run over ``num_tokens`` tokens: the forward's or the
+    sampler's, whichever is larger (see module doc)."""
     m = model
     attention = (2 * m.q_size + 2 * m.kv_size) // tp
     mlp = 3 * m.intermediate_size // tp
-    per_token = (2 * m.hidden_size + max(attention, mlp)) * m.dtype_bytes
-    logits = max_num_seqs * m.vocab_size // tp * 4
-    return num_tokens * per_token + logits
+    act = m.dtype_bytes if m.dtype_bytes > 1 else 2  # 8-bit weights still compute in 16-bit
+    forward = num_tokens * (3 * m.hidden_size + max(attention, mlp)) * act
+    sampler = int(min(max_num_seqs, num_tokens) * m.vocab_size * sampler_bytes_per_logit)
+    return max(forward, sampler)
 
 
 def split_from_dict(d: dict) -> MemorySplit:
@@ -130,6 +150,7 @@ def memory_split(
     chunked_prefill: bool = True,
     cuda_graph_bytes: int | None = None,
     graphs_in_budget: bool = False,
+    sampler_bytes_per_logit: float = SAMPLER_BYTES_PER_LOGIT,
 ) -> MemorySplit:
     """The KV cache a vLLM-style engine gets on one device; raises ``ValueError`` when none is left.
     ``non_torch_bytes`` default: the GPU's, or :func:`non_torch_for_tp` where it has none (< 0);
@@ -142,7 +163,7 @@ def memory_split(
     graphs = CUDA_GRAPH_BYTES if cuda_graph_bytes is None else cuda_graph_bytes
     weights = model.weight_bytes // tp
     tokens, rule = profile_tokens(max_num_batched_tokens, max_model_len, chunked_prefill)
-    act = activation_peak_bytes(model, tokens, max_num_seqs, tp)
+    act = activation_peak_bytes(model, tokens, max_num_seqs, tp, sampler_bytes_per_logit)
     kv = int(total * gpu_memory_utilization) - weights - act - non_torch - (graphs if graphs_in_budget else 0)
     per_token = model.kv_bytes_per_token // min(tp, model.num_kv_heads)
     blocks = max(kv, 0) // (per_token * block_size)

@@ -55,7 +55,10 @@ class ModelSpec:
 
     @property
     def weight_bytes(self) -> int:
-        return self.num_params * self.dtype_bytes
+        """Every weight in its dtype; 8-bit checkpoints keep the embedding and LM head in 16-bit (as
+        vLLM's FP8 and INT8 loaders do)."""
+        vocab = self.num_params - self.num_layers * self.layer_params
+        return self.num_layers * self.layer_params * self.dtype_bytes + vocab * max(self.dtype_bytes, 2)
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -78,8 +81,12 @@ PRESETS: dict[str, ModelSpec] = {
     "llama-3.1-70b": ModelSpec("Llama-3.1-70B", 80, 8192, 64, 8, 128, 28672, 128256),
     # Qwen/Qwen2.5-7B config.json (untied embeddings)
     "qwen2.5-7b": ModelSpec("Qwen2.5-7B", 28, 3584, 28, 4, 128, 18944, 152064),
+    # Qwen/Qwen2.5-72B config.json (untied embeddings)
+    "qwen2.5-72b": ModelSpec("Qwen2.5-72B", 80, 8192, 64, 8, 128, 29568, 152064, max_position=32768),
     # Qwen/Qwen3-8B config.json (head_dim 128 given explicitly)
     "qwen3-8b": ModelSpec("Qwen3-8B", 36, 4096, 32, 8, 128, 12288, 151936),
+    # microsoft/phi-4 config.json (fused qkv and gate_up projections: the same shapes)
+    "phi-4": ModelSpec("Phi-4", 40, 5120, 40, 10, 128, 17920, 100352, max_position=16384),
     # mistralai/Mistral-7B-v0.3 config.json
     "mistral-7b": ModelSpec("Mistral-7B", 32, 4096, 32, 8, 128, 14336, 32768),
     # meta-llama/Llama-2-7b-hf config.json: no grouped-query attention (the vLLM paper's setting)
@@ -93,11 +100,12 @@ PRESETS: dict[str, ModelSpec] = {
 
 def with_dtypes(spec: ModelSpec, weights: str = "bf16", kv: str = "") -> ModelSpec:
     """``spec`` with its weights in ``weights`` (bf16/fp16, fp8, int8: weight-only) and its KV cache in
-    ``kv`` (default: as the weights, 16-bit for int8; fp8)."""
+    ``kv`` (default 16-bit, as vLLM's ``kv_cache_dtype = "auto"``: an FP8 checkpoint keeps a 16-bit
+    KV cache unless the cache is asked for in FP8)."""
     size = {"bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
     if weights not in size or (kv and kv not in size):
         raise ValueError(f"unknown dtype {weights!r}/{kv!r}; known: {', '.join(size)}")
-    kv_bytes = size[kv] if kv else (2 if weights == "int8" else size[weights])
+    kv_bytes = size[kv] if kv else 2
     return dataclasses.replace(spec, dtype_bytes=size[weights], kv_dtype_bytes=kv_bytes,
                                fp8_weights=weights == "fp8")
 
