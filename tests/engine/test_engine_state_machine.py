@@ -182,3 +182,13 @@ class SwapEngineMachine(EngineMachine):
 
 SwapEngineMachine.TestCase.settings = EngineMachine.TestCase.settings
 TestSwapEngineMachine = SwapEngineMachine.TestCase
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_torch_engine_runs_on_the_threads_its_profile_names(threads: int) -> None:
+    before = torch.get_num_threads()
+    try:
+        Engine(EngineConfig(model="tiny", device="cpu", threads=threads, kv_budget_mb=1.0, max_model_len=64))
+        assert torch.get_num_threads() == threads
+    finally:
+        torch.set_num_threads(before)

@@ -37,6 +37,9 @@ class TorchBackend:
     stamp: Callable[[], float] = staticmethod(records_now)
 
     def __init__(self, config: EngineConfig) -> None:
+        # engine.threads, torch's intra-op threads: left at torch's default (every core), a step's CPU
+        # time would also count the idle threads' spin-waits, and it races the load generator
+        torch.set_num_threads(max(1, config.threads))
         self.device = pick_device(config.device)
         torch.manual_seed(config.seed)
         self.tokenizer: Tokenizer
