@@ -12,8 +12,9 @@ Prints one ``name: value`` line per figure (the README quotes them):
   timer), and the six cells take turns in slices of the same length (``Turns``: each on its own
   engine and timeline, every cell spread over the whole run), so that all of them are measured over
   the same stretches of the machine: on the shared 2-vCPU
-  machine the same 1-row decode costs 1.1, 1.6 or 2.0 ms of CPU time depending on what the other
-  vCPU runs, in stretches of 0.1 s to seconds, and calibrating first, then evaluating (or only
+  machine the same 1-row decode's CPU time varies by tens of % with what the other vCPU runs (the
+  engine runs ``engine.threads`` = 1 intra-op thread: with torch's default of every core, a step's CPU
+  time also counted the idle thread's spin-waits and doubled), in stretches of 0.1 s to seconds, and calibrating first, then evaluating (or only
   between the cells, which samples six such stretches), or running the cells one after the other
   (one cell catching a slow stretch whole), charges that drift to the model. Slices, not
   single steps: a step right after the other engine's step finds its caches cold. The calibration
@@ -421,8 +422,8 @@ def vs_torch(compare: Profile, quick: bool) -> tuple[float, float, float, list[s
 def same_moment_speed(grid, cm: CostModel, at: np.ndarray, window_s: float = 1.0) -> np.ndarray:
     """For steps that ended at process CPU times ``at``: the median measured/modelled time of the
     calibration steps that ended within ``window_s`` of each (1.0 where fewer than 10 did). On a
-    shared machine this is how fast the machine was at that moment: the same 1-row decode costs 1.1,
-    1.6 or 2.0 ms of CPU time by what the other vCPU runs, in stretches of 0.1 s to seconds, and a
+    shared machine this is how fast the machine was at that moment: the same 1-row decode's CPU time
+    varies by tens of % with what the other vCPU runs, in stretches of 0.1 s to seconds, and a
     cell that ran through a slow stretch is measured slow by its calibration steps too."""
     ends = np.array([s.at_s for s in grid])
     ratio = np.array([s.duration_s for s in grid]) / np.array([cm.step(s.shape, s.sampled).time_s for s in grid])
