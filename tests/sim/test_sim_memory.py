@@ -74,7 +74,7 @@ def test_chunked_prefill_off_profiles_max_model_len_and_says_so() -> None:
     assert short.activation_bytes - long.activation_bytes == -9000 * (3 * 4096 + 3 * 14336) * 2
     assert (short.activation_bytes / GiB, long.activation_bytes / GiB) == (  # logged: 2.07 and 2.99
         pytest.approx(2.07, rel=0.01), pytest.approx(2.99, rel=0.01))
-    assert short.num_blocks - long.num_blocks == (short.kv_bytes - long.kv_bytes) // (16 * 131072)
+    assert short.num_blocks - long.num_blocks - (short.kv_bytes - long.kv_bytes) // (16 * 131072) in (0, 1)
     chunked = memory_split(m, gpu, max_num_batched_tokens=2048, max_model_len=29000, chunked_prefill=True)
     assert chunked.profile_tokens == 2048 and chunked.profile_rule == "max_num_batched_tokens"
 

@@ -60,11 +60,12 @@ def test_the_shipped_memory_terms_are_the_fit_over_every_capacity_log(fit: Modul
 
 def test_the_model_presets_weigh_what_vllm_loaded(fit: ModuleType) -> None:
     """Every capacity log's 'model weights' against the preset's weights per device (dtype included:
-    an FP8 checkpoint keeps its embedding and LM head in 16-bit)."""
+    an FP8 checkpoint keeps its embedding and LM head in 16-bit), within 1.5 % (a 0.5B model's
+    buffers and rounding to 0.01 GiB are 1 % of it)."""
     logged = [p for p in fit.load_points() if "weights_gib" in p]
     assert len(logged) >= 10
     for p in logged:
-        assert fit._model(p).weight_bytes / p["tp"] / GiB == pytest.approx(p["weights_gib"], rel=0.01), p["name"]
+        assert fit._model(p).weight_bytes / p["tp"] / GiB == pytest.approx(p["weights_gib"], rel=0.015), p["name"]
 
 
 def test_a_held_out_capacity_log_is_predicted_from_the_other_sources_only(fit: ModuleType) -> None:

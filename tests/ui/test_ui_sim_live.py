@@ -36,5 +36,5 @@ async def test_dashboard_on_a_simulated_h100() -> None:
             await pilot.press("space")  # the profile's 100 req/s (as far as this machine's client keeps up)
             await until(pilot, lambda: app.backend.latest.engine.num_running >= 32)
             await until(pilot, lambda: "SIMULATED 1 × H100-SXM" in app.query_one(GpuPane).plain)
-            assert "28,2" in app.query_one(GpuPane).plain  # ~28,235 KV blocks in the memory split (GiB totals)
+            assert "28,2" in app.query_one(GpuPane).plain  # ~28,273 KV blocks in the memory split (GiB totals)
             await pilot.press("space")

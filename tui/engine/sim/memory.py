@@ -26,14 +26,14 @@ off, V0 raises the budget to ``max_model_len`` so that one whole prompt fits a s
 allocator) is what vLLM counts beyond its own tensors. How much of it vLLM counts changed with its
 versions (0.2-0.6.3: everything the device holds beyond weights and activations, CUDA context
 included; 0.6.5's first rework, PR #10511: 1.79 GiB at TP1; since 0.7 and in V1: the increase since
-the worker started, 0.01-0.35 GiB at TP1 in the logs of bench/published.toml); it grows with tensor
+the worker started, 0.02-0.35 GiB at TP1 in the logs of bench/published.toml); it grows with tensor
 parallelism (vLLM 0.19 on an H100: 0.25 GiB at TP1, 2.07 at TP2). :data:`NON_TORCH_BASE` and
 :data:`NON_TORCH_PER_PEER` are the medians bench/published_fit.py fits over those logs.
 **CUDA-graph memory**: vLLM captures its decode graphs after sizing the KV cache, so they come out of
 the share it leaves (vllm issue #7553: 2.4 GiB on an RTX 4090 at TP4; vLLM 0.19 on an H100 logs
 0.9 GiB at TP1 and does not subtract its estimate); ``cuda_graph_bytes`` is reported beside the split
-and only subtracted from the KV cache when given (``graphs_in_budget``), as vLLM releases after 0.19
-do by default.
+and only subtracted from the KV cache when given (``graphs_in_budget``), as vLLM 0.19.1 announces
+for a later default.
 
 The activation peak is the larger of two moments of the profiling run (vLLM frees the forward's
 tensors before it samples):
@@ -61,8 +61,8 @@ GiB = 1 << 30
 # fitted by bench/published_fit.py (fit_all) to the capacity logs of bench/published.toml: non-torch
 # memory at TP1 and per further device (NCCL and all-reduce buffers, peer mappings), and the sampler's
 # bytes per logit at the profiling run's peak
-NON_TORCH_BASE = int(0.35 * GiB)
-NON_TORCH_PER_PEER = int(1.74 * GiB)
+NON_TORCH_BASE = int(0.275 * GiB)
+NON_TORCH_PER_PEER = int(1.815 * GiB)
 SAMPLER_BYTES_PER_LOGIT = 15.5
 # vllm issue #7553: 2,464 MiB of CUDA graphs per device (RTX 4090, TP4, vLLM 0.5.4, default capture sizes)
 CUDA_GRAPH_BYTES = 2464 << 20

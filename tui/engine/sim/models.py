@@ -81,6 +81,8 @@ PRESETS: dict[str, ModelSpec] = {
     "llama-3.1-70b": ModelSpec("Llama-3.1-70B", 80, 8192, 64, 8, 128, 28672, 128256),
     # Qwen/Qwen2.5-7B config.json (untied embeddings)
     "qwen2.5-7b": ModelSpec("Qwen2.5-7B", 28, 3584, 28, 4, 128, 18944, 152064),
+    # Qwen/Qwen2.5-0.5B config.json (tied embeddings, head_dim 64)
+    "qwen2.5-0.5b": ModelSpec("Qwen2.5-0.5B", 24, 896, 14, 2, 64, 4864, 151936, tie_embeddings=True, max_position=32768),
     # Qwen/Qwen2.5-72B config.json (untied embeddings)
     "qwen2.5-72b": ModelSpec("Qwen2.5-72B", 80, 8192, 64, 8, 128, 29568, 152064, max_position=32768),
     # Qwen/Qwen3-8B config.json (head_dim 128 given explicitly)
