@@ -306,7 +306,7 @@ async def test_engine_link_reads_whole_messages_even_when_the_loop_made_it_non_b
         link.stop()
 
 
-def test_swap_preemption_over_the_wire(fresh_server, client):
+def test_swap_preemption_over_the_wire(fresh_server, client, poll):
     """Reset into swap mode, preempt by swapping, read it in /metrics; the mode route flips it live."""
     srv = fresh_server
     # 0.25 MiB of the tiny model's KV is 16 blocks; four requests growing to 5 blocks each cannot all fit
@@ -318,8 +318,12 @@ def test_swap_preemption_over_the_wire(fresh_server, client):
     threads = [threading.Thread(target=lambda i=i: out.append(httpx.post(
         srv.base_url + "/completions", timeout=60,
         json={"prompt": f"swap {i} " * 4, "max_tokens": 60, "ignore_eos": True}).status_code)) for i in range(4)]
+    # all four queued before the first step: otherwise a fast engine can finish one before the last arrives
+    _ctl(srv, client, "pause")
     for t in threads:
         t.start()
+    poll(lambda: srv.state(client)["num_waiting"] == 4)
+    _ctl(srv, client, "resume")
     for t in threads:
         t.join(60)
     assert out == [200] * 4
