@@ -152,10 +152,9 @@ def _split(p: dict[str, Any], fit: MemoryFit):
                         sampler_bytes_per_logit=fit.sampler_bytes_per_logit)
 
 
-def _kv_bytes(p: dict[str, Any], value: float, s) -> float:
-    """The KV bytes per device a capacity figure of ``p``'s metric stands for."""
-    per = {"kv_gib": GiB, "kv_blocks": s.block_size * s.kv_bytes_per_token, "kv_tokens": s.kv_bytes_per_token}
-    return value * per[p["metric"]]
+def _unit_bytes(p: dict[str, Any], s) -> float:
+    """The KV bytes per device one unit of ``p``'s capacity metric holds (a GiB, a block, a token)."""
+    return {"kv_gib": GiB, "kv_blocks": s.block_size * s.kv_bytes_per_token, "kv_tokens": s.kv_bytes_per_token}[p["metric"]]
 
 
 def _non_torch(p: dict[str, Any], sampler_bytes_per_logit: float) -> float:
@@ -163,7 +162,7 @@ def _non_torch(p: dict[str, Any], sampler_bytes_per_logit: float) -> float:
     if "non_torch_gib" in p:
         return p["non_torch_gib"] * GiB
     s = _split(p, MemoryFit(0.0, 0.0, sampler_bytes_per_logit))
-    return s.kv_bytes - _kv_bytes(p, p["value"], s)
+    return s.kv_bytes - p["value"] * _unit_bytes(p, s)
 
 
 def _sampler_bytes(p: dict[str, Any]) -> float | None:
@@ -196,7 +195,9 @@ def predict_capacity(p: dict[str, Any], fit: MemoryFit) -> float:
         s = _split(p, fit)
     except ValueError:
         return 0.0
-    return {"kv_gib": s.kv_bytes / GiB, "kv_blocks": float(s.num_blocks), "kv_tokens": float(s.kv_tokens)}[p["metric"]]
+    # blocks and tokens count whole blocks only; GiB the whole budget left
+    held = s.kv_bytes if p["metric"] == "kv_gib" else s.num_blocks * s.block_size * s.kv_bytes_per_token
+    return held / _unit_bytes(p, s)
 
 
 def loso(points: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:

@@ -13,8 +13,9 @@ Prints one ``name: value`` line per figure (the README quotes them):
   engine and timeline, every cell spread over the whole run), so that all of them are measured over
   the same stretches of the machine: on the shared 2-vCPU
   machine the same 1-row decode's CPU time varies by tens of % with what the other vCPU runs (the
-  engine runs ``engine.threads`` = 1 intra-op thread: with torch's default of every core, a step's CPU
-  time also counted the idle thread's spin-waits and doubled), in stretches of 0.1 s to seconds, and calibrating first, then evaluating (or only
+  engine runs ``engine.threads`` = 1 intra-op thread: with torch's default of every core, a step's
+  CPU time also counted the idle thread's spin-waits and doubled), in stretches of 0.1 s to
+  seconds, and calibrating first, then evaluating (or only
   between the cells, which samples six such stretches), or running the cells one after the other
   (one cell catching a slow stretch whole), charges that drift to the model. Slices, not
   single steps: a step right after the other engine's step finds its caches cold. The calibration

@@ -126,7 +126,7 @@ class CostModel:
         self._linear_per_token = 2.0 * m.num_layers * m.layer_params / tp * fp8
         self._head_per_row = 2.0 * m.hidden_size * m.vocab_size / tp
         self._logits_per_row = m.vocab_size / tp
-        act = m.dtype_bytes if m.dtype_bytes > 1 else 2  # activations (and an 8-bit model's LM head): 16-bit
+        act = m.act_bytes  # activations (and an 8-bit model's LM head): 16-bit
         self._weight_bytes = (m.num_layers * m.layer_params * m.dtype_bytes + m.lm_head_params * act) / tp
         self._attn_per_pair = 4.0 * m.num_layers * (m.num_heads / tp) * m.head_dim
         # KV heads are split over the devices (replicated when tp exceeds them)

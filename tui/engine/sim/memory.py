@@ -123,8 +123,7 @@ def activation_peak_bytes(model: ModelSpec, num_tokens: int, max_num_seqs: int, 
     m = model
     attention = (2 * m.q_size + 2 * m.kv_size) // tp
     mlp = 3 * m.intermediate_size // tp
-    act = m.dtype_bytes if m.dtype_bytes > 1 else 2  # 8-bit weights still compute in 16-bit
-    forward = num_tokens * (3 * m.hidden_size + max(attention, mlp)) * act
+    forward = num_tokens * (3 * m.hidden_size + max(attention, mlp)) * m.act_bytes
     sampler = int(min(max_num_seqs, num_tokens) * m.vocab_size * sampler_bytes_per_logit)
     return max(forward, sampler)
 

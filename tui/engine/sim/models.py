@@ -54,11 +54,16 @@ class ModelSpec:
         return self.num_layers * self.layer_params + embed + (0 if self.tie_embeddings else self.lm_head_params)
 
     @property
+    def act_bytes(self) -> int:
+        """Bytes per activation value: the weights' dtype, 16-bit for 8-bit weights (which compute in
+        16-bit and keep their embedding and LM head in 16-bit, as vLLM's FP8 and INT8 loaders do)."""
+        return max(self.dtype_bytes, 2)
+
+    @property
     def weight_bytes(self) -> int:
-        """Every weight in its dtype; 8-bit checkpoints keep the embedding and LM head in 16-bit (as
-        vLLM's FP8 and INT8 loaders do)."""
+        """Every weight in its dtype; an 8-bit checkpoint's embedding and LM head in :attr:`act_bytes`."""
         vocab = self.num_params - self.num_layers * self.layer_params
-        return self.num_layers * self.layer_params * self.dtype_bytes + vocab * max(self.dtype_bytes, 2)
+        return self.num_layers * self.layer_params * self.dtype_bytes + vocab * self.act_bytes
 
     @property
     def kv_bytes_per_token(self) -> int:
