@@ -1,11 +1,10 @@
 """The step-time and memory models against bench/published.toml, leave one source out.
 
 Each published point is predicted with every fitted number fitted to the *other* sources' points:
-the efficiency terms shared by all GPUs (GEMM efficiency and its saturation in the step's tokens,
-weight-streaming and decode-attention bandwidth shares, the sampler's per-logit cost), each stack
-class's per-layer floor, and the memory terms (non-torch bytes at TP1 and per further device, the
-sampler's bytes per logit). Nothing the held-out source measured reaches its
-own prediction. ``fit_all`` fits the same on every point: the constants in tui/engine/sim/hardware.py.
+the efficiency terms shared by all GPUs (GEMM efficiency, weight-streaming and decode-attention
+bandwidth shares, the sampler's per-row and per-logit costs), each stack class's per-layer floor, and
+the memory terms (non-torch bytes at TP1 and per further device, the sampler's bytes per logit).
+Nothing the held-out source measured reaches its own prediction. ``fit_all`` fits the same on every point: the constants in tui/engine/sim/hardware.py.
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ import numpy as np
 from scipy.optimize import nnls
 
 from tui.engine.sim.cost import CostModel, StepWork, step_seconds
-from tui.engine.sim.hardware import CostParams, Efficiency, GiB, load_hardware
+from tui.engine.sim.hardware import ATTN_FLOPS_FACTOR, CostParams, Efficiency, GiB, load_hardware
 from tui.engine.sim.memory import memory_split
 from tui.engine.sim.models import resolve_model, with_dtypes
 
@@ -32,7 +31,6 @@ STACK_CLASS = {"vllm-serve": "vllm", "vllm-ci-latency": "vllm", "nemo-trtllm": "
 CLASSES = ("vllm", "compiled")
 DECODE_SAMPLES = 8  # decode steps evaluated per point (evenly over its output; the step time is ~linear)
 GRID = {"flops_efficiency": (0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85),
-        "gemm_half_tokens": (0.0, 32.0, 64.0, 128.0, 256.0, 384.0, 512.0),
         "bandwidth_efficiency": (0.7, 0.75, 0.8, 0.85, 0.9, 0.95), "kv_bandwidth_factor": (0.5, 0.75, 1.0)}
 
 
@@ -84,8 +82,7 @@ class LatencyTable:
         """ms per point with no per-layer or per-logit cost, and the columns (per-layer s per class,
         per-logit s) that add to it linearly."""
         p = CostParams(0.0, 0.0, self.peak * e.flops_efficiency, self.bw * e.bandwidth_efficiency,  # type: ignore[arg-type]
-                       self.peak * e.flops_efficiency * 0.7, self.bw * e.bandwidth_efficiency * e.kv_bandwidth_factor,  # type: ignore[arg-type]
-                       gemm_half_tokens=e.gemm_half_tokens)
+                       self.peak * e.flops_efficiency * ATTN_FLOPS_FACTOR, self.bw * e.bandwidth_efficiency * e.kv_bandwidth_factor)  # type: ignore[arg-type]
         base = self._sum(step_seconds(self.work, p, np.maximum)) * 1e3
         layers = self._sum(self.work.layers) * 1e3  # type: ignore[arg-type]
         cols = np.zeros((len(self.points), len(CLASSES) + 2))
@@ -101,7 +98,7 @@ class Grid:
     def __init__(self, table: LatencyTable) -> None:
         self.table = table
         self.cells = [(e, *table.parts(e)) for e in
-                      (Efficiency(fe, half, be, kf, 0.0, 0.0) for fe, half, be, kf in itertools.product(*GRID.values()))]
+                      (Efficiency(fe, be, kf, 0.0, 0.0) for fe, be, kf in itertools.product(*GRID.values()))]
 
 
 def fit_latency(table: LatencyTable, train: np.ndarray, grid: Grid | None = None) -> tuple[Efficiency, np.ndarray]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
+import statistics
 from pathlib import Path
 
 import pytest
@@ -40,9 +41,12 @@ def test_fit_recovers_known_coefficients(gpu: str) -> None:
     works = _steps(cm, 200, seed=1)
     times = [cm.cost(w).time_s for w in works]
     f = fit(works, times, CostParams.from_gpu(g))  # starts from the preset, far from the truth
-    for name in ("overhead_s", "per_seq_s", "flops", "bandwidth", "attn_flops", "kv_bandwidth", "per_prefill_s",
-                 "per_pad_token_s"):
+    for name in ("per_seq_s", "flops", "attn_flops", "kv_bandwidth", "per_prefill_s", "per_pad_token_s"):
         assert getattr(f.params, name) == pytest.approx(getattr(true, name), rel=0.02), name
+    # every step reads the one model's weights once: that read is part of the per-step overhead
+    weight_read = works[0].weight_bytes / true.bandwidth
+    assert f.params.overhead_s == pytest.approx(true.overhead_s + weight_read, rel=0.02)
+    assert f.params.bandwidth == math.inf
     assert f.mape < 0.1 and f.median_ape < 0.1
 
 
@@ -54,7 +58,8 @@ def test_fit_sets_outliers_aside() -> None:
     times = [cm.cost(w).time_s * (4.0 if i % 25 == 0 else 1.0) for i, w in enumerate(works)]  # descheduled steps
     f = fit(works, times, CostParams.from_gpu(g))
     assert f.num_outliers == 8
-    assert f.params.bandwidth == pytest.approx(true.bandwidth, rel=0.01)
+    assert f.params.flops == pytest.approx(true.flops, rel=0.01)
+    assert f.params.kv_bandwidth == pytest.approx(true.kv_bandwidth, rel=0.01)
 
 
 def test_fit_with_noise_stays_close() -> None:
@@ -65,7 +70,7 @@ def test_fit_with_noise_stays_close() -> None:
     rng = random.Random(3)
     times = [cm.cost(w).time_s * rng.uniform(0.97, 1.03) for w in works]
     f = fit(works, times, CostParams.from_gpu(g))
-    assert f.params.bandwidth == pytest.approx(true.bandwidth, rel=0.05)
+    assert f.params.kv_bandwidth == pytest.approx(true.kv_bandwidth, rel=0.05)
     assert f.params.flops == pytest.approx(true.flops, rel=0.05)
     assert f.mape < 3.0
 
@@ -80,8 +85,9 @@ def test_fit_follows_the_typical_step_when_a_neighbour_slows_a_third_of_them() -
     slow = [(i // 20) % 3 == 2 for i in range(len(works))]  # every third stretch of 20 steps
     times = [cm.cost(w).time_s * (1.35 if s else 1.0) for w, s in zip(works, slow, strict=True)]
     f = fit(works, times, CostParams.from_gpu(g))
-    assert f.params.overhead_s == pytest.approx(true.overhead_s, rel=0.03)
-    assert f.params.bandwidth == pytest.approx(true.bandwidth, rel=0.03)
+    weight_read = works[0].weight_bytes / true.bandwidth  # the same every step: part of the overhead
+    assert f.params.overhead_s == pytest.approx(true.overhead_s + weight_read, rel=0.03)
+    assert f.params.kv_bandwidth == pytest.approx(true.kv_bandwidth, rel=0.03)
     assert f.params.flops == pytest.approx(true.flops, rel=0.03)
     assert f.median_ape < 3.0  # the undisturbed two thirds are reproduced
 
@@ -89,32 +95,38 @@ def test_fit_follows_the_typical_step_when_a_neighbour_slows_a_third_of_them() -
 def test_fit_is_not_pulled_under_the_typical_step_by_two_even_modes() -> None:
     """Half the steps 25 % slower and half 20 % faster than the model (the same factor either way, a
     machine in two moods): the fit lands on the model, not under it, as a fit of the relative error
-    would (a slow step's relative error is smaller than a fast one's)."""
+    would (a slow step's relative error is smaller than a fast one's: -4 to -7 %). Between two equal
+    modes the robust loss is nearly flat, so one draw lands anywhere within a few % either side; over
+    seven draws the typical one is on the model."""
     true = CostParams(5e-4, 1e-6, 5e14, 2.6e12, 3e14, 2.0e12, 2e-5)
     g = GPUS["H100-SXM"]
     cm = CostModel(MODELS["llama-3.1-8b"], g, true)
-    works = _steps(cm, 300, seed=7)
-    times = [cm.cost(w).time_s * (1.25 if (i // 10) % 2 else 1 / 1.25) for i, w in enumerate(works)]
-    f = fit(works, times, CostParams.from_gpu(g))
-    modelled = [cm.cost(w).time_s for w in works]
-    ratios = sorted(step_time(w, f.params).time_s / m for w, m in zip(works, modelled, strict=True))
-    assert ratios[len(ratios) // 2] == pytest.approx(1.0, abs=0.03)
+    medians = []
+    for seed in range(7, 14):
+        works = _steps(cm, 300, seed=seed)
+        times = [cm.cost(w).time_s * (1.25 if (i // 10) % 2 else 1 / 1.25) for i, w in enumerate(works)]
+        f = fit(works, times, CostParams.from_gpu(g))
+        modelled = [cm.cost(w).time_s for w in works]
+        medians.append(statistics.median(step_time(w, f.params).time_s / m for w, m in zip(works, modelled, strict=True)))
+    assert 0.98 <= statistics.median(medians) <= 1.05
 
 
 def test_a_rate_whose_time_comes_out_zero_stays_out_of_the_max() -> None:
-    """On a CPU the tiny model's weights stream from cache: reading them costs nothing measurable, and
-    the fitted bandwidth must not fall back to a prior that would make the weight read the larger side."""
-    true = CostParams(1e-3, 2e-5, 6e10, math.inf, 8e9, 3e9, 4e-4)
+    """On a CPU the tiny model's K and V stream from cache: reading them costs nothing measurable, and
+    the fitted KV bandwidth must not fall back to a prior that would make the KV read attention's larger
+    side."""
+    true = CostParams(1e-3, 2e-5, 6e10, math.inf, 8e9, math.inf, 4e-4)
     tiny = resolve_model("tiny", None, dtype_bytes=4)
     g = GPUS["H100-SXM"]
     cm = CostModel(tiny, g, true)
     works = _steps(cm, 200, seed=8)
     times = [cm.cost(w).time_s for w in works]
-    prior = CostParams(1e-3, 0.0, 5e10, 1e10, 5e10, 1e10)  # a CPU prior: weight reads would dominate
+    prior = CostParams(1e-3, 0.0, 5e10, 1e10, 5e10, 1e9)  # a CPU prior: KV reads would dominate
     f = fit(works, times, prior)
     p = f.params
     assert f.mape < 0.5
-    assert all(w.weight_bytes / p.bandwidth <= w.linear_flops / p.flops * (1 + 1e-9) for w in works)
+    assert p.bandwidth == math.inf  # one model's weight read: in the overhead
+    assert all(w.kv_bytes / p.kv_bandwidth <= w.attn_flops / p.attn_flops * (1 + 1e-9) for w in works)
 
 
 def test_fit_needs_enough_positive_samples() -> None:

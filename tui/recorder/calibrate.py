@@ -41,7 +41,7 @@ def _machine_gpu(device_label: str, dtype_bytes: int) -> GpuSpec:
 def fit_samples(samples: list[StepSample], model: ModelSpec, gpu: GpuSpec) -> tuple[Hardware, Fit]:
     """Fit the cost model to measured steps; the hardware profile it gives and the fit."""
     # the prior: the device's peaks at its own efficiency factors (a CPU's 1.0), one overhead per step and
-    # none of a GPU stack's fitted terms (per layer, GEMM saturation, sampler): calibration fits its own
+    # none of a GPU stack's fitted terms (per layer, sampler): calibration fits its own
     fl, bw = gpu.peak_flops * gpu.flops_efficiency, gpu.mem_bandwidth * gpu.bandwidth_efficiency
     prior = CostParams(gpu.step_overhead_s, 0.0, fl, bw, fl * ATTN_FLOPS_FACTOR, bw)
     cm = CostModel(model, gpu, prior)

@@ -6,8 +6,12 @@ cache (a decode is ``new = 1``; a prefill chunk ``new = chunk``). Per device, wi
 
 - **linear layers**: ``2 · T · P_layers / tp`` FLOPs (T = tokens this step) plus ``2 · S · hidden ·
   vocab / tp`` for the LM head over the S rows that sample; the weights are read **once per step**
-  whatever the batch, so time = ``max(FLOPs / achieved FLOP/s, weight bytes / achieved bandwidth)`` —
-  flat in the batch size until the batch is large enough to be compute bound;
+  whatever the batch, and time = ``weight bytes / achieved bandwidth + FLOPs / achieved FLOP/s``: the
+  two add, they do not overlap as a roofline's ``max`` would have them. Published decode sweeps grow
+  from the first rows (LMDeploy on an A100: 10, 11, 12 and 14 ms per step at batch 1, 16, 32 and 64,
+  where ``max`` stays flat until batch ~110), and a 128-token prefill takes longer than its FLOPs
+  alone at the rate a 2,048-token one reaches (bench/published.toml; the sum's prefill error held out
+  by source is half the ``max``'s with a fitted GEMM saturation curve, kvtui issue 26);
 - **attention**: per request, its queries attend ``new·past + new·(new+1)/2`` (query, key) pairs,
   ``4 · layers · heads/tp · head_dim`` FLOPs per pair (QKᵀ and PV), and read its whole context's K and V
   once: time = ``max(attention FLOPs / achieved, KV bytes / achieved KV bandwidth)`` — prefill is
@@ -15,9 +19,10 @@ cache (a decode is ``new = 1``; a prefill chunk ``new = chunk``). Per device, wi
 - **all-reduce** (tp > 1): two per layer (after attention and after the MLP) of ``T · hidden`` values,
   ring: ``2 (tp-1)/tp · bytes / link bandwidth`` plus a fixed latency per call, both by interconnect
   (NVLink or PCIe: :mod:`tui.engine.sim.hardware`);
-- **GEMM efficiency** saturates in the step's tokens: the linear layers' achieved FLOP/s are
-  ``flops · T / (T + gemm_half_tokens)`` (a 128-token prefill fills few waves of a GEMM; thousands of
-  tokens fill it), not one constant for every shape;
+- **GEMM efficiency** therefore saturates in the step's tokens: the linear layers' achieved FLOP/s are
+  ``flops · T / (T + T*)``, half at the ridge point ``T*`` where streaming the weights takes as long as
+  the math (``flops / bandwidth`` FLOPs per byte times the weights' bytes per FLOP: ~110 tokens on an
+  A100, ~220 on an H100 at the fitted efficiencies), a property of the GPU and dtype, not a constant;
 - **mixed steps** (chunked prefill beside decodes) as the sum of their parts: the linear layers run once
   over all the step's tokens, the prefill chunks' attention (compute bound) and the decodes' attention
   (bound by reading their KV at ``kv_bandwidth``, decode attention's own efficiency) each take their own
@@ -40,7 +45,7 @@ cache (a decode is ``new = 1``; a prefill chunk ``new = chunk``). Per device, wi
   context, so it pays for part of this count).
 
 Every coefficient lives in :class:`~tui.engine.sim.hardware.CostParams`; a step's cost is linear in
-them once it is known which side of each ``max`` is taken, which is what calibration exploits.
+them once it is known which side of each attention ``max`` is taken, which is what calibration exploits.
 """
 
 from __future__ import annotations
@@ -94,8 +99,7 @@ class StepCost:
 def step_seconds(w: Any, p: CostParams, maximum: Callable[[Any, Any], Any] = max) -> Any:
     """The step-time formula (the one place it is written): seconds of work ``w`` (a :class:`StepWork`,
     or one whose fields are numpy arrays with ``maximum=np.maximum``: many steps at once) under ``p``."""
-    rate = p.flops if not p.gemm_half_tokens else p.flops * w.tokens / (w.tokens + p.gemm_half_tokens)
-    linear = maximum(w.linear_flops / rate, w.weight_bytes / p.bandwidth)
+    linear = w.linear_flops / p.flops + w.weight_bytes / p.bandwidth
     prefill_attn = maximum((w.attn_flops - w.dec_attn_flops) / p.attn_flops, (w.kv_bytes - w.dec_kv_bytes) / p.kv_bandwidth)
     decode_attn = maximum(w.dec_attn_flops / p.attn_flops, w.dec_kv_bytes / p.kv_bandwidth)
     return (p.overhead_s + p.per_layer_s * w.layers + p.per_seq_s * w.rows + p.per_prefill_s * w.prefills

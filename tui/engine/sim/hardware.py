@@ -12,8 +12,8 @@ The efficiency terms (:data:`EFFICIENCY`) and each serving stack's per-layer lat
 number fitted *without* the source it predicts (leave one source out). The fit is the source of
 those constants; no datasheet gives them:
 
-- ``flops_efficiency``: the share of the dense peak a large GEMM reaches; a step of ``T`` tokens gets
-  ``flops_efficiency · T / (T + gemm_half_tokens)`` of it (small GEMMs fill fewer SMs and waves);
+- ``flops_efficiency``: the share of the dense peak the linear layers' math reaches (the weights'
+  streaming time adds to it: :mod:`tui.engine.sim.cost`);
 - ``bandwidth_efficiency``: the share of HBM bandwidth weight streaming reaches (decode at batch 1);
 - ``kv_bandwidth_factor``: decode attention's KV reads (scattered blocks) relative to weight streaming;
 - ``per_row_s`` and ``per_logit_s``: the sampler's and logits' cost per row, ``per_row_s + per_logit_s
@@ -135,19 +135,18 @@ class Efficiency:
     """The fitted efficiency terms shared by every GPU preset (see the module doc)."""
 
     flops_efficiency: float
-    gemm_half_tokens: float
     bandwidth_efficiency: float
     kv_bandwidth_factor: float
     per_logit_s: float
     per_row_s: float = 0.0
 
 
-# FITTED: `python bench/published_fit.py` on bench/published.toml (all 48 latency points, 10 sources);
+# FITTED: `python bench/published_fit.py` on bench/published.toml (all 48 latency points, 7 sources);
 # their out-of-sample errors are bench/sim.py's leave-one-source-out figures
-EFFICIENCY = Efficiency(flops_efficiency=0.65, gemm_half_tokens=64.0, bandwidth_efficiency=0.9,
-                        kv_bandwidth_factor=1.0, per_logit_s=0.0, per_row_s=35e-6)
+EFFICIENCY = Efficiency(flops_efficiency=0.7, bandwidth_efficiency=0.95,
+                        kv_bandwidth_factor=1.0, per_logit_s=0.0, per_row_s=23e-6)
 STACKS: dict[str, StackSpec] = {
-    "vllm": StackSpec("vllm", 70e-6, 0.0, "fitted: bench/published.toml's vLLM points (serving and CI harness)"),
+    "vllm": StackSpec("vllm", 71e-6, 0.0, "fitted: bench/published.toml's vLLM points (serving and CI harness)"),
     "compiled": StackSpec("compiled", 81e-6, 0.0,
                           "fitted: TensorRT-LLM (NeMo), LMDeploy TurboMind and gpt-fast points of bench/published.toml"),
     "eager": StackSpec("eager", 100e-6, 0.0,
@@ -181,7 +180,6 @@ class CostParams:
     per_prefill_s: float = 0.0
     per_pad_token_s: float = 0.0  # per padded decode KV slot (0 on a GPU: see tui.engine.sim.cost)
     per_layer_s: float = 0.0  # per layer per step (a GPU stack's launch floor; 0 in a CPU calibration)
-    gemm_half_tokens: float = 0.0  # GEMM FLOP/s reach half of ``flops`` at this many tokens (0: always all)
     per_logit_s: float = 0.0  # per sampled row per vocabulary entry (sampler, logits processing)
 
     @classmethod
@@ -192,7 +190,7 @@ class CostParams:
         achieved = gpu.peak_flops * e.flops_efficiency
         bw = gpu.mem_bandwidth * e.bandwidth_efficiency
         return cls(st.overhead_s, e.per_row_s, achieved, bw, achieved * ATTN_FLOPS_FACTOR, bw * e.kv_bandwidth_factor,
-                   per_layer_s=st.per_layer_s, gemm_half_tokens=e.gemm_half_tokens, per_logit_s=e.per_logit_s)
+                   per_layer_s=st.per_layer_s, per_logit_s=e.per_logit_s)
 
 
 @dataclass(frozen=True)
@@ -231,6 +229,7 @@ def load_hardware(name_or_path: str) -> Hardware:
         cost = dict(data["cost"])
         cost.setdefault("kv_bandwidth", cost.get("bandwidth"))  # profiles from before it was fitted apart
         cost.pop("per_token_s", None)  # ... and from when a per-token cost (the linear FLOPs again) was
+        cost.pop("gemm_half_tokens", None)  # ... and a fitted GEMM half point (now the ridge point: cost.py)
         params = CostParams(**cost)
     except (tomllib.TOMLDecodeError, KeyError, TypeError, UnicodeDecodeError) as e:
         raise ValueError(f"{path}: not a kvtui hardware profile ([gpu] and [cost] tables): {e}") from None
