@@ -4,7 +4,8 @@ Each published point is predicted with every fitted number fitted to the *other*
 the efficiency terms shared by all GPUs (GEMM efficiency, weight-streaming and decode-attention
 bandwidth shares, the sampler's per-row and per-logit costs), each stack class's per-layer floor, and
 the memory terms (non-torch bytes at TP1 and per further device, the sampler's bytes per logit).
-Nothing the held-out source measured reaches its own prediction. ``fit_all`` fits the same on every point: the constants in tui/engine/sim/hardware.py.
+Nothing the held-out source measured reaches its own prediction. ``fit_all`` fits the same on every
+point: the constants in tui/engine/sim/hardware.py.
 """
 
 from __future__ import annotations
@@ -82,7 +83,8 @@ class LatencyTable:
         """ms per point with no per-layer or per-logit cost, and the columns (per-layer s per class,
         per-logit s) that add to it linearly."""
         p = CostParams(0.0, 0.0, self.peak * e.flops_efficiency, self.bw * e.bandwidth_efficiency,  # type: ignore[arg-type]
-                       self.peak * e.flops_efficiency * ATTN_FLOPS_FACTOR, self.bw * e.bandwidth_efficiency * e.kv_bandwidth_factor)  # type: ignore[arg-type]
+                       self.peak * e.flops_efficiency * ATTN_FLOPS_FACTOR,  # type: ignore[arg-type]
+                       self.bw * e.bandwidth_efficiency * e.kv_bandwidth_factor)  # type: ignore[arg-type]
         base = self._sum(step_seconds(self.work, p, np.maximum)) * 1e3
         layers = self._sum(self.work.layers) * 1e3  # type: ignore[arg-type]
         cols = np.zeros((len(self.points), len(CLASSES) + 2))
@@ -242,6 +244,27 @@ def disagreements(points: list[dict[str, Any]] | None = None) -> list[dict[str, 
             rows.append(dict(setup=key, sources=(a, b), values=(float(np.median(va)), float(np.median(vb))),
                              phase="prefill" if key[4] == "ttft_ms" else "decode", floor=100.0 * (hi - lo) / (hi + lo)))
     return rows
+
+
+def source_offsets(rows: list[dict[str, Any]]) -> tuple[dict[str, tuple[int, float]], dict[str, float]]:
+    """How much of the held-out latency error (``loso`` rows) is each source's own speed: per source,
+    its latency points and their median error in % (its offset against the shared model, as a ratio);
+    and per phase, the median |error| left once each source's points are divided by that offset. The
+    offsets are fitted on the source's own points, so what is left is not a held-out figure: it is the
+    error a per-stack calibration could at best leave."""
+    by: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        if r["phase"] != "capacity":
+            by.setdefault(r["source"], []).append(r)
+    offsets: dict[str, tuple[int, float]] = {}
+    left: dict[str, list[float]] = {}
+    for s, rs in sorted(by.items()):
+        logs = np.log([r["pred"] / r["value"] for r in rs])
+        offset = float(np.median(logs))
+        offsets[s] = (len(rs), 100.0 * float(np.expm1(offset)))
+        for r, x in zip(rs, logs, strict=True):
+            left.setdefault(r["phase"], []).append(100.0 * abs(float(np.expm1(x - offset))))
+    return offsets, {ph: float(np.median(v)) for ph, v in left.items()}
 
 
 def fit_all(points: list[dict[str, Any]] | None = None) -> tuple[Efficiency, dict[str, float], MemoryFit]:

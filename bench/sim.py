@@ -480,6 +480,11 @@ def main() -> None:
     for r in loso:
         print(f"#   {r['name']:<42} {r['source']:<16} {r['phase']:<8} {r['value']:9.2f}  modelled {r['pred']:9.2f} "
               f"{r['err']:+6.1f} %")
+    offsets, left = published_fit.source_offsets(loso)
+    print("# each source's offset against the shared model (median held-out error of its latency points): "
+          + ", ".join(f"{s} {o:+.1f} % ({n})" for s, (n, o) in offsets.items()))
+    print("#   with each source's own offset taken out (fitted on its own points, so not held out: what a "
+          "per-stack calibration could at best leave): " + ", ".join(f"{ph} {v:.1f} %" for ph, v in left.items()))
     print("# setups two sources measured (the least |error| one prediction can have on both):")
     for d in pairs:
         model, gpu, tp, batch, metric, dtype, prompt = d["setup"]

@@ -51,6 +51,16 @@ def test_the_fit_recovers_a_known_per_layer_floor_and_efficiency(fit: ModuleType
     assert per_layer[0] == pytest.approx(50e-6, rel=1e-3)
 
 
+def test_a_source_that_runs_uniformly_slower_has_that_offset_and_nothing_left(fit: ModuleType) -> None:
+    rows = [dict(source="slow", phase="decode", value=10.0 * k, pred=8.0 * k) for k in (1, 2, 3)]
+    rows += [dict(source="mixed", phase="prefill", value=100.0, pred=p) for p in (90.0, 100.0, 121.0)]
+    rows += [dict(source="slow", phase="capacity", value=1.0, pred=5.0)]  # capacity is not latency
+    offsets, left = fit.source_offsets(rows)
+    assert offsets == {"slow": (3, pytest.approx(-20.0)), "mixed": (3, pytest.approx(0.0))}
+    assert left["decode"] == pytest.approx(0.0, abs=1e-9)
+    assert left["prefill"] == pytest.approx(10.0)  # the median of 10, 0 and 21 %
+
+
 def test_the_shipped_memory_terms_are_the_fit_over_every_capacity_log(fit: ModuleType) -> None:
     _, _, memory = fit.fit_all()
     assert (memory.non_torch_base, memory.non_torch_per_peer) == (

@@ -175,7 +175,7 @@ def test_a_run_without_frames_says_why_in_one_line(tmp_path, capsys):
 @pytest.mark.slow
 @pytest.mark.parametrize("size", [(80, 24), (100, 30), (120, 40)], ids=lambda s: f"{s[0]}x{s[1]}")
 def test_replay_paused_at_the_stall(snap_compare, rec, size):
-    """Static batching 6.5 s into the capacity edge: two 800-token requests run, the queue waits. The
+    """Static batching 13 s into the capacity edge: two 800-token requests run, the queue waits. The
     time bar keeps one line and its scrub bar at every size (it drops the step and frame first), the
     status line one line, q in the footer."""
     assert snap_compare(ReplayApp(rec, frame=stall_behind_two_long(rec)), terminal_size=size)

@@ -10,6 +10,7 @@ machine. On a CUDA machine this calibrates the GPU.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import sys
 from pathlib import Path
@@ -47,9 +48,10 @@ def fit_samples(samples: list[StepSample], model: ModelSpec, gpu: GpuSpec) -> tu
     cm = CostModel(model, gpu, prior)
     works = [cm.work(s.shape, s.sampled) for s in samples]
     f = fit(works, [s.duration_s for s in samples], prior)
-    # peaks consistent with the fitted rates, so the simulated gauges read as shares of them
-    gpu = dataclasses.replace(gpu, peak_flops=f.params.flops / gpu.flops_efficiency,
-                              mem_bandwidth=f.params.bandwidth / gpu.bandwidth_efficiency)
+    # peaks consistent with the fitted rates, so the simulated gauges read as shares of them (one model's
+    # weight read joins the per-step overhead: its bandwidth is unbounded, and the device's peak stays)
+    bandwidth = f.params.bandwidth / gpu.bandwidth_efficiency if math.isfinite(f.params.bandwidth) else gpu.mem_bandwidth
+    gpu = dataclasses.replace(gpu, peak_flops=f.params.flops / gpu.flops_efficiency, mem_bandwidth=bandwidth)
     return Hardware(gpu, f.params, calibrated=True, origin="kvtui calibrate"), f
 
 
@@ -95,7 +97,9 @@ def calibrate_main(profile: Profile, out: Path, quick: bool = False) -> int:
     print(f"fitted {f.num_samples} steps (MAPE {f.mape:.1f} %, median {f.median_ape:.1f} %): overhead {p.overhead_s * 1e3:.3f} ms/step, "
           f"{p.per_seq_s * 1e6:.1f} us/request, {p.per_prefill_s * 1e6:.0f} us/prefill chunk, "
           f"{p.per_pad_token_s * 1e9:.0f} ns/padded decode slot, "
-          f"{per_second(p.flops, 'FLOP')}, {per_second(p.bandwidth, 'B')}; attention {per_second(p.attn_flops, 'FLOP')}, "
+          f"{per_second(p.flops, 'FLOP')}, "
+          f"{per_second(p.bandwidth, 'B') if math.isfinite(p.bandwidth) else 'weight read in the overhead'}; "
+          f"attention {per_second(p.attn_flops, 'FLOP')}, "
           f"KV {per_second(p.kv_bandwidth, 'B')}")
     print(f"wrote {out}; use it with [engine] backend = \"simulated\", hardware = \"{out}\", "
           f"model = \"{cfg.model_path or cfg.model}\"")

@@ -3,8 +3,11 @@
 Simulated Llama-3.1-8B on one H100 (the real scheduler and KV layouts, modelled step times), a
 capacity-edge workload (80 % of requests want 20 output tokens, 20 % want 800) under static batching
 (batch of 8, exact contiguous reservations) and continuous batching (paged KV), 800 MiB of KV for
-both: about 6,400 tokens. Static batching stalls (6.5 s in: 50 requests wait while its batch runs on
-with only its two 800-token members); continuous batching runs out of blocks and preempts. Tests and the README's replay example record it with :func:`record_scene`.
+both: about 6,400 tokens. Static batching stalls (13 s in: 37 requests wait while its batch runs on
+with only its two 800-token members); continuous batching runs out of blocks and preempts. Tests and
+the README's replay example record it with :func:`record_scene`. Which requests share a static batch
+depends on the modelled step times: a change to the cost model can move the stall (the workload seed
+is chosen for a clear one).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ SCENE: dict[str, Any] = {
     "workload": {"prompt_len": {"dist": "uniform", "low": 32, "high": 512},
                  "output_len": {"dist": "mixture", "components": [{"weight": 0.8, "value": 20},
                                                                   {"weight": 0.2, "value": 800}]},
-                 "seed": 7},
+                 "seed": 3},
     "load": {"seed": 1},
     "stages": [{"name": "edge", "rate": 10.0, "num_requests": 60}],
     "record": {"snapshots_per_s": 2.0},

@@ -96,8 +96,9 @@ def _solve(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def _params(theta: np.ndarray, prior: CostParams, used: Sequence[int]) -> CostParams:
     def rate(j: int, old: float) -> float:
         # a rate the samples depend on but whose time came out zero is unbounded here (on a CPU the
-        # tiny model's weights stream from cache while its FLOPs run): infinite, so the fitted sides
-        # of each max stay as fitted; a rate no sample depends on keeps the prior
+        # tiny model's K and V stream from cache while its FLOPs run; one model's weight read is in
+        # the overhead): infinite, so the fitted sides of each max stay as fitted; a rate no sample
+        # depends on keeps the prior
         inv = float(theta[j])
         return 1.0 / inv if inv > 0 else math.inf if j in used else old
 
