@@ -27,8 +27,9 @@ from tui.engine.sim.models import resolve_model, with_dtypes
 
 PUBLISHED = Path(__file__).with_name("published.toml")
 # which stack preset (tui.engine.sim.hardware.STACKS) each measured stack is
-STACK_CLASS = {"vllm-serve": "vllm", "vllm-ci-latency": "vllm", "nemo-trtllm": "compiled",
-               "lmdeploy-turbomind": "compiled", "gpt-fast": "compiled", "trtllm": "compiled"}
+STACK_CLASS = {"vllm-serve": "vllm", "vllm-ci-latency": "vllm", "sglang": "vllm", "nemo-trtllm": "compiled",
+               "nim-trtllm": "compiled", "lmdeploy-turbomind": "compiled", "gpt-fast": "compiled", "trtllm": "compiled",
+               "llama.cpp": "compiled"}
 CLASSES = ("vllm", "compiled")
 DECODE_SAMPLES = 8  # decode steps evaluated per point (evenly over its output; the step time is ~linear)
 GRID = {"flops_efficiency": (0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85),

@@ -67,7 +67,7 @@ def test_prefill_is_compute_bound_and_quadratic_in_attention() -> None:
     pairs = 4096 * 4097 / 2
     attention = 4 * 32 * 32 * 128 * pairs / ATTN
     assert c.time_s == pytest.approx(32 * PER_LAYER + PER_ROW + 128256 * PER_LOGIT + linear + attention, rel=1e-9)
-    assert c.time_s == pytest.approx(0.0986, rel=0.01)
+    assert c.time_s == pytest.approx(0.1057, rel=0.01)
     # doubling the prompt more than doubles attention (quadratic), while the linear part doubles
     c2 = model_8b().step([(8192, 0)], sampled=1)
     assert c2.time_s > 2 * c.time_s

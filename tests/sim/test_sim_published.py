@@ -10,8 +10,8 @@ from types import ModuleType
 import numpy as np
 import pytest
 
+from tui.engine.sim.hardware import EFFICIENCY, STACKS, Efficiency
 from tui.engine.sim.hardware import PRESETS as GPUS
-from tui.engine.sim.hardware import Efficiency
 from tui.engine.sim.memory import NON_TORCH_BASE, NON_TORCH_PER_PEER, SAMPLER_BYTES_PER_LOGIT, GiB
 from tui.engine.sim.models import PRESETS as MODELS
 
@@ -59,6 +59,16 @@ def test_a_source_that_runs_uniformly_slower_has_that_offset_and_nothing_left(fi
     assert offsets == {"slow": (3, pytest.approx(-20.0)), "mixed": (3, pytest.approx(0.0))}
     assert left["decode"] == pytest.approx(0.0, abs=1e-9)
     assert left["prefill"] == pytest.approx(10.0)  # the median of 10, 0 and 21 %
+
+
+def test_the_shipped_step_time_terms_are_the_fit_over_every_latency_point(fit: ModuleType) -> None:
+    e, floors, _ = fit.fit_all()
+    assert (e.flops_efficiency, e.bandwidth_efficiency, e.kv_bandwidth_factor) == (
+        EFFICIENCY.flops_efficiency, EFFICIENCY.bandwidth_efficiency, EFFICIENCY.kv_bandwidth_factor)
+    assert e.per_row_s == pytest.approx(EFFICIENCY.per_row_s, abs=1e-6)
+    assert e.per_logit_s == pytest.approx(EFFICIENCY.per_logit_s, abs=1e-12)
+    for stack, floor in floors.items():
+        assert floor == pytest.approx(STACKS[stack].per_layer_s, abs=1e-6), stack
 
 
 def test_the_shipped_memory_terms_are_the_fit_over_every_capacity_log(fit: ModuleType) -> None:

@@ -27,7 +27,7 @@ from tui.metrics.capacity import (
     read_capacity_edges,
     write_capacity_edges,
 )
-from tui.metrics.steady import queue_test
+from tui.metrics.steady import QueueTest, mean_service_s, queue_test
 from tui.profile import Profile, ProfileError, SweepConfig, find_profile, load_profile, profile_from_dict
 from tui.recorder.virtual import VirtualClockRecorder, run_virtual_cell
 from tui.report.terminal import load_run
@@ -162,25 +162,46 @@ def swept(tmp_path_factory: pytest.TempPathFactory) -> tuple[Profile, Path, int]
     return prof, out, code
 
 
-def _probe(prof: Profile, mode, rate: float, length: float | None = None) -> tuple[float, bool]:
-    """One probe alone, as the sweep runs it: its attainment, and whether its queue stayed steady."""
+def _probe_records(prof: Profile, mode, rate: float, length: float | None = None) -> tuple[list, float]:
+    """One probe alone, as the sweep runs it: its records, and its arrivals' length (s)."""
     assert prof.sweep is not None
+    stage = prof.sweep.probe_stage(1, rate, length)
     records: list = []
-    run_virtual_cell(prof, prof.sweep.probe_stage(1, rate, length), mode, start=0.0,
-                     on_record=lambda r: None if r.warmup else records.append(r))
+    run_virtual_cell(prof, stage, mode, start=0.0, on_record=lambda r: None if r.warmup else records.append(r))
+    return records, (stage.num_requests or 0) / stage.rate
+
+
+def _verdict(prof: Profile, records: list) -> tuple[float, QueueTest | None]:
     q = queue_test(np.array([r.send_t for r in records]), np.array([np.nan if r.end_t is None else r.end_t
                                                                     for r in records]))
-    return cell_attainment(records, prof.slo) or 0.0, q is None or q.steady
+    return cell_attainment(records, prof.slo) or 0.0, q
+
+
+def _probe(prof: Profile, mode, rate: float, length: float | None = None) -> tuple[float, bool]:
+    """One probe alone, as the sweep runs it: its attainment, and whether its queue stayed steady."""
+    attainment, q = _verdict(prof, _probe_records(prof, mode, rate, length)[0])
+    return attainment, q is None or q.steady
 
 
 def _brute_force_edge(prof: Profile, mode, step: float) -> tuple[float, float]:
-    """Scan rates upward from the sweep's start by a factor ``step``: the last rate that passed
-    (attainment at the target, queue steady) before the first that did not, and that first miss."""
+    """Scan rates upward from the sweep's start by a factor ``step``, each rate probed by the sweep's rule
+    (long enough for the mode's mean service times, from the first probe, and run longer while its queue
+    test is undecided): the last rate that passed (attainment at the target, queue steady) before the
+    first that did not, and that first miss."""
     assert prof.sweep is not None
-    rate, last_ok = prof.sweep.start_rate, None
+    rate, last_ok, service = prof.sweep.start_rate, None, None
     while True:
-        attainment, steady = _probe(prof, mode, rate)
-        if attainment < prof.sweep.target_attainment or not steady:
+        search = EdgeSearch("scan", prof.sweep)
+        search.service_s = service
+        probe: tuple[float, float] | None = (rate, search.probe_length_s())
+        while probe is not None:
+            records, length = _probe_records(prof, mode, *probe)
+            if service is None:
+                ok = [r for r in records if r.ok]
+                service = mean_service_s(np.array([r.send_t for r in ok]), np.array([r.last_token_t for r in ok]))
+            attainment, q = _verdict(prof, records)
+            probe = None if search.observe_probe(rate, length, attainment, "scan", q, service) else search.next_probe()
+        if search.probes[-1].attainment < prof.sweep.target_attainment or not search.probes[-1].steady:
             assert last_ok is not None, "the scan must start below the edge"
             return last_ok, rate
         last_ok, rate = rate, rate * step

@@ -22,7 +22,7 @@ cache (a decode is ``new = 1``; a prefill chunk ``new = chunk``). Per device, wi
 - **GEMM efficiency** therefore saturates in the step's tokens: the linear layers' achieved FLOP/s are
   ``flops · T / (T + T*)``, half at the ridge point ``T*`` where streaming the weights takes as long as
   the math (``flops / bandwidth`` FLOPs per byte times the weights' bytes per FLOP: ~110 tokens on an
-  A100, ~220 on an H100 at the fitted efficiencies), a property of the GPU and dtype, not a constant;
+  A100, ~210 on an H100 at the fitted efficiencies), a property of the GPU and dtype, not a constant;
 - **mixed steps** (chunked prefill beside decodes) as the sum of their parts: the linear layers run once
   over all the step's tokens, the prefill chunks' attention (compute bound) and the decodes' attention
   (bound by reading their KV at ``kv_bandwidth``, decode attention's own efficiency) each take their own
