@@ -395,7 +395,8 @@ def vs_torch(compare: Profile, quick: bool) -> tuple[float, float, float, list[s
 
     p = fit.params
     notes = [f"# calibration: {fit.num_samples} grid steps ({walker.passes_done} passes, in bursts through the cells), fit "
-             f"MAPE {fit.mape:.1f} % (median {fit.median_ape:.1f} %) on its own grid: overhead "
+             f"MAPE {fit.mape:.1f} % (median {fit.median_ape:.1f} %) on its own grid, the weight read "
+             f"{'overlapping' if p.overlap else 'added to'} the math: overhead "
              f"{p.overhead_s * 1e3:.3f} ms, {p.per_seq_s * 1e6:.1f} us/request, {p.per_prefill_s * 1e6:.0f} us/prefill "
              f"chunk, {p.per_pad_token_s * 1e9:.0f} ns/padded slot",
              f"# {len(steps)} compare steps predicted: median |error| {np.median(np.abs(rel)) * 100:.1f} %, "

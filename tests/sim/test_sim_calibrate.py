@@ -50,6 +50,22 @@ def test_fit_recovers_known_coefficients(gpu: str) -> None:
     assert f.mape < 0.1 and f.median_ape < 0.1
 
 
+@pytest.mark.parametrize("overlap", [True, False])
+def test_fit_keeps_the_form_of_the_linear_layers_the_steps_show(overlap: bool) -> None:
+    """Steps whose weight read overlaps the math (the larger counts) are fitted in that form, where the
+    read is told apart from the overhead by the steps that are bound by it; steps where the two add, in
+    theirs (the read then joins the overhead: see above)."""
+    true = CostParams(3e-4, 2e-6, 4.1e14, 1.9e12, 2.2e14, 1.2e12, 5e-5, overlap=overlap)
+    g = GPUS["H100-SXM"]
+    cm = CostModel(MODELS["llama-3.1-8b"], g, true)
+    works = _steps(cm, 200, seed=11)
+    f = fit(works, [cm.cost(w).time_s for w in works], CostParams.from_gpu(g))
+    assert f.params.overlap is overlap and f.median_ape < 0.1
+    if overlap:
+        assert f.params.bandwidth == pytest.approx(true.bandwidth, rel=0.02)
+        assert f.params.overhead_s == pytest.approx(true.overhead_s, rel=0.02)
+
+
 def test_fit_sets_outliers_aside() -> None:
     true = CostParams(5e-4, 1e-6, 5e14, 2.6e12, 3e14, 2.0e12)
     g = GPUS["H100-SXM"]

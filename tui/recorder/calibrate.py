@@ -94,7 +94,8 @@ def calibrate_main(profile: Profile, out: Path, quick: bool = False) -> int:
     note = f"{model.name} on {hw.gpu.name}, {f.num_samples} steps, fit MAPE {f.mape:.1f} %"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(dump_hardware(hw, note), encoding="utf-8")
-    print(f"fitted {f.num_samples} steps (MAPE {f.mape:.1f} %, median {f.median_ape:.1f} %): overhead {p.overhead_s * 1e3:.3f} ms/step, "
+    print(f"fitted {f.num_samples} steps (MAPE {f.mape:.1f} %, median {f.median_ape:.1f} %; the weight read "
+          f"{'overlaps' if p.overlap else 'adds to'} the linear math): overhead {p.overhead_s * 1e3:.3f} ms/step, "
           f"{p.per_seq_s * 1e6:.1f} us/request, {p.per_prefill_s * 1e6:.0f} us/prefill chunk, "
           f"{p.per_pad_token_s * 1e9:.0f} ns/padded decode slot, "
           f"{per_second(p.flops, 'FLOP')}, "

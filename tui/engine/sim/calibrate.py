@@ -3,11 +3,13 @@
 A step's modelled time (:mod:`tui.engine.sim.cost`) is
 
     overhead + per_seq·rows + per_prefill·chunks + per_pad·padded slots
-        + linF/F + W/B + max(attF/A, KV/Bkv) + comm
+        + (linF/F + W/B, or max(linF/F, W/B) where they overlap) + max(attF/A, KV/Bkv) + comm
 
-which is linear in ``(overhead, per_seq, 1/F, 1/B, 1/A, 1/Bkv, per_prefill, per_pad)`` once each attention
-``max`` has picked a side. The fit alternates: pick each sample's sides with the current coefficients,
-solve the linear problem, repeat until the sides stop changing. Each solve is ``scipy.optimize.lsq_linear``
+which is linear in ``(overhead, per_seq, 1/F, 1/B, 1/A, 1/Bkv, per_prefill, per_pad)`` once each ``max`` has
+picked a side. The fit alternates: pick each sample's sides with the current coefficients, solve the
+linear problem, repeat until the sides stop changing. It is run for both forms of the linear layers
+(the weight read added to the math, and overlapped with it) and keeps the one whose median error is
+smaller: which holds is a property of the machine and its kernels. Each solve is ``scipy.optimize.lsq_linear``
 (bounded least squares of the *relative* residuals, each row divided by its measured time so that a
 50 µs step counts as much as a 50 ms one; every coefficient non-negative) for a start, then
 ``scipy.optimize.least_squares`` with the ``soft_l1`` loss from there on ``log(modelled / measured)``.
@@ -29,7 +31,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy.optimize import least_squares, lsq_linear
@@ -62,8 +64,12 @@ def _design(works: Sequence[StepWork], p: CostParams) -> tuple[np.ndarray, np.nd
     for i, w in enumerate(works):
         x[i, 0] = 1.0
         x[i, 1] = w.rows
-        x[i, 2] = w.linear_flops
-        x[i, 3] = w.weight_bytes
+        if not p.overlap:
+            x[i, 2], x[i, 3] = w.linear_flops, w.weight_bytes
+        elif w.linear_flops / p.flops >= w.weight_bytes / p.bandwidth:
+            x[i, 2] = w.linear_flops
+        else:
+            x[i, 3] = w.weight_bytes
         # attention as the step-time formula takes it: the prefill chunks' and the decodes' apart
         for flops, kv in ((w.attn_flops - w.dec_attn_flops, w.kv_bytes - w.dec_kv_bytes), (w.dec_attn_flops, w.dec_kv_bytes)):
             if flops / p.attn_flops >= kv / p.kv_bandwidth:
@@ -96,14 +102,15 @@ def _solve(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 def _params(theta: np.ndarray, prior: CostParams, used: Sequence[int]) -> CostParams:
     def rate(j: int, old: float) -> float:
         # a rate the samples depend on but whose time came out zero is unbounded here (on a CPU the
-        # tiny model's K and V stream from cache while its FLOPs run; one model's weight read is in
-        # the overhead): infinite, so the fitted sides of each max stay as fitted; a rate no sample
-        # depends on keeps the prior
+        # tiny model's weights and KV stream from cache while its FLOPs run; added to the math, one
+        # model's weight read is in the overhead): infinite, so the fitted sides of each max stay as
+        # fitted; a rate no sample depends on keeps the prior
         inv = float(theta[j])
         return 1.0 / inv if inv > 0 else math.inf if j in used else old
 
     return CostParams(float(theta[0]), float(theta[1]), rate(2, prior.flops), rate(3, prior.bandwidth),
-                      rate(4, prior.attn_flops), rate(5, prior.kv_bandwidth), float(theta[6]), float(theta[7]))
+                      rate(4, prior.attn_flops), rate(5, prior.kv_bandwidth), float(theta[6]), float(theta[7]),
+                      overlap=prior.overlap)
 
 
 def _fit_once(works: Sequence[StepWork], t: np.ndarray, prior: CostParams, max_iter: int) -> tuple[CostParams, int]:
@@ -112,14 +119,14 @@ def _fit_once(works: Sequence[StepWork], t: np.ndarray, prior: CostParams, max_i
     it = 0
     for it in range(1, max_iter + 1):  # noqa: B007 (reported)
         x, comm = _design(works, p)
-        now = x[:, 4:6] > 0
+        now = x[:, 2:6] > 0
         if sides is not None and (now == sides).all():
             break
         sides = now
         used = [j for j in range(_NCOEF) if np.any(x[:, j])]
-        # one model's weight read is the same in every step, so it cannot be told from the per-step
-        # overhead: the overhead takes it, and the weights' bandwidth comes out unbounded
-        solved = [j for j in used if not (j == 3 and np.ptp(x[:, 3]) == 0)]
+        # added to the math, one model's weight read is the same in every step, so it cannot be told
+        # from the per-step overhead: the overhead takes it, and the weights' bandwidth comes out unbounded
+        solved = [j for j in used if not (j == 3 and not p.overlap and np.ptp(x[:, 3]) == 0)]
         theta = np.zeros(_NCOEF)
         # relative error: scale each row by 1/t; a rate nobody's time depends on stays at the prior
         theta[solved] = _solve(x[:, solved] / t[:, None], (t - comm) / t)
@@ -134,6 +141,12 @@ def fit(works: Sequence[StepWork], times: Sequence[float], prior: CostParams, ma
     t = np.asarray(times, dtype=float)
     if (t <= 0).any():
         raise ValueError("measured step times must be positive")
+    fits = [_fit_form(works, t, replace(prior, overlap=overlap), max_iter) for overlap in (False, True)]
+    return min(fits, key=lambda f: f.median_ape)
+
+
+def _fit_form(works: Sequence[StepWork], t: np.ndarray, prior: CostParams, max_iter: int) -> Fit:
+    """:func:`fit` for the form of the linear layers ``prior.overlap`` names."""
     p, it = _fit_once(works, t, prior, max_iter)
     err = np.abs(predict(works, p) - t) / t
     keep = err <= max(5 * float(np.median(err)), 0.05)

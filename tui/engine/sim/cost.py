@@ -11,7 +11,10 @@ cache (a decode is ``new = 1``; a prefill chunk ``new = chunk``). Per device, wi
   from the first rows (LMDeploy on an A100: 10, 11, 12 and 14 ms per step at batch 1, 16, 32 and 64,
   where ``max`` stays flat until batch ~110), and a 128-token prefill takes longer than its FLOPs
   alone at the rate a 2,048-token one reaches (bench/published.toml; the sum's prefill error held out
-  by source is half the ``max``'s with a fitted GEMM saturation curve, kvtui issue 26);
+  by source is half the ``max``'s with a fitted GEMM saturation curve, kvtui issue 26). A profile
+  may say they overlap (``CostParams.overlap``: the larger counts): ``kvtui calibrate`` fits both and
+  keeps the better, and on a CPU the overlapped form fits (a 1-row step reads the small model's weights
+  from cache, and its cost only grows once the math outlasts the read);
 - **attention**: per request, its queries attend ``new·past + new·(new+1)/2`` (query, key) pairs,
   ``4 · layers · heads/tp · head_dim`` FLOPs per pair (QKᵀ and PV), and read its whole context's K and V
   once: time = ``max(attention FLOPs / achieved, KV bytes / achieved KV bandwidth)`` — prefill is
@@ -99,7 +102,8 @@ class StepCost:
 def step_seconds(w: Any, p: CostParams, maximum: Callable[[Any, Any], Any] = max) -> Any:
     """The step-time formula (the one place it is written): seconds of work ``w`` (a :class:`StepWork`,
     or one whose fields are numpy arrays with ``maximum=np.maximum``: many steps at once) under ``p``."""
-    linear = w.linear_flops / p.flops + w.weight_bytes / p.bandwidth
+    math, read = w.linear_flops / p.flops, w.weight_bytes / p.bandwidth
+    linear = maximum(math, read) if p.overlap else math + read
     prefill_attn = maximum((w.attn_flops - w.dec_attn_flops) / p.attn_flops, (w.kv_bytes - w.dec_kv_bytes) / p.kv_bandwidth)
     decode_attn = maximum(w.dec_attn_flops / p.attn_flops, w.dec_kv_bytes / p.kv_bandwidth)
     return (p.overhead_s + p.per_layer_s * w.layers + p.per_seq_s * w.rows + p.per_prefill_s * w.prefills

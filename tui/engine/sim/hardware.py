@@ -183,6 +183,9 @@ class CostParams:
     per_pad_token_s: float = 0.0  # per padded decode KV slot (0 on a GPU: see tui.engine.sim.cost)
     per_layer_s: float = 0.0  # per layer per step (a GPU stack's launch floor; 0 in a CPU calibration)
     per_logit_s: float = 0.0  # per sampled row per vocabulary entry (sampler, logits processing)
+    # a step's weight read and its linear math: False, they add (the GPU presets: what the published
+    # points show); True, they overlap and the larger counts (kvtui calibrate keeps whichever fits)
+    overlap: bool = False
 
     @classmethod
     def from_gpu(cls, gpu: GpuSpec, stack: str = DEFAULT_STACK, eff: Efficiency | None = None) -> CostParams:
@@ -232,6 +235,7 @@ def load_hardware(name_or_path: str) -> Hardware:
         cost.setdefault("kv_bandwidth", cost.get("bandwidth"))  # profiles from before it was fitted apart
         cost.pop("per_token_s", None)  # ... and from when a per-token cost (the linear FLOPs again) was
         cost.pop("gemm_half_tokens", None)  # ... and a fitted GEMM half point (now the ridge point: cost.py)
+        cost.setdefault("overlap", True)  # ... and when every profile took the larger of read and math
         params = CostParams(**cost)
     except (tomllib.TOMLDecodeError, KeyError, TypeError, UnicodeDecodeError) as e:
         raise ValueError(f"{path}: not a kvtui hardware profile ([gpu] and [cost] tables): {e}") from None
