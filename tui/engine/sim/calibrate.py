@@ -5,23 +5,23 @@ A step's modelled time (:mod:`tui.engine.sim.cost`) is
     overhead + per_seq·rows + per_prefill·chunks + per_pad·padded slots
         + (linF/F + W/B, or max(linF/F, W/B) where they overlap) + max(attF/A, KV/Bkv) + comm
 
-which is linear in ``(overhead, per_seq, 1/F, 1/B, 1/A, 1/Bkv, per_prefill, per_pad)`` once each ``max`` has
-picked a side. The fit alternates: pick each sample's sides with the current coefficients, solve the
-linear problem, repeat until the sides stop changing. It is run for both forms of the linear layers
-(the weight read added to the math, and overlapped with it) and keeps the one whose median error is
-smaller: which holds is a property of the machine and its kernels. Each solve is ``scipy.optimize.lsq_linear``
+which is linear in ``(overhead, per_seq, 1/F, 1/B, 1/A, 1/Bkv, per_prefill, per_pad)`` once each ``max``
+has picked a side. The fit alternates: pick each sample's sides with the current coefficients, solve the
+linear problem, repeat until the sides stop changing. It is run for both forms of the linear layers (the
+weight read added to the math, and overlapped with it) and keeps the one whose median error is smaller:
+which holds is a property of the machine and its kernels. Each solve is ``scipy.optimize.lsq_linear``
 (bounded least squares of the *relative* residuals, each row divided by its measured time so that a
 50 µs step counts as much as a 50 ms one; every coefficient non-negative) for a start, then
 ``scipy.optimize.least_squares`` with the ``soft_l1`` loss from there on ``log(modelled / measured)``.
 The robust loss is quadratic for residuals under ``ROBUST_SCALE`` and about linear beyond, so the fit
-follows the bulk of the samples rather than the mean: a shared machine's step times have a long tail
-(a step that lost its core's cache or its hyperthread sibling to a neighbour) and sometimes two modes
-(the neighbour busy or idle), and what the simulation should reproduce is the typical step. The log
-ratio counts a step 30 % slower than modelled as much as one 30 % faster; the relative error would
-count the slow one less (−23 % against +30 %), and with two modes a robust fit of it settles a few %
-under the typical step (−4 to −7 % on the contended grids of ``bench/sim.py``, about 0 with the log
-ratio). A rate no sample depends on (e.g. the compute rate when every step was bandwidth bound) keeps
-its prior value; one the samples depend on but whose time comes out zero is infinite.
+follows the bulk of the samples rather than the mean: a shared machine's step times have a long tail (a
+step that lost its core's cache or its hyperthread sibling to a neighbour) and sometimes two modes (the
+neighbour busy or idle), and what the simulation should reproduce is the typical step. The log ratio
+counts a step 30 % slower than modelled as much as one 30 % faster; the relative error would count the
+slow one less (−23 % against +30 %), and with two modes a robust fit of it settles a few % under the
+typical step (−4 to −7 % on the contended grids of ``bench/sim.py``, about 0 with the log ratio). A rate
+no sample depends on (e.g. the compute rate when every step was bandwidth bound) keeps its prior value;
+one the samples depend on but whose time comes out zero is infinite.
 
 Samples whose relative error after the first fit is more than five times the median one are then set
 aside and the fit is repeated once; the reported errors cover every sample.

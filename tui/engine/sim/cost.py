@@ -13,8 +13,7 @@ cache (a decode is ``new = 1``; a prefill chunk ``new = chunk``). Per device, wi
   alone at the rate a 2,048-token one reaches (bench/published.toml; the sum's prefill error held out
   by source is half the ``max``'s with a fitted GEMM saturation curve, kvtui issue 26). A profile
   may say they overlap (``CostParams.overlap``: the larger counts): ``kvtui calibrate`` fits both and
-  keeps the better, and on a CPU the overlapped form fits (a 1-row step reads the small model's weights
-  from cache, and its cost only grows once the math outlasts the read);
+  keeps the better (on a 2-core CPU either wins, run to run);
 - **attention**: per request, its queries attend ``new·past + new·(new+1)/2`` (query, key) pairs,
   ``4 · layers · heads/tp · head_dim`` FLOPs per pair (QKᵀ and PV), and read its whole context's K and V
   once: time = ``max(attention FLOPs / achieved, KV bytes / achieved KV bandwidth)`` — prefill is
@@ -48,7 +47,7 @@ cache (a decode is ``new = 1``; a prefill chunk ``new = chunk``). Per device, wi
   context, so it pays for part of this count).
 
 Every coefficient lives in :class:`~tui.engine.sim.hardware.CostParams`; a step's cost is linear in
-them once it is known which side of each attention ``max`` is taken, which is what calibration exploits.
+them once it is known which side of each ``max`` is taken, which is what calibration exploits.
 """
 
 from __future__ import annotations
