@@ -118,13 +118,18 @@ def replay_all() -> list[Replayed]:
     return [Replayed(run_name(r), *measured(r), *replay(r)) for r in load_runs()]
 
 
+def median_errors(rows: list[Replayed]) -> tuple[float, float]:
+    """The median over the runs of |TTFT error| and |TPOT error|, in %."""
+    return (statistics.median(abs(r.ttft_err_pct) for r in rows), statistics.median(abs(r.tpot_err_pct) for r in rows))
+
+
 def main() -> None:
     rows = replay_all()
     for r in rows:
         print(f"{r.name:<48} TTFT {r.ttft_ms:7.1f} ms sim {r.sim_ttft_ms:7.1f} ({r.ttft_err_pct:+6.1f} %)   "
               f"TPOT {r.tpot_ms:6.2f} ms sim {r.sim_tpot_ms:6.2f} ({r.tpot_err_pct:+6.1f} %)")
-    print(f"median |TTFT error| {statistics.median(abs(r.ttft_err_pct) for r in rows):.1f} %, "
-          f"median |TPOT error| {statistics.median(abs(r.tpot_err_pct) for r in rows):.1f} % over {len(rows)} runs")
+    ttft, tpot = median_errors(rows)
+    print(f"median |TTFT error| {ttft:.1f} %, median |TPOT error| {tpot:.1f} % over {len(rows)} runs")
 
 
 if __name__ == "__main__":

@@ -99,7 +99,7 @@ def calibrate_main(profile: Profile, out: Path, quick: bool = False) -> int:
           f"{p.per_seq_s * 1e6:.1f} us/request, {p.per_prefill_s * 1e6:.0f} us/prefill chunk, "
           f"{p.per_pad_token_s * 1e9:.0f} ns/padded decode slot, "
           f"{per_second(p.flops, 'FLOP')}, "
-          f"{per_second(p.bandwidth, 'B') if math.isfinite(p.bandwidth) else 'weight read in the overhead'}; "
+          f"{'weight read in the overhead' if not p.overlap and math.isinf(p.bandwidth) else per_second(p.bandwidth, 'B')}; "
           f"attention {per_second(p.attn_flops, 'FLOP')}, "
           f"KV {per_second(p.kv_bandwidth, 'B')}")
     print(f"wrote {out}; use it with [engine] backend = \"simulated\", hardware = \"{out}\", "
