@@ -29,7 +29,9 @@ import torch
 import torch.nn.functional as F
 
 from tui.engine.engine import Engine
+from tui.engine.model_runner import TorchModelRunner
 from tui.engine.params import SamplingParams
+from tui.engine.torch_backend import TorchBackend
 from tui.profile import EngineConfig, EngineMode
 
 
@@ -77,7 +79,7 @@ def run_saturated(eng: Engine, seed: int, warmup_s: float, window_s: float, queu
         now = time.perf_counter()
         if now >= t_window:
             tokens += sum(len(o.new_token_ids) for o in step.outputs)
-            if step.timing.batch_size:
+            if step.timing is not None and step.timing.batch_size:
                 utils.append(step.timing.kv_utilization)
         if now >= t_window + window_s:
             break
@@ -117,6 +119,7 @@ def decode_step_time(mode: str, batch: int, ctx: int, reps: int, preset: str) ->
 
 def bare_forward_time(eng: Engine, batch: int, prompt_len: int, new_tokens: int) -> float:
     """The same decode forwards with no engine: dense ``[B, L, kv_heads, D]`` cache, fixed shapes."""
+    assert isinstance(eng.backend, TorchBackend)  # the bare forward needs the torch model itself
     model = eng.backend.model
     cfg = model.config
     total = prompt_len + new_tokens
@@ -150,15 +153,17 @@ def engine_vs_forward(eng: Engine, batch: int, prompt_len: int, new_tokens: int,
         eng.add_request(f"d{rnd}-{i}", torch.randint(0, 256, (prompt_len,), generator=g).tolist(), SamplingParams.exact(new_tokens + 1))
     while any(r.num_computed < len(r.prompt) for r in eng.requests.values()):
         eng.step()  # prefill; only the decode steps are timed
-    eng.runner.trace = []
+    runner = eng.runner
+    assert isinstance(runner, TorchModelRunner)  # only the torch runner traces and replays its forwards
+    runner.trace = []
     t0 = time.perf_counter()
     while eng.has_unfinished():
         eng.step()
     engine_t = time.perf_counter() - t0
-    trace, eng.runner.trace = eng.runner.trace, None
+    trace, runner.trace = runner.trace, None
     t0 = time.perf_counter()
     for step in trace:
-        eng.runner.replay(*step).argmax(-1).tolist()
+        runner.replay(*step).argmax(-1).tolist()
     return engine_t, time.perf_counter() - t0
 
 

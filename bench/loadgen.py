@@ -40,6 +40,12 @@ _CHUNKS = [
 ]
 
 
+def _after_send(t: float | None, send_t: float | None) -> float:
+    """Seconds from a request's send to ``t`` (both stamped on every request that came back ok)."""
+    assert t is not None and send_t is not None
+    return t - send_t
+
+
 def _body() -> bytes:
     events = [f"data: {json.dumps(c)}\n\n".encode() for c in _CHUNKS] + [b"data: [DONE]\n\n"]
     out = b"".join(f"{len(e):x}\r\n".encode() + e + b"\r\n" for e in events)
@@ -80,6 +86,7 @@ async def _measure(base_url: str, rate: float, duration_s: float) -> dict[str, f
     from tui.load.arrivals import ArrivalProcess
     from tui.load.runner import LoadRunner
     from tui.profile import LengthDist, LoadConfig, Profile, TargetConfig, WorkloadConfig
+    from tui.records.request import RequestRecord
 
     seed = int(rate)
     prof = Profile(
@@ -87,7 +94,7 @@ async def _measure(base_url: str, rate: float, duration_s: float) -> dict[str, f
         workload=WorkloadConfig(prompt_len=LengthDist(value=8), output_len=LengthDist(value=2)),
         load=LoadConfig(rate=rate, seed=seed),
     )
-    recs = []
+    recs: list[RequestRecord] = []
     runner = LoadRunner(prof, on_record=recs.append)
     n = int(rate * duration_s)
     await runner.run(num_requests=n, drain_timeout_s=30.0)
@@ -100,8 +107,8 @@ async def _measure(base_url: str, rate: float, duration_s: float) -> dict[str, f
     actual_span = sends.max() - sends.min()
     ideal_span = units / rate
     lag = np.array([r.dispatch_lag_s for r in recs]) * 1e3
-    ttft = np.array([r.first_token_t - r.send_t for r in ok]) * 1e3
-    wait = np.array([r.wire_t - r.send_t for r in ok]) * 1e3
+    ttft = np.array([_after_send(r.first_token_t, r.send_t) for r in ok]) * 1e3
+    wait = np.array([_after_send(r.wire_t, r.send_t) for r in ok]) * 1e3
     return {
         "ok_fraction": len(ok) / len(recs),
         "rate_error_pct": 100.0 * abs(ideal_span / actual_span - 1.0),

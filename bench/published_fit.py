@@ -71,7 +71,9 @@ class LatencyTable:
         self.point = np.array([r[0] for r in rows])
         self.weight = np.array([r[1] for r in rows])
         fields = [f.name for f in dataclasses.fields(StepWork)]
-        self.work = StepWork(**{f: np.array([getattr(r[2], f) for r in rows], dtype=float) for f in fields})
+        columns: dict[str, Any] = {f: np.array([getattr(r[2], f) for r in rows], dtype=float) for f in fields}
+        # a StepWork of columns: the cost model's arithmetic is elementwise, so it prices every row at once
+        self.work = StepWork(**columns)
         self.peak = np.array([r[3] for r in rows])
         self.bw = np.array([r[4] for r in rows])
         self.value = np.array([p["value"] for p in points])

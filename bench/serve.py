@@ -132,7 +132,7 @@ async def http_stream(target: OpenAITarget, i: int, max_tokens: int, tag: str) -
 
 def http_ttft(rec: RequestRecord) -> float:
     """Time to first token as kvtui records it: request sent → first chunk carrying output."""
-    assert rec.first_token_t is not None
+    assert rec.first_token_t is not None and rec.send_t is not None
     return rec.first_token_t - rec.send_t
 
 

@@ -25,7 +25,7 @@ import json
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from tui.engine.engine import Engine
 from tui.engine.params import SamplingParams
@@ -34,7 +34,7 @@ from tui.profile import EngineConfig
 
 RUNS = Path(__file__).with_name("served_runs.json")
 # the model presets (tui/engine/sim/models.py) each served checkpoint has the shape of
-MODELS = {"meta-llama/Meta-Llama-3-8B-Instruct": ("llama-3.1-8b", None),
+MODELS: dict[str, tuple[str, Literal["fp8", "int8"] | None]] = {"meta-llama/Meta-Llama-3-8B-Instruct": ("llama-3.1-8b", None),
           "meta-llama/Meta-Llama-3-70B-Instruct": ("llama-3.1-70b", None),
           "mistralai/Mistral-7B-Instruct-v0.3": ("mistral-7b", None),
           "neuralmagic/Meta-Llama-3.1-8B-FP8": ("llama-3.1-8b", "fp8")}

@@ -181,7 +181,6 @@ def cpu_timed_engine(cfg, clock: VirtualClock, after_step=None) -> Engine:
     """
     engine = Engine(cfg, clock=clock.now)
     engine.timer = time.process_time
-    engine.wall = lambda: clock.now()
     step = engine.step
 
     def timed_step():
@@ -281,8 +280,13 @@ def run_cells(prof: Profile, simulated: bool, shapes_out: list | None = None, st
 
         def work(i: int, stage, mode) -> None:
             turns.begin(i)
+
+            def after_step() -> None:
+                between()
+                turns.share(i)
+
             try:
-                done[i] = _run_cell(prof, stage, mode, False, lambda: (between(), turns.share(i)))
+                done[i] = _run_cell(prof, stage, mode, False, after_step)
             except BaseException as e:  # re-raised in the caller's thread
                 errors.append(e)
             finally:
@@ -365,9 +369,9 @@ def sched_ms_512(steps: int) -> float:
     return statistics.median(t) * 1e3
 
 
-def vs_torch(compare: Profile, quick: bool) -> tuple[float, float, float, list[str]]:
+def vs_torch(compare: Profile, quick: bool) -> tuple[float, float, float, float, list[str]]:
     """The figures against the torch engine here: step-time MAPE, the largest TTFT and TPOT P50
-    errors over compare's cells (%), and comment lines on where the errors come from."""
+    errors over compare's cells (%), the noise floor of a repeated shape (%), and comment lines on where the errors come from."""
     # 1. the torch engine on compare, step by step, with the calibration grid interleaved; then the fit
     walker = GridWalker(compare.engine, quick=quick, passes=1 if quick else 2)
     cal = Interleaver(walker, CAL_SHARE)
@@ -494,9 +498,9 @@ def main() -> None:
         print(f"#   {shape:<52} {d['sources'][0]} {d['values'][0]:g} vs {d['sources'][1]} {d['values'][1]:g}: "
               f"{d['floor']:.1f} %")
     print("# published vLLM serving runs replayed with the shipped constants (median TTFT, median TPOT):")
-    for r in replayed:
-        print(f"#   {r.name:<46} TTFT {r.ttft_ms:6.1f} ms, modelled {r.sim_ttft_ms:6.1f} ({r.ttft_err_pct:+6.1f} %)   "
-              f"TPOT {r.tpot_ms:5.2f} ms, modelled {r.sim_tpot_ms:5.2f} ({r.tpot_err_pct:+6.1f} %)")
+    for run in replayed:
+        print(f"#   {run.name:<46} TTFT {run.ttft_ms:6.1f} ms, modelled {run.sim_ttft_ms:6.1f} ({run.ttft_err_pct:+6.1f} %)   "
+              f"TPOT {run.tpot_ms:5.2f} ms, modelled {run.sim_tpot_ms:5.2f} ({run.tpot_err_pct:+6.1f} %)")
     print("# saturated throughput (out tok/s, simulated): "
           + ", ".join(f"{k} {v:,.0f} over {w:,.0f} s" for k, (v, w) in tput.items()))
     print(f"# virtual clock: {sim_s:,.1f} simulated s in {wall_s:,.2f} wall s, {cpu_s:,.2f} CPU s "

@@ -39,6 +39,7 @@ from tui.profile.schema import Profile, stage_profile
 from tui.profile.searches import DecomposeConfig, SweepConfig, TuneConfig
 from tui.profile.sections import (
     HEADLINE_MODES,
+    Arrival,
     Batching,
     DefensesConfig,
     EngineConfig,
@@ -68,6 +69,7 @@ __all__ = [
     "RANGES",
     "SHIPPED_DIR",
     "TUNE_RANGE_KNOBS",
+    "Arrival",
     "Batching",
     "DecomposeConfig",
     "DefensesConfig",

@@ -11,6 +11,7 @@ Batching = Literal["static", "continuous"]
 KVLayout = Literal["contiguous", "paged"]
 Reservation = Literal["max", "pow2", "exact"]
 PreemptionMode = Literal["recompute", "swap"]
+Arrival = Literal["poisson", "gamma", "constant", "trace"]  # trace: the trace file's own gaps
 
 
 
@@ -156,7 +157,7 @@ class LoadConfig:
     each stage's rate).
     """
 
-    arrival: Literal["poisson", "gamma", "constant", "trace"] = "poisson"
+    arrival: Arrival = "poisson"
     burstiness: float = 1.0
     rate: float = 4.0
     max_concurrency: int | None = None

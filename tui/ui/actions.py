@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 
 Group = Literal["Load", "Engine", "Defenses", "View", "Review", "Replay"]
 
@@ -146,10 +146,10 @@ REPLAY_ACTIONS: tuple[DashboardAction, ...] = (
 )
 REPLAY_BY_ID: dict[str, DashboardAction] = {a.id: a for a in REPLAY_ACTIONS}
 
-def bindings(actions: Sequence[DashboardAction] = ACTIONS) -> list[Binding]:
+def bindings(actions: Sequence[DashboardAction] = ACTIONS) -> list[BindingType]:
     """An app's key bindings from its action table (the dashboard's by default), in the table's order
     (the footer shows those with a label), help first."""
-    out: list[Binding] = []
+    out: list[BindingType] = []  # as App.BINDINGS is typed, so an app can take the list as it is
     for a in sorted(actions, key=lambda a: not a.footer_first):
         if a.keys:
             out.append(Binding(a.keys, a.action, a.label or a.title, show=bool(a.label),

@@ -14,14 +14,23 @@ from pathlib import Path
 from typing import get_args
 
 from tui.base.errors import root_url
-from tui.engine.control import TOGGLE
+from tui.engine.control import TOGGLE, Toggle
 from tui.load.arrivals import ArrivalKind
-from tui.profile import DefensesConfig, LengthDist, Profile, WorkloadConfig
+from tui.profile import (
+    Arrival,
+    Batching,
+    DefensesConfig,
+    KVLayout,
+    LengthDist,
+    PreemptionMode,
+    Profile,
+    WorkloadConfig,
+)
 from tui.serve.state_wire import View
 from tui.ui.messages import DefenseName
 from tui.ui.model import DashboardSnapshot, LoadState, StatusLevel, TargetInfo
 
-ARRIVALS: tuple[str, ...] = get_args(ArrivalKind)  # the load generator's own list, in its order
+ARRIVALS: tuple[ArrivalKind, ...] = get_args(ArrivalKind)  # the load generator's own list, in its order
 # Rates the +/- keys step through: 1-1.5-2-2.5-3-4-5-6-8 per decade, so a nudge is a readable number.
 _MANTISSAS = (1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0)
 RATE_LADDER = tuple(round(m * 10.0**e, 3) for e in range(-1, 4) for m in _MANTISSAS)
@@ -144,7 +153,7 @@ class Backend:
         self.set_rate(nudge_rate(self.load.rate, up=up))
 
     def cycle_arrival(self) -> None:
-        kinds = (*ARRIVALS, "trace") if self.profile.workload.trace else ARRIVALS  # a trace's own gaps, too
+        kinds: tuple[Arrival, ...] = (*ARRIVALS, "trace") if self.profile.workload.trace else ARRIVALS  # a trace's own gaps, too
         cur = kinds.index(self.load.arrival) if self.load.arrival in kinds else -1
         self.publish(load=dataclasses.replace(self.load, arrival=kinds[(cur + 1) % len(kinds)]))
 
@@ -156,7 +165,7 @@ class Backend:
     async def toggle_load(self) -> None:
         self.publish(load=dataclasses.replace(self.load, running=not self.load.running))
 
-    async def set_mode(self, batching: str | None, kv: str | None) -> None:
+    async def set_mode(self, batching: Batching | Toggle | None, kv: KVLayout | Toggle | None) -> None:
         self.set_status("no engine connected: the mode cannot change", "warn")
 
     async def toggle_batching(self) -> None:
@@ -171,7 +180,7 @@ class Backend:
         """Swap if the engine preempts by recompute, else recompute (the engine resolves it)."""
         await self.set_preemption_mode(TOGGLE)
 
-    async def set_preemption_mode(self, mode: str) -> None:
+    async def set_preemption_mode(self, mode: PreemptionMode | Toggle) -> None:
         self.set_status("no engine connected: the preemption mode cannot change", "warn")
 
     async def toggle_pause(self) -> None:

@@ -11,6 +11,7 @@ re-composes every screen line that holds a dirty region, so an unchanged line ma
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rich.segment import Segment
@@ -35,6 +36,11 @@ class Packed:
 
 # A Text, ready-made segments (cheaper for many-coloured cell maps), or groups to pack (wrap=True only).
 Line = Text | list[Segment] | Packed
+
+
+def as_text(line: Packed) -> Text:
+    """Packed groups on one line (where no width is known to pack them to)."""
+    return Text(line.sep).join(line.pieces)
 
 
 def same_line(a: Line, b: Line) -> bool:
@@ -79,9 +85,10 @@ class TextLines(Widget):
         self._strips: dict[int, Strip] = {}
         self._base: Style | None = None
 
-    def set_lines(self, lines: list[Line]) -> None:
+    def set_lines(self, given: Sequence[Line]) -> None:
         """Replace the content, repainting only the lines that changed (a layout pass only when the
         number of lines changes)."""
+        lines = list(given)
         if self.wrap:
             self._source = lines
             lines = self._wrapped(lines, self.size.width or self._wrapped_at)
@@ -109,7 +116,9 @@ class TextLines(Widget):
     def plain(self) -> str:
         """The content as plain text (tests read it)."""
         return "\n".join(
-            line.plain if isinstance(line, Text) else "".join(seg.text for seg in line) for line in self.lines
+            line.plain if isinstance(line, Text) else as_text(line).plain if isinstance(line, Packed)
+            else "".join(seg.text for seg in line)
+            for line in self.lines
         )
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
@@ -130,9 +139,9 @@ class TextLines(Widget):
         self._wrapped_at = width
         out: list[Line] = []
         for line in lines:
+            parts: Sequence[Line]
             if isinstance(line, Packed):
-                parts = pack(list(line.pieces), width, line.sep, line.indent) if width > 0 else [
-                    Text(line.sep).join(line.pieces)]
+                parts = pack(list(line.pieces), width, line.sep, line.indent) if width > 0 else [as_text(line)]
             else:
                 parts = [line]
             for part in parts:
@@ -143,6 +152,8 @@ class TextLines(Widget):
         return out
 
     def _segments(self, line: Line) -> list[Segment]:
+        if isinstance(line, Packed):  # only without wrap=True, which packs them to the width
+            line = as_text(line)
         if not isinstance(line, Text):
             return line
         console = self.app.console

@@ -13,7 +13,7 @@ from typing import Literal
 from tui.base.gpu import GpuSample
 from tui.engine.snapshot import EngineSnapshot
 from tui.metrics.types import ServerGauges, WindowStats
-from tui.profile import DefensesConfig
+from tui.profile import Arrival, DefensesConfig
 
 StatusLevel = Literal["info", "warn", "error"]
 
@@ -24,7 +24,7 @@ class LoadState:
 
     rate: float = 2.0
     running: bool = False
-    arrival: str = "poisson"
+    arrival: Arrival = "poisson"
     workload: str = "profile"
     client_processes: int = 1  # load-client processes sending it (the dashboard's client is one)
     trace: str | None = None  # the trace file the profile's workload replays (its name), if any

@@ -22,10 +22,10 @@ from typing import Any
 import httpx
 
 from tui.base.errors import api_url, describe_http_error, one_line, root_url
-from tui.engine.control import Control
+from tui.engine.control import Control, Toggle
 from tui.engine.snapshot import EngineSnapshot
 from tui.metrics.types import ServerGauges
-from tui.profile import DefensesConfig, EngineMode, Profile
+from tui.profile import Batching, DefensesConfig, EngineMode, KVLayout, PreemptionMode, Profile
 from tui.serve.control_client import ControlClient, ControlError, EngineState
 from tui.ui.backend import Backend
 from tui.ui.messages import DefenseName
@@ -363,7 +363,7 @@ class LiveBackend(Backend):
         a warning saying how many requests will be rejected)."""
         from tui.feasibility import FEASIBILITY_SAMPLE, infeasible_cells
 
-        if self.control is None or self.client is None:
+        if self.control is None or self.client is None or self.base_url is None:
             return True, ""
         try:
             resp = await self.client.get(api_url(self.base_url, "models"))
@@ -435,7 +435,7 @@ class LiveBackend(Backend):
         self.publish(engine=state.engine, gpu=state.gpu)
         return state.engine
 
-    async def set_mode(self, batching: str | None, kv: str | None) -> None:
+    async def set_mode(self, batching: Batching | Toggle | None, kv: KVLayout | Toggle | None) -> None:
         """Ask the engine for a mode (a value or ``"toggle"`` per half); the engine applies it to the
         target a switch already drains toward, so switches compose and a second toggle cancels."""
         before = self.latest.engine
@@ -443,7 +443,7 @@ class LiveBackend(Backend):
         if engine is not None:
             self.set_status(mode_change_line(before, engine))
 
-    async def set_preemption_mode(self, mode: str) -> None:
+    async def set_preemption_mode(self, mode: PreemptionMode | Toggle) -> None:
         engine = await self._control("preemption mode",
                                      lambda c: c.apply(Control(preemption_mode=mode)))
         if engine is not None:

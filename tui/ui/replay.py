@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import bisect
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from tui.engine.snapshot import EngineSnapshot
 from tui.metrics.types import WindowStats
@@ -114,10 +114,18 @@ class CellLatency:
         return tuple(self.history[: bisect.bisect_right(self._history_t, run_time + 1e-9)])
 
 
+class StateRows(Protocol):
+    """The recorded engine states, indexed by frame row: a list, or a :class:`LazyColumn` on disk."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, i: int, /) -> Any: ...
+
+
 class Recording:
     """A recorded run's replay frames, request records and events, read once from its directory."""
 
-    def __init__(self, path: Path, frames: Any, states: Sequence[bytes], requests: Any, info: dict[str, Any],
+    def __init__(self, path: Path, frames: Any, states: StateRows, requests: Any, info: dict[str, Any],
                  profile: Profile):
         """``frames``: the frame records but their states; ``states``: the states, in the same order
         (a :class:`LazyColumn`: read from disk a row group at a time as the cursor reaches them)."""

@@ -17,6 +17,7 @@ from pathlib import Path
 from rich.text import Text
 from textual import on
 from textual.app import App, ComposeResult
+from textual.widget import Widget
 from textual.widgets import DataTable, Footer, OptionList, Static, TabbedContent, TabPane
 
 from tui.metrics.review import Review, review
@@ -112,7 +113,8 @@ class ReportApp(App[int]):
     def _focus_view(self, view: str) -> None:
         """The keys go to the view's own list or table, so ↑ ↓ act on what is shown."""
         pane = self.query_one(f"#{view}-view")
-        target = {"table": DataTable, "series": OptionList}.get(view)
+        targets: dict[str, type[Widget]] = {"table": DataTable, "series": OptionList}
+        target = targets.get(view)
         found = pane.query(target) if target is not None else None
         (found.first() if found else pane).focus()
 

@@ -164,14 +164,15 @@ def arena_map(snap: EngineSnapshot, width: int, rows: int) -> list[list[Segment]
     used, reserved, owners = arena_cells(snap.segments, tot.total_slots, ncells)
     cells: list[tuple[str, str]] = []
     for c in range(ncells):
-        if reserved[c] < 0.25 or owners[c] is None:
+        owner = owners[c]
+        if reserved[c] < 0.25 or owner is None:
             cells.append((GLYPH_HOLE, HOLE))
         elif used[c] >= 0.75 * reserved[c]:
-            cells.append((GLYPH_FULL, owner_colour(owners[c])))
+            cells.append((GLYPH_FULL, owner_colour(owner)))
         elif used[c] > 0.1:
-            cells.append((GLYPH_PART_USED, owner_colour(owners[c])))
+            cells.append((GLYPH_PART_USED, owner_colour(owner)))
         else:
-            cells.append((GLYPH_RESERVED, owner_colour(owners[c])))
+            cells.append((GLYPH_RESERVED, owner_colour(owner)))
     return _cells_to_lines(cells, width)
 
 
@@ -253,7 +254,7 @@ def pool_cells(snap: EngineSnapshot, max_cells: int,
     owner = grid[np.arange(ncells), held_grid.argmax(axis=1)]  # -1 where the cell holds nothing
     shared_mask = np.zeros(ncells * per, dtype=bool)
     shared_mask[shared_ids[(shared_ids >= 0) & (shared_ids < total)]] = True
-    shared = shared_mask.reshape(ncells, per).any(axis=1)
+    shared = np.asarray(shared_mask.reshape(ncells, per).any(axis=1))  # an array even when ncells is 1
     return PoolCells(per, total, held, shared, owner)
 
 
