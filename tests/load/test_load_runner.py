@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections import Counter
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ from loadfake_server import FakeConfig
 from scipy import stats
 
 from tui.load.runner import LoadRunner
+from tui.load.trace_replay import make_arrivals
 from tui.metrics.window import RollingWindow
 from tui.profile import LengthDist, LoadConfig, Profile, TargetConfig, WorkloadConfig
 from tui.records.request import RequestRecord
@@ -83,7 +85,10 @@ async def test_connection_refused_is_connect_error_and_names_the_address():
 
 
 @pytest.mark.slow  # seconds of paced load
-async def test_poisson_sends_pass_ks_and_reach_the_rate(fake_server):
+async def test_poisson_deadlines_pass_ks_and_no_request_goes_before_its_own(fake_server):
+    """The deadlines are a Poisson process at the rate, and each request is sent at or after its own.
+    How close to them a machine sends (the rate it reaches) depends on the machine, so it is measured
+    by ``bench/timing.py`` (``timing_client_rate_error_pct``), not asserted here."""
     srv = fake_server(FakeConfig())
     rate = 150.0
     _, recs = await run(profile(srv.base_url, rate=rate, out_len=2), n=400)
@@ -92,40 +97,60 @@ async def test_poisson_sends_pass_ks_and_reach_the_rate(fake_server):
     sched = np.array([r.scheduled_t for r in recs])
     gaps = np.diff(sched) * rate
     assert stats.kstest(gaps, "expon").pvalue > 0.001
-    sends = np.sort([r.send_t for r in recs])
-    achieved = (len(sends) - 1) / (sends[-1] - sends[0])
-    assert abs(achieved - rate) / rate < 0.2  # the schedule itself is exact; this is the client keeping up
     lags = np.array([r.dispatch_lag_s for r in recs])
     assert (lags >= 0).all()
 
 
-@pytest.mark.slow  # seconds of paced load
-async def test_live_rate_change_takes_effect_without_a_burst(fake_server):
+async def _until(done: Callable[[], bool], hang_s: float = 120.0) -> None:
+    """Wait for ``done()``; ``hang_s`` is no claim, only so a runner that never gets there fails, not hangs."""
+    loop = asyncio.get_running_loop()
+    give_up = loop.time() + hang_s
+    while not done():
+        assert loop.time() < give_up, "gave up waiting"
+        await asyncio.sleep(0.01)
+
+
+def _deadlines(units: np.ndarray, start: float, old: float, new: float, t_change: float) -> np.ndarray:
+    """Where a schedule puts arrivals at unit positions ``units`` when its rate goes from ``old`` to
+    ``new`` at ``t_change`` (tui.load.arrivals.Schedule): the ones before the change keep their old-rate
+    times, the rest follow at the new rate from the change's own position, with nothing caught up."""
+    u_change = (t_change - start) * old
+    return np.where(units <= u_change, start + units / old, t_change + (units - u_change) / new)
+
+
+@pytest.mark.slow  # a second of paced load
+async def test_live_rate_change_rescales_the_pending_gap_without_a_burst(fake_server):
+    """Every deadline the runner used lies where the schedule's rule puts it for a change from 20 to
+    400 req/s at the moment set_rate was called: the deadlines due before it at the old rate, the
+    rest at the new one from there, so nothing missed is caught up in a burst. The deadlines are the
+    schedule's, not the send times, so this holds however late a busy machine sends them (how late
+    it sends is ``bench/timing.py``'s ``timing_rate_change_*``)."""
     srv = fake_server(FakeConfig())
+    prof = profile(srv.base_url, rate=20, out_len=2)
     recs: list[RequestRecord] = []
-    runner = LoadRunner(profile(srv.base_url, rate=20, out_len=2), on_record=recs.append)
+    runner = LoadRunner(prof, on_record=recs.append)
     loop = asyncio.get_running_loop()
     await runner.start()
-    await asyncio.sleep(0.5)
-    t_change = loop.time()  # the records' clock (tui.base.clock) is the loop's
+    await _until(lambda: runner.scheduled >= 5)
     sent_before = runner.scheduled
+    change_lo = loop.time()  # the records' clock (tui.base.clock) is the loop's
     runner.set_rate(400.0)
-    await asyncio.sleep(0.5)
+    change_hi = loop.time()
+    await _until(lambda: runner.scheduled >= sent_before + 80)  # a late pacer may owe a few old-rate ones
     await runner.stop(grace_s=2.0)
     await runner.aclose()
     assert runner.scheduled == len(recs)
-    after = sorted(r.scheduled_t for r in recs if r.index >= sent_before)
-    assert after, "nothing was sent after the change"
-    # nothing at the new rate lands before the change (a catch-up burst would put ~200 there); only a
-    # deadline already due at the old 20/s rate, if the pacer was a little late, may precede it
-    assert sum(1 for t in after if t < t_change) <= 3
-    # the first 25 ms after the change holds what 400/s gives (10 expected), not a burst of the missed
-    # sends since the start (the 0.5 s at 400/s that were not sent would be 200)
-    assert sum(1 for t in after if t < t_change + 0.025) <= 30
-    # and the new rate holds afterwards (the window ends well before stop(), so a pacer running a
-    # little late on a busy machine has still scheduled all of it)
-    span = [t for t in after if t_change + 0.05 <= t < t_change + 0.30]
-    assert 0.5 * 400 * 0.25 <= len(span) <= 1.5 * 400 * 0.25
+    recs.sort(key=lambda r: r.index)
+    assert [r.index for r in recs] == list(range(len(recs)))
+    got = np.array([r.scheduled_t for r in recs])
+    gaps = make_arrivals(prof)  # the same gap source the runner drew from
+    units = np.concatenate([[0.0], np.cumsum([gaps.next_unit_gap() for _ in range(len(recs) - 1)])])
+    # the change happened between two clock readings; a deadline moves monotonically with its moment
+    lo = _deadlines(units, got[0], 20.0, 400.0, change_lo)
+    hi = _deadlines(units, got[0], 20.0, 400.0, change_hi)
+    assert np.all(lo - 1e-9 <= got) and np.all(got <= hi + 1e-9)
+    # and the change did land inside the run: deadlines on both sides of it
+    assert (got < change_lo).sum() >= 5 and (got > change_hi).sum() >= 50
 
 
 async def test_stop_cancels_in_flight_and_every_scheduled_request_has_one_record(fake_server):

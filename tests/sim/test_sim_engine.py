@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import statistics
-import time
 from pathlib import Path
 
 import polars as pl
@@ -118,26 +117,46 @@ def _modelled_70b(rec: _Shapes) -> list[float]:
     return [cm.step(s, k).time_s for s, k in zip(rec.shapes, rec.sampled, strict=True)]
 
 
+class _WatchedRealClock(RealClock):
+    """The real clock, noting each wait it is asked for: (deadline, asked at, returned at)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waits: list[tuple[float, float, float]] = []
+
+    def wait_until(self, t: float) -> None:
+        asked = self.now()
+        super().wait_until(t)
+        self.waits.append((t, asked, self.now()))
+
+
 def test_real_time_release_honours_the_modelled_times() -> None:
-    """Steps on the real clock are released on the modelled timeline: the k-th release comes the sum of
-    the first k modelled step times after the step began, never earlier, and (loosely, the machine is
-    shared) not much later. Llama-3.1-70B on one H100 makes each step ~50 ms, so the bound on lateness
-    is well below one step: releasing after a second wait would fail it."""
-    e = Engine(_H100_70B, sim_clock=RealClock())
-    began = time.monotonic()  # the requests arrive just after: no step can start before this
+    """Steps on the real clock are released on the modelled timeline: each step waits once, until the
+    sum of the modelled step times since the first step began (later only if the host itself was later
+    than that), and the real clock never lets it go early. How late a busy machine releases them is a
+    figure of the machine (``bench/timing.py``: ``timing_release_lateness_median_ms``), not of the
+    engine, so it is not asserted here. Llama-3.1-70B on one H100 makes each step ~50 ms."""
+    clock = _WatchedRealClock()
+    e = Engine(_H100_70B, sim_clock=clock)
     for i in range(4):
         e.add_request(f"r{i}", [97] * 64, SamplingParams.exact(6))
     rec = _Shapes(e.runner)
     e.runner = rec
-    released = []
+    steps = 0
     while e.has_unfinished():
         e.step()
-        released.append(time.monotonic())
+        steps += 1
     modelled = _modelled_70b(rec)
-    due = [began + sum(modelled[: k + 1]) for k in range(len(modelled))]
     assert min(modelled) > 0.04
-    assert all(r >= d for r, d in zip(released, due, strict=True))
-    assert statistics.median(r - d for r, d in zip(released, due, strict=True)) < 0.02
+    assert len(clock.waits) == len(modelled) == steps  # one wait a step: a second would release late
+    began = clock.woke_at  # the first step began when it was scheduled; the rest follow back to back
+    release = began
+    for (deadline, asked, returned), m in zip(clock.waits, modelled, strict=True):
+        due = release + m
+        # on the modelled timeline; or, where the host's own work outlasted the step, as soon as it was done
+        assert deadline == pytest.approx(due, abs=1e-9) or due < deadline <= asked
+        assert returned >= deadline  # never early
+        release = deadline
 
 
 class _HostClock(RealClock):
