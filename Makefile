@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-fast lint bench clean setup
+.PHONY: run test test-fast test-loaded lint bench clean setup
 
 setup: $(STAMP)
 
@@ -34,11 +34,19 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow"
 
+# `make test` on a busy machine: one busy-loop process per core for the whole run (killed however the
+# run ends). No test may depend on the machine being quiet; timings belong in bench/ (bench/timing.py).
+test-loaded: $(STAMP)
+	@hogs=""; for i in $$(seq $$(nproc)); do $(BIN)/python -c "while True: pass" & hogs="$$hogs $$!"; done; \
+	trap 'kill $$hogs 2>/dev/null' EXIT INT TERM; \
+	$(MAKE) --no-print-directory test
+
 # Every benchmark's --quick figures, written to docs/benchmarks.md with date, host and commit.
 bench: $(STAMP)
 	$(BIN)/python bench/write_docs.py engine --quick
 	$(BIN)/python bench/write_docs.py serve --quick
 	$(BIN)/python bench/write_docs.py sim --quick
+	$(BIN)/python bench/write_docs.py timing --quick
 
 clean:
 	rm -rf $(VENV)

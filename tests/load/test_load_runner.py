@@ -88,7 +88,7 @@ async def test_connection_refused_is_connect_error_and_names_the_address():
 async def test_poisson_deadlines_pass_ks_and_no_request_goes_before_its_own(fake_server):
     """The deadlines are a Poisson process at the rate, and each request is sent at or after its own.
     How close to them a machine sends (the rate it reaches) depends on the machine, so it is measured
-    by ``bench/timing.py`` (``timing_client_rate_error_pct``), not asserted here."""
+    by ``bench/loadgen.py`` (``rate_error_pct_at_R``), not asserted here."""
     srv = fake_server(FakeConfig())
     rate = 150.0
     _, recs = await run(profile(srv.base_url, rate=rate, out_len=2), n=400)
