@@ -6,7 +6,7 @@ import argparse
 import dataclasses
 import secrets
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from tui import __version__
@@ -329,90 +329,123 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        if args.command == "report" and args.replay:
-            return replay_cli(args.dirs)
-        if args.command == "report":
-            if args.html is not None:
-                from tui.report.html import html_main
-
-                return html_main(args.dirs, args.html, args.charts_dir)
-            if args.table or args.wide or not sys.stdout.isatty():  # pipes and scripts get the printed table
-                from tui.report.terminal import report_main
-
-                return report_main(args.dirs, wide=args.wide)
-            from tui.ui.report_app import report_app_main
-
-            return report_app_main(args.dirs)
-        if args.command == "serve":
-            from tui.serve.app import serve_main
-
-            prof = check_backend(with_checkpoint(args, load_named_profile(args.profile, args.overrides), local=True))
-            return serve_main(prof, host=args.host, port=args.port, api_key_env=args.api_key_env)
-        if args.command == "calibrate":
-            from tui.recorder.calibrate import calibrate_main
-
-            return calibrate_main(load_named_profile(args.profile, args.overrides), args.out, quick=args.quick)
-        if args.command == "tune":
-            from tui.tune.main import tune_main
-
-            if args.workers is not None and args.workers < 1:
-                raise ProfileError(f"--workers = {args.workers}: expected a number of processes >= 1")
-            seed = [f"tune.seed={args.seed}"] if args.seed is not None else []
-            prof = check_backend(load_named_profile(args.profile, [*args.overrides, *seed]))
-            return tune_main(prof, args.out, executor=args.executor, workers=args.workers, ray_address=args.ray_address)
-        if args.command == "profiles":
-            if args.profiles_command == "show":
-                print(dump_profile(load_named_profile(args.name, args.overrides)), end="")
-                return 0
-            return print_profiles()
-        if not args.record and (args.num_requests is not None or args.duration is not None):
-            parser.error("--num-requests and --duration are only used with --record")
-        if not args.record and args.repeat is not None:
-            parser.error("--repeat is only used with --record")
-        prof = resolve_profile(args)
-        prof = with_checkpoint(args, prof, local=prof.target.kind == "local")
-        if prof.workload.trace is not None:  # checked whole before anything starts: a bad record is exit 2
-            from tui.load.trace_replay import resolve_trace
-
-            print(f"kvtui: reading the trace {prof.workload.trace} ...", file=sys.stderr, flush=True)
-            prof = resolve_trace(prof)
-            load = prof.load
-            played = f"{load.num_requests} requests" if load.num_requests is not None else f"{load.duration_s:g} s"
-            pace = (f" at its own pace (mean {load.rate:.3g} req/s)" if load.arrival == "trace" and not load.rescale_trace
-                    else "")
-            print(f"kvtui: replaying {played} of it{pace}", file=sys.stderr)
-        if prof.target.kind == "local":
-            check_backend(prof)
-        if args.record:
-            if args.out is None:
-                parser.error("--record needs --out DIR")
-            if prof.decompose is not None:
-                if args.real_time:
-                    parser.error("--real-time: a [decompose] profile runs on the virtual clock only")
-                from tui.recorder.decompose import record_decompose
-
-                return record_decompose(prof, args.out, seed_drawn=getattr(args, "seed_drawn", None) is not None)
-            if prof.target.kind == "local" and prof.engine.backend == "simulated" and not args.real_time:
-                from tui.recorder.virtual import record_virtual
-
-                return record_virtual(prof, args.out, seed_drawn=getattr(args, "seed_drawn", None) is not None,
-                                      force=args.force)
-            from tui.recorder.recorder import record_main
-
-            return record_main(prof, args.out, seed_drawn=getattr(args, "seed_drawn", None) is not None,
-                               force=args.force)
-        if args.real_time:
-            parser.error("--real-time is only used with --record (the dashboard always runs in real time)")
-        if args.out is not None:
-            parser.error("--out is only used with --record")
-        if args.force:
-            parser.error("--force is only used with --record")
-        from tui.ui.app import dashboard_main
-
-        return dashboard_main(prof)
+        command = _COMMANDS.get(args.command, _run)
+        return command(args, parser)
     except ProfileError as e:
         print(f"kvtui: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+def _report(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """``kvtui report``: the replay, the HTML page, the printed table, or the review app."""
+    if args.replay:
+        return replay_cli(args.dirs)
+    if args.html is not None:
+        from tui.report.html import html_main
+
+        return html_main(args.dirs, args.html, args.charts_dir)
+    if args.table or args.wide or not sys.stdout.isatty():  # pipes and scripts get the printed table
+        from tui.report.terminal import report_main
+
+        return report_main(args.dirs, wide=args.wide)
+    from tui.ui.report_app import report_app_main
+
+    return report_app_main(args.dirs)
+
+
+def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from tui.serve.app import serve_main
+
+    prof = check_backend(with_checkpoint(args, load_named_profile(args.profile, args.overrides), local=True))
+    return serve_main(prof, host=args.host, port=args.port, api_key_env=args.api_key_env)
+
+
+def _calibrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from tui.recorder.calibrate import calibrate_main
+
+    return calibrate_main(load_named_profile(args.profile, args.overrides), args.out, quick=args.quick)
+
+
+def _tune(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from tui.tune.main import tune_main
+
+    if args.workers is not None and args.workers < 1:
+        raise ProfileError(f"--workers = {args.workers}: expected a number of processes >= 1")
+    seed = [f"tune.seed={args.seed}"] if args.seed is not None else []
+    prof = check_backend(load_named_profile(args.profile, [*args.overrides, *seed]))
+    return tune_main(prof, args.out, executor=args.executor, workers=args.workers, ray_address=args.ray_address)
+
+
+def _profiles(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    if args.profiles_command == "show":
+        print(dump_profile(load_named_profile(args.name, args.overrides)), end="")
+        return 0
+    return print_profiles()
+
+
+def _run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """``kvtui`` itself: the dashboard, or with ``--record`` a recorded run."""
+    if not args.record and (args.num_requests is not None or args.duration is not None):
+        parser.error("--num-requests and --duration are only used with --record")
+    if not args.record and args.repeat is not None:
+        parser.error("--repeat is only used with --record")
+    prof = resolve_profile(args)
+    prof = with_checkpoint(args, prof, local=prof.target.kind == "local")
+    if prof.workload.trace is not None:  # checked whole before anything starts: a bad record is exit 2
+        prof = _read_trace(prof)
+    if prof.target.kind == "local":
+        check_backend(prof)
+    if args.record:
+        return _record(args, parser, prof)
+    if args.real_time:
+        parser.error("--real-time is only used with --record (the dashboard always runs in real time)")
+    if args.out is not None:
+        parser.error("--out is only used with --record")
+    if args.force:
+        parser.error("--force is only used with --record")
+    from tui.ui.app import dashboard_main
+
+    return dashboard_main(prof)
+
+
+def _read_trace(prof: Profile) -> Profile:
+    """The profile with its workload's trace read (lengths, and arrivals where it replays them)."""
+    from tui.load.trace_replay import resolve_trace
+
+    print(f"kvtui: reading the trace {prof.workload.trace} ...", file=sys.stderr, flush=True)
+    prof = resolve_trace(prof)
+    load = prof.load
+    played = f"{load.num_requests} requests" if load.num_requests is not None else f"{load.duration_s:g} s"
+    pace = (f" at its own pace (mean {load.rate:.3g} req/s)" if load.arrival == "trace" and not load.rescale_trace
+            else "")
+    print(f"kvtui: replaying {played} of it{pace}", file=sys.stderr)
+    return prof
+
+
+def _record(args: argparse.Namespace, parser: argparse.ArgumentParser, prof: Profile) -> int:
+    """``kvtui --record``: a decomposition, a run on the virtual clock, or one in real time."""
+    if args.out is None:
+        parser.error("--record needs --out DIR")
+    seed_drawn = getattr(args, "seed_drawn", None) is not None
+    if prof.decompose is not None:
+        if args.real_time:
+            parser.error("--real-time: a [decompose] profile runs on the virtual clock only")
+        from tui.recorder.decompose import record_decompose
+
+        return record_decompose(prof, args.out, seed_drawn=seed_drawn)
+    if prof.target.kind == "local" and prof.engine.backend == "simulated" and not args.real_time:
+        from tui.recorder.virtual import record_virtual
+
+        return record_virtual(prof, args.out, seed_drawn=seed_drawn, force=args.force)
+    from tui.recorder.recorder import record_main
+
+    return record_main(prof, args.out, seed_drawn=seed_drawn, force=args.force)
+
+
+# The subcommands; no subcommand is the dashboard or a recorded run (_run).
+_COMMANDS: dict[str | None, Callable[[argparse.Namespace, argparse.ArgumentParser], int]] = {
+    "report": _report, "serve": _serve, "calibrate": _calibrate, "tune": _tune, "profiles": _profiles,
+}
 
