@@ -267,74 +267,50 @@ class OpenAITarget:
             rec.tokens_estimated = True
 
     async def _stream(self, body: dict[str, Any], rec: RequestRecord) -> None:
-        chat = self.endpoint == "chat"
         async with self._streams().post(self.url, data=orjson.dumps(body), proxy=self._proxy,
                                         trace_request_ctx=rec) as resp:
             rec.http_status = resp.status
-            ctype = resp.headers.get("Content-Type", "")
-            if resp.status != 200:
-                text = (await resp.content.read(4096)).decode("utf-8", errors="replace")
-                rec.status, rec.reason = classify_http_error(resp.status, text, ctype)
+            if not await _is_event_stream(resp, rec):
                 return
-            if "text/html" in ctype:
-                rec.status, rec.reason = "bad_chunk", "an HTML page instead of an event stream (base URL should end in /v1)"
-                return
-            done = got_usage = False
-            # one timestamp gap per output chunk is kept: no more chunks than tokens asked for
-            chunk_cap = rec.max_tokens if rec.max_tokens > 0 else MAX_CHUNKS
-            buf = b""
-            # Raw bytes, split here: no text decoder or line iterator per line, and one timestamp per
-            # socket read (every event in that read arrived then), taken as the bytes come back.
-            async for raw in resp.content.iter_any():
-                t = now()
-                if done:
-                    continue  # anything after [DONE] is read to the end so the connection is reused
-                lines = (buf + raw).split(b"\n") if buf else raw.split(b"\n")
-                buf = lines.pop()  # an incomplete last line waits for the next read
-                for line in lines:
-                    if not line.startswith(b"data:"):
-                        continue  # blank separators, comments, event:/id: fields
-                    data = line[5:].strip()
-                    if data == b"[DONE]":
-                        done = True
-                        break
-                    try:
-                        obj = loads(data)
-                        if not isinstance(obj, dict):
-                            raise ValueError("not an object")
-                    except ValueError:
-                        rec.status, rec.reason = "bad_chunk", f"unparseable chunk: {data[:60]!r}"
-                        return
-                    if obj.get("error") or obj.get("object") == "error":
-                        msg = _error_message(data.decode("utf-8", errors="replace"))
-                        rec.status = "rejected" if "reject" in msg.lower() else "http_5xx"
-                        rec.reason = f"error in stream: {msg}"
-                        return
-                    choices = obj.get("choices")
-                    if choices and isinstance(choices[0], dict):
-                        choice = choices[0]
-                        if _carries_output(choice, chat):
-                            if rec.num_chunks >= chunk_cap:  # what is kept per request stays bounded
-                                rec.status = "bad_chunk"
-                                rec.reason = f"the server streamed more output chunks than max_tokens ({chunk_cap})"
-                                return
-                            rec.add_chunk(t)
-                        if choice.get("finish_reason"):
-                            rec.finish_reason = choice["finish_reason"]
-                    usage = obj.get("usage")
-                    if isinstance(usage, dict) and usage.get("completion_tokens") is not None:
-                        completion, prompt = _count(usage["completion_tokens"]), _count(usage.get("prompt_tokens") or 0)
-                        if completion is None or prompt is None:
-                            rec.status, rec.reason = "bad_chunk", f"usage out of range: {printable(str(usage)[:80])}"
-                            return
-                        got_usage = True
-                        rec.completion_tokens, rec.prompt_tokens = completion, prompt
+            ended = await self._read_events(resp, rec)
+            if ended is None:
+                return  # a bad chunk or an error event: the record says which
+            done, got_usage = ended
             if not (done or got_usage):
                 rec.status, rec.reason = "stream_cut", "the stream ended without [DONE] or usage"
                 return
             rec.served(rec.finish_reason)
             if rec.status == "ok" and not got_usage:
                 rec.reason = "no usage from the server: tokens counted from chunks"
+
+    async def _read_events(self, resp: aiohttp.ClientResponse, rec: RequestRecord) -> tuple[bool, bool] | None:
+        """Read the event stream to its end into ``rec``: whether it said [DONE], and whether it sent
+        usage; None once an event fails the request (``rec.status`` and ``reason`` set)."""
+        chat = self.endpoint == "chat"
+        done = got_usage = False
+        # one timestamp gap per output chunk is kept: no more chunks than tokens asked for
+        chunk_cap = rec.max_tokens if rec.max_tokens > 0 else MAX_CHUNKS
+        buf = b""
+        # Raw bytes, split here: no text decoder or line iterator per line, and one timestamp per
+        # socket read (every event in that read arrived then), taken as the bytes come back.
+        async for raw in resp.content.iter_any():
+            t = now()
+            if done:
+                continue  # anything after [DONE] is read to the end so the connection is reused
+            lines = (buf + raw).split(b"\n") if buf else raw.split(b"\n")
+            buf = lines.pop()  # an incomplete last line waits for the next read
+            for line in lines:
+                if not line.startswith(b"data:"):
+                    continue  # blank separators, comments, event:/id: fields
+                data = line[5:].strip()
+                if data == b"[DONE]":
+                    done = True
+                    break
+                event = _event(data, rec, t, chat, chunk_cap)
+                if event is None:
+                    return None
+                got_usage = got_usage or event
+        return done, got_usage
 
     async def aclose(self) -> None:
         await self.client.aclose()
@@ -346,6 +322,19 @@ class OpenAITarget:
 
         Returns the models the endpoint lists (empty if it has no ``/models``).
         """
+        models = await self._listed_models()
+        # Some endpoints have no /models: the tiny request below is the real check.
+        rec = RequestRecord(request_id="preflight", index=-1, stage="preflight", mode="", scheduled_t=now())
+        spec = RequestSpec(index=-1, prompt=probe_prompt, prompt_len=len(probe_prompt), max_tokens=1,
+                           shared_prefix=False)
+        await self.send(spec, rec)
+        if rec.status == "ok":
+            return models
+        raise PreflightError(self._failed_test_message(rec, models))
+
+    async def _listed_models(self) -> list[str]:
+        """The models ``/models`` lists (empty without one); a PreflightError where its answer shows the
+        target is wrong (unreachable, unauthorized, an HTML page, our model not among them)."""
         models_url = api_url(self.base_url, "models")
         models: list[str] = []
         try:
@@ -379,29 +368,24 @@ class OpenAITarget:
                 f"{models_url} returned 404: no OpenAI-compatible API at {self.base_url}; "
                 "the base URL usually ends in /v1 (e.g. http://127.0.0.1:8000/v1)"
             )
-        # Some endpoints have no /models: the tiny request below is the real check.
-        rec = RequestRecord(request_id="preflight", index=-1, stage="preflight", mode="", scheduled_t=now())
-        spec = RequestSpec(index=-1, prompt=probe_prompt, prompt_len=len(probe_prompt), max_tokens=1,
-                           shared_prefix=False)
-        await self.send(spec, rec)
-        if rec.status == "ok":
-            return models
+        return models
+
+    def _failed_test_message(self, rec: RequestRecord, models: list[str]) -> str:
+        """What a failed preflight request says of the target, in one line."""
         if rec.status == "http_401":
-            raise PreflightError(unauthorized_message(rec.http_status or 401, self.url, self.api_key_env))
+            return unauthorized_message(rec.http_status or 401, self.url, self.api_key_env)
         if rec.status == "http_404":
             if models:
-                raise PreflightError(self._model_message(models))
-            raise PreflightError(
-                f"{self.url} returned 404 for model {self.model!r}: the model is unknown or the path is wrong "
-                f"({rec.reason}); the base URL usually ends in /v1"
-            )
+                return self._model_message(models)
+            return (f"{self.url} returned 404 for model {self.model!r}: the model is unknown or the path is wrong "
+                    f"({rec.reason}); the base URL usually ends in /v1")
         if rec.status == "connect_error":
-            raise PreflightError(f"cannot connect to {address_of(self.url)}: {rec.reason}")
+            return f"cannot connect to {address_of(self.url)}: {rec.reason}"
         hint = ""
         if rec.status == "rejected" and self.extra_body.get("ignore_eos"):
             hint = ("; it carried vLLM's ignore_eos (target.ignore_eos = true), which a server that does not know "
                     "it refuses: try --set target.ignore_eos=false")
-        raise PreflightError(f"a test request to {self.url} failed ({rec.status}): {rec.reason}{hint}")
+        return f"a test request to {self.url} failed ({rec.status}): {rec.reason}{hint}"
 
     async def count_tokens(self, prompt: str) -> int | None:
         """The server's token count of ``prompt`` from its ``/tokenize`` (vLLM's, which ``kvtui serve``
@@ -428,3 +412,57 @@ class OpenAITarget:
     def _model_message(self, models: list[str]) -> str:
         shown = ", ".join(models[:20]) + (f" (and {len(models) - 20} more)" if len(models) > 20 else "")
         return f"model {self.model!r} is not served by {redact_url(self.base_url)}; it offers: {printable(shown)}"
+
+
+async def _is_event_stream(resp: aiohttp.ClientResponse, rec: RequestRecord) -> bool:
+    """Whether a streamed response is an event stream to read; else ``rec`` says what came instead."""
+    ctype = resp.headers.get("Content-Type", "")
+    if resp.status != 200:
+        text = (await resp.content.read(4096)).decode("utf-8", errors="replace")
+        rec.status, rec.reason = classify_http_error(resp.status, text, ctype)
+        return False
+    if "text/html" in ctype:
+        rec.status, rec.reason = "bad_chunk", "an HTML page instead of an event stream (base URL should end in /v1)"
+        return False
+    return True
+
+
+def _event(data: bytes, rec: RequestRecord, t: float, chat: bool, chunk_cap: int) -> bool | None:
+    """One ``data:`` event into ``rec`` (arrived at ``t``): whether it carried usage, or None when it
+    fails the request (unparseable, an error event, more chunks than ``chunk_cap``, usage out of range)."""
+    try:
+        obj = loads(data)
+        if not isinstance(obj, dict):
+            raise ValueError("not an object")
+    except ValueError:
+        rec.status, rec.reason = "bad_chunk", f"unparseable chunk: {data[:60]!r}"
+        return None
+    if obj.get("error") or obj.get("object") == "error":
+        msg = _error_message(data.decode("utf-8", errors="replace"))
+        rec.status = "rejected" if "reject" in msg.lower() else "http_5xx"
+        rec.reason = f"error in stream: {msg}"
+        return None
+    choices = obj.get("choices")
+    if choices and isinstance(choices[0], dict):
+        choice = choices[0]
+        if _carries_output(choice, chat):
+            if rec.num_chunks >= chunk_cap:  # what is kept per request stays bounded
+                rec.status = "bad_chunk"
+                rec.reason = f"the server streamed more output chunks than max_tokens ({chunk_cap})"
+                return None
+            rec.add_chunk(t)
+        if choice.get("finish_reason"):
+            rec.finish_reason = choice["finish_reason"]
+    return _usage(obj.get("usage"), rec)
+
+
+def _usage(usage: Any, rec: RequestRecord) -> bool | None:
+    """An event's usage into ``rec``: whether it had one, or None when its counts are out of range."""
+    if not isinstance(usage, dict) or usage.get("completion_tokens") is None:
+        return False
+    completion, prompt = _count(usage["completion_tokens"]), _count(usage.get("prompt_tokens") or 0)
+    if completion is None or prompt is None:
+        rec.status, rec.reason = "bad_chunk", f"usage out of range: {printable(str(usage)[:80])}"
+        return None
+    rec.completion_tokens, rec.prompt_tokens = completion, prompt
+    return True
