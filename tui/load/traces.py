@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal, TextIO, get_args
 
 from tui.profile import ProfileError
 
@@ -235,57 +235,74 @@ class BurstGPTReader(TraceReader):
                                _length(path, n, "Response tokens", row["Response tokens"]))
 
 
+class _JsonText:
+    """A JSON file's text read a chunk at a time: a cursor (``pos``) into what is held, and its line."""
+
+    def __init__(self, f: TextIO, chunk: int) -> None:
+        self.f, self.chunk = f, chunk
+        self.buf, self.line, self.pos, self.eof = "", 1, 0, False
+        self.decoder = json.JSONDecoder()
+
+    def more(self) -> bool:
+        """Read the next chunk (dropping what the cursor has passed); False at the end of the file."""
+        data = self.f.read(self.chunk)
+        if not data:
+            self.eof = True
+            return False
+        self.buf = self.buf[self.pos:] + data
+        self.pos = 0
+        return True
+
+    def skip(self, chars: str) -> None:
+        """Move the cursor past any of ``chars``, reading on as needed."""
+        while True:
+            while self.pos < len(self.buf) and self.buf[self.pos] in chars:
+                self.line += self.buf[self.pos] == "\n"
+                self.pos += 1
+            if self.pos < len(self.buf) or not self.more():
+                return
+
+    def peek(self) -> str:
+        """The character at the cursor ("" at the end)."""
+        return self.buf[self.pos] if self.pos < len(self.buf) else ""
+
+    def value(self, path: Path) -> Any:
+        """The JSON value at the cursor, the cursor and line moved past it."""
+        while True:
+            try:
+                obj, end = self.decoder.raw_decode(self.buf, self.pos)
+                if end == len(self.buf) and not self.eof and self.more():  # a number may go on in the next chunk
+                    continue
+                break
+            except json.JSONDecodeError as e:
+                if not self.eof and self.more():
+                    continue
+                raise _fail(path, self.line + self.buf.count("\n", self.pos, e.pos), "record",
+                            f"not JSON ({e.msg})") from None
+        self.line += self.buf.count("\n", self.pos, end)
+        self.pos = end
+        return obj
+
+
 def _json_array(path: Path, chunk: int = 1 << 16) -> Iterator[tuple[int, Any]]:
     """The elements of a top-level JSON array, one at a time (with the line each starts on), or of JSONL."""
-    decoder = json.JSONDecoder()
     with path.open(encoding="utf-8") as f:
-        buf, line, pos, eof = "", 1, 0, False
-
-        def more() -> bool:
-            nonlocal buf, pos, eof
-            data = f.read(chunk)
-            if not data:
-                eof = True
-                return False
-            buf = buf[pos:] + data
-            pos = 0
-            return True
-
-        def skip(chars: str) -> None:
-            nonlocal pos, line
-            while True:
-                while pos < len(buf) and buf[pos] in chars:
-                    line += buf[pos] == "\n"
-                    pos += 1
-                if pos < len(buf) or not more():
-                    return
-
-        more()
-        skip(" \t\r\n")
-        array = pos < len(buf) and buf[pos] == "["
+        text = _JsonText(f, chunk)
+        text.more()
+        text.skip(" \t\r\n")
+        array = text.peek() == "["
         if array:
-            pos += 1
+            text.pos += 1
         while True:
-            skip(" \t\r\n," if array else " \t\r\n")
-            if pos >= len(buf):
+            text.skip(" \t\r\n," if array else " \t\r\n")
+            if not text.peek():
                 if array:
-                    raise _fail(path, line, "file", "the JSON array is not closed (truncated file?)")
+                    raise _fail(path, text.line, "file", "the JSON array is not closed (truncated file?)")
                 return
-            if array and buf[pos] == "]":
+            if array and text.peek() == "]":
                 return
-            while True:
-                try:
-                    obj, end = decoder.raw_decode(buf, pos)
-                    if end == len(buf) and not eof and more():  # a number may go on in the next chunk
-                        continue
-                    break
-                except json.JSONDecodeError as e:
-                    if not eof and more():
-                        continue
-                    raise _fail(path, line + buf.count("\n", pos, e.pos), "record", f"not JSON ({e.msg})") from None
-            yield line, obj
-            line += buf.count("\n", pos, end)
-            pos = end
+            line = text.line
+            yield line, text.value(path)
 
 
 Counter = Callable[[str], int]
