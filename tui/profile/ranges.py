@@ -64,7 +64,6 @@ MAX_SNAPSHOTS_PER_S = 10.0  # replay frames: a few a second show every stall; mo
 MAX_SECONDS = 7 * 86400.0  # a week: longer timeouts and durations are typos
 MAX_RATE = 1e6  # req/s: beyond any server; the load generator stays bounded up to it
 
-_POSITIVE = Range(0, None, lo_open=True)
 _SECONDS = Range(0, MAX_SECONDS, lo_open=True)
 _LENGTH = Range(1, MAX_TOKENS_ANY)
 _COUNT = Range(1, MAX_COUNT)

@@ -143,7 +143,6 @@ class DecomposeRecorder:
             return 2
         code = 0
         t0 = time.perf_counter()
-        self._figures: list[ModeFigures] = []
         self._ladder: list[LadderEdge] = []
         self._chains: list[list[ModeFigures]] = []
         self._ran: list[Profile] = []

@@ -34,7 +34,6 @@ from tui.engine.sim.readings import modelled_gpu_samples
 from tui.engine.snapshot import EngineSnapshot, StepTiming
 from tui.load.arrivals import Schedule
 from tui.load.trace_replay import make_arrivals, make_workload
-from tui.metrics.capacity import cell_attainment
 from tui.metrics.window import RollingWindow
 from tui.profile import EngineMode, Profile, Stage, stage_profile
 from tui.recorder.run_output import RunOutput, finishing, interruptible, restore_signal_handlers
@@ -420,16 +419,6 @@ def run_virtual_cell(profile: Profile, stage: Stage, mode: EngineMode, *, start:
         cell.warmup(profile.load.warmup_requests)
     cell.run()
     return cell
-
-
-def probe_attainment(profile: Profile, mode: EngineMode, rate: float) -> float:
-    """One sweep probe alone: the goodput attainment of ``profile``'s ``[sweep]`` probe at ``rate`` under
-    ``mode``, run exactly as the recorder's sweep runs it (its cell, its records, the table's number)."""
-    assert profile.sweep is not None
-    records: list[RequestRecord] = []
-    run_virtual_cell(profile, profile.sweep.probe_stage(1, rate), mode, start=records_now(),
-                     on_record=lambda r: None if r.warmup else records.append(r))
-    return cell_attainment(records, profile.slo) or 0.0
 
 
 def record_virtual(profile: Profile, out: Path, *, seed_drawn: bool = False, force: bool = False) -> int:
