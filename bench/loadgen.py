@@ -84,7 +84,7 @@ async def _serve() -> None:
 
 async def _measure(base_url: str, rate: float, duration_s: float) -> dict[str, float]:
     from tui.load.arrivals import ArrivalProcess
-    from tui.load.runner import LoadRunner
+    from tui.load.load_runner import LoadRunner
     from tui.profile import LengthDist, LoadConfig, Profile, TargetConfig, WorkloadConfig
     from tui.records.request import RequestRecord
 

@@ -38,7 +38,7 @@ import numpy as np
 from tui.engine.engine import Engine
 from tui.engine.params import SamplingParams
 from tui.engine.sim.clock import RealClock
-from tui.load.runner import LoadRunner
+from tui.load.load_runner import LoadRunner
 from tui.profile import EngineConfig, LengthDist, LoadConfig, Profile, TargetConfig, WorkloadConfig
 from tui.records.request import RequestRecord
 

@@ -130,7 +130,7 @@ async def measure(app, backend, hz: float | None, seconds: float) -> tuple[float
 
 async def run_scale(url: str, seconds: float) -> tuple[float, float, float, int, int]:
     from tui.ui.app import KVTuiApp
-    from tui.ui.poller import LiveBackend
+    from tui.ui.live_backend import LiveBackend
 
     backend = LiveBackend(Profile(), base_url=url)
     app = KVTuiApp(backend, live=False)  # the bench drives the poller itself

@@ -26,7 +26,7 @@ def test_every_name_the_walks_pin_to_a_module_is_defined_there() -> None:
         "tui/engine/kv.py": ["class KVManager", "LAYOUTS", "def run_starts"],
         "tui/serve/engine_loop.py": ["class EngineLoop", "def apply", "def add_request"],
         "tui/serve/engine_messages.py": ["class ApplyControl", "class Outputs", "class Add"],
-        "tui/ui/poller.py": ["class LiveBackend", "def set_mode"],
+        "tui/ui/live_backend.py": ["class LiveBackend", "def set_mode"],
         "tui/ui/actions.py": ["DashboardAction", "toggle_batching"],
         "tui/records/request.py": ["def finish_status", "class RequestRecord"],
         "tui/serve/control_client.py": ["def apply"],

@@ -11,7 +11,7 @@ from loadfake_server import FakeConfig
 from test_load_runner import profile
 
 from tui.load.headroom import LoopBusyMeter, new_timed_loop
-from tui.load.runner import LoadRunner
+from tui.load.load_runner import LoadRunner
 from tui.metrics.summary import client_delay_lines, summary_table
 from tui.records.request import RequestRecord
 

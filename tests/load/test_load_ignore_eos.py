@@ -10,7 +10,7 @@ import pytest
 from loadfake_server import FakeConfig
 
 from tui.base.clock import now
-from tui.load.runner import make_target
+from tui.load.load_runner import make_target
 from tui.load.target import PreflightError
 from tui.load.workload import RequestSpec
 from tui.profile import EngineConfig, Profile, ProfileError, TargetConfig, apply_overrides, profile_from_dict

@@ -9,7 +9,7 @@ import pytest
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from tui.base.tokenizer_json import TokenizerFileError, read_tokenizer_json
-from tui.load.runner import LoadRunner, prompt_sizing
+from tui.load.load_runner import LoadRunner, prompt_sizing
 from tui.load.workload import UNIT_MEANING, TokenSizer, Workload
 from tui.metrics.summary import summary_table, to_markdown
 from tui.profile import (

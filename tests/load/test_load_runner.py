@@ -12,7 +12,7 @@ import pytest
 from loadfake_server import FakeConfig
 from scipy import stats
 
-from tui.load.runner import LoadRunner
+from tui.load.load_runner import LoadRunner
 from tui.load.trace_replay import make_arrivals
 from tui.metrics.window import RollingWindow
 from tui.profile import LengthDist, LoadConfig, Profile, TargetConfig, WorkloadConfig

@@ -5,7 +5,7 @@ from __future__ import annotations
 from loadfake_server import FakeConfig
 from test_load_runner import profile
 
-from tui.load.runner import LoadRunner
+from tui.load.load_runner import LoadRunner
 from tui.records.request import RequestRecord
 
 

@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 from loadfake_server import FakeConfig
 
-from tui.load.runner import ClientStats, LoadRunner
+from tui.load.load_runner import ClientStats, LoadRunner
 from tui.load.workers import WorkerRunner
 from tui.metrics.summary import client_delay_lines, summary_table, to_markdown
 from tui.metrics.window import RollingWindow

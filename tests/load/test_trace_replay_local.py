@@ -11,7 +11,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from tui.load.runner import LoadRunner
+from tui.load.load_runner import LoadRunner
 from tui.load.trace_replay import resolve_trace
 from tui.profile import DefensesConfig, LoadConfig, Profile, WorkloadConfig
 from tui.records.request import RequestRecord

@@ -28,7 +28,7 @@ from tui.serve.local import LocalServer
 from tui.ui.app import KVTuiApp
 from tui.ui.backend import nudge_rate
 from tui.ui.lines import TextLines
-from tui.ui.poller import LiveBackend
+from tui.ui.live_backend import LiveBackend
 from tui.ui.scheduler_view import RequestTable
 from tui.ui.server_view import ServerView
 from tui.ui.status_line import StatusLine

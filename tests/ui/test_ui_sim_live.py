@@ -14,7 +14,7 @@ from tui.profile import find_profile, load_profile
 from tui.serve.local import LocalServer
 from tui.ui.app import KVTuiApp
 from tui.ui.gpu import GpuPane
-from tui.ui.poller import LiveBackend
+from tui.ui.live_backend import LiveBackend
 
 
 async def until(pilot, predicate: Callable[[], object], timeout: float = 60.0) -> None:

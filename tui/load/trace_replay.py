@@ -36,7 +36,7 @@ from tui.profile import Profile, Stage, WorkloadConfig
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
-WARMUP_BASE = 1_000_000  # warm-up request i is asked for as index WARMUP_BASE + i (tui.load.runner)
+WARMUP_BASE = 1_000_000  # warm-up request i is asked for as index WARMUP_BASE + i (tui.load.load_runner)
 _BLOCK = MOONCAKE_BLOCK_TOKENS  # prompt text is made in blocks of this many units
 _HASH, _SESSION, _OWN = 0x4A5, 0x5E5, 0x0E7  # block kinds: a Mooncake hash id, a conversation, one request's
 

@@ -5,7 +5,7 @@ would measure its own queue), ``load.workers = N`` spreads a stage over N worker
 benchmark clients do. The schedule stays ONE schedule: every worker draws the same arrival sequence
 from the profile's seed (independent gaps, exactly the single-process draw) and all start from the same
 instant on the machine-wide monotonic clock; worker ``k`` sends the requests at positions ``p`` with
-``p % N == k`` and passes the others by (:class:`~tui.load.runner.LoadRunner`'s ``shard``). So the
+``p % N == k`` and passes the others by (:class:`~tui.load.load_runner.LoadRunner`'s ``shard``). So the
 merged send times are exactly the single-process schedule's — never N seeds, which would multiply the
 rate. Request contents are a function of the position, so they match too.
 
@@ -42,7 +42,7 @@ from typing import Any
 
 from tui.base.child_process import child_connection, spawn_child
 from tui.load.headroom import new_timed_loop
-from tui.load.runner import ClientStats, LoadRunner, RecordCallback, StreamWindow
+from tui.load.load_runner import ClientStats, LoadRunner, RecordCallback, StreamWindow
 from tui.profile import Profile
 from tui.records.request import ChunkCursor, RequestRecord
 

@@ -33,7 +33,7 @@ from tui.base.tokenizer_json import read_tokenizer_json
 from tui.engine.sim.readings import modelled_gpu_samples
 from tui.feasibility import infeasible_cells
 from tui.load.headroom import new_timed_loop
-from tui.load.runner import ClientStats, LoadRunner, make_target, prompt_sizing
+from tui.load.load_runner import ClientStats, LoadRunner, make_target, prompt_sizing
 from tui.load.target import OpenAITarget, PreflightError
 from tui.load.workers import WorkerFailed, WorkerRunner
 from tui.load.workload import Workload

@@ -29,7 +29,7 @@ from tui.base.gpu import GpuSample
 from tui.base.provenance import provenance
 from tui.engine.sim.sizing import kv_cache
 from tui.load.arrivals import planned_deadlines
-from tui.load.runner import prompt_sizing
+from tui.load.load_runner import prompt_sizing
 from tui.load.trace_replay import make_arrivals
 from tui.load.workload import UNIT_MEANING
 from tui.metrics import stats

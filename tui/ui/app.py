@@ -252,7 +252,7 @@ class KVTuiApp(App[int]):
 
 def dashboard_main(profile: Profile) -> int:
     """The ``kvtui`` default mode: the dashboard on the local engine or on ``profile.target``."""
-    from tui.ui.poller import LiveBackend
+    from tui.ui.live_backend import LiveBackend
 
     app = KVTuiApp(LiveBackend(profile), live=True)
     app.run()

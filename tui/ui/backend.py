@@ -3,7 +3,7 @@
 ``Backend`` holds what the user asks for (rate, arrival, workload, defenses) and publishes
 ``DashboardSnapshot``s; the app calls its async control methods from workers and redraws on
 ``on_update``. Two kinds: ``FixedBackend`` (a fixed snapshot: tests, screenshots, a replayed run;
-no timers, no network) and ``tui.ui.poller.LiveBackend`` (the local engine or a remote target).
+no timers, no network) and ``tui.ui.live_backend.LiveBackend`` (the local engine or a remote target).
 """
 
 from __future__ import annotations

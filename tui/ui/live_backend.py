@@ -287,7 +287,7 @@ class LiveBackend(Backend):
     # -- load --------------------------------------------------------------------------------------
 
     def _make_runner(self) -> Any:
-        from tui.load.runner import LoadRunner
+        from tui.load.load_runner import LoadRunner
 
         load = dataclasses.replace(self.profile.load, arrival=self.load.arrival)
         profile = dataclasses.replace(self.profile, load=load, workload=self.presets[self.load.workload])
@@ -326,7 +326,7 @@ class LiveBackend(Backend):
             self.set_status("load stopped")
             return
         if not self.local:
-            from tui.load.runner import make_target
+            from tui.load.load_runner import make_target
             from tui.load.target import PreflightError
 
             probe = make_target(self.profile, self.base_url)
