@@ -1,7 +1,7 @@
 """The dashboard's actions, listed once: the key bindings, the footer, the command palette and the
 help screen's key table are all generated from ``ACTIONS``.
 
-An action either calls a ``Backend`` method (``op``; async methods are queued by the app so the UI
+An action either calls a ``DashboardBackend`` method (``op``; async methods are queued by the app so the UI
 never waits on the target) or runs one of the app's own Textual actions (quit, help, zoom). Widgets
 ask for an action with a ``RunAction`` message carrying its ``id``, so a key, a button and a palette
 entry take the same path.
@@ -30,7 +30,7 @@ class DashboardAction:
     label: str = ""  # the footer's short label ("" = not in the footer)
     key_display: str | None = None  # how the footer and help show the keys
     quiet_keys: str = ""  # more keys, not in the footer, that yield to a focused widget (arrows)
-    op: str | None = None  # a Backend method; None = the app's own Textual action named ``id``
+    op: str | None = None  # a DashboardBackend method; None = the app's own Textual action named ``id``
     args: tuple[object, ...] = ()
     engine: bool = False  # acts on the kvtui engine: not offered for a remote target
     priority: bool = True  # printable keys win over a focused input or button

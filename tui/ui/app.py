@@ -1,6 +1,6 @@
 """The kvtui dashboard: a Textual app whose panes are fed through one ``apply(snapshot)`` path.
 
-The app owns no data: a ``Backend`` publishes ``DashboardSnapshot``s and the app redraws the latest
+The app owns no data: a ``DashboardBackend`` publishes ``DashboardSnapshot``s and the app redraws the latest
 one (coalesced: however many arrive while a frame is drawn, only the newest is drawn). Keys, buttons
 and command-palette entries all become the same actions; anything that talks to a target runs in a
 queued worker, so the UI never waits on the network or on the engine.
@@ -22,7 +22,7 @@ from textual.widgets import Footer, Tab, Tabs
 
 from tui.profile import Profile
 from tui.ui.actions import BY_ID, DASHBOARD_ACTIONS, DashboardAction, bindings
-from tui.ui.backend import Backend, FixedBackend
+from tui.ui.backend import DashboardBackend, FixedBackend
 from tui.ui.commands import DashboardCommands
 from tui.ui.gpu import GpuPane
 from tui.ui.help_screen import HelpScreen
@@ -60,7 +60,7 @@ class KVTuiApp(App[int]):
     COMMANDS = App.COMMANDS | {DashboardCommands}
     BINDINGS = bindings()  # generated from tui.ui.actions.ACTIONS, like the palette and the help
 
-    def __init__(self, backend: Backend | None = None, *, profile: Profile | None = None, live: bool = True):
+    def __init__(self, backend: DashboardBackend | None = None, *, profile: Profile | None = None, live: bool = True):
         super().__init__()
         self.backend = backend or FixedBackend(profile or Profile())
         self.live = live and self.backend.live

@@ -1,6 +1,6 @@
 """What the dashboard's controls act on, and where its snapshots come from.
 
-``Backend`` holds what the user asks for (rate, arrival, workload, defenses) and publishes
+``DashboardBackend`` holds what the user asks for (rate, arrival, workload, defenses) and publishes
 ``DashboardSnapshot``s; the app calls its async control methods from workers and redraws on
 ``on_update``. Two kinds: ``FixedBackend`` (a fixed snapshot: tests, screenshots, a replayed run;
 no timers, no network) and ``tui.ui.live_backend.LiveBackend`` (the local engine or a remote target).
@@ -85,7 +85,7 @@ def toggled_defenses(current: DefensesConfig, name: DefenseName, profile: Profil
     return dataclasses.replace(current, wait_timeout_s=(want.wait_timeout_s or 30.0) if on else None)
 
 
-class Backend:
+class DashboardBackend:
     """Holds what is asked, publishes snapshots; subclasses act on a real target."""
 
     live = False
@@ -204,5 +204,5 @@ def target_info(profile: Profile) -> TargetInfo:
     return TargetInfo(kind="openai", label=root_url(t.base_url or ""), model=t.model or "", controllable=False)
 
 
-class FixedBackend(Backend):
+class FixedBackend(DashboardBackend):
     """A fixed snapshot and local bookkeeping only: tests, screenshots and replays."""

@@ -27,7 +27,7 @@ from tui.engine.snapshot import EngineSnapshot
 from tui.metrics.types import ServerGauges
 from tui.profile import Batching, DefensesConfig, EngineMode, KVLayout, PreemptionMode, Profile
 from tui.serve.control_client import ControlClient, ControlError, EngineState
-from tui.ui.backend import Backend
+from tui.ui.backend import DashboardBackend
 from tui.ui.messages import DefenseName
 from tui.ui.model import HistoryPoint, ServerPoint, server_point
 
@@ -59,7 +59,7 @@ def defenses_of(engine: EngineSnapshot | None, fallback: DefensesConfig) -> Defe
     return DefensesConfig(**{k: v for k, v in engine.defenses.items() if k in names})
 
 
-class LiveBackend(Backend):
+class LiveBackend(DashboardBackend):
     """Drives a real target: the embedded local engine (default) or any OpenAI-compatible endpoint."""
 
     live = True
