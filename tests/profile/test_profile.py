@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import tomllib
 import typing
 from pathlib import Path
@@ -212,6 +213,18 @@ def test_engine_table_alone_validates_like_the_profile() -> None:
     assert engine_config_from_dict({"batching": "static", "kv": "contiguous"}).mode.label == "static+contiguous"
     with pytest.raises(ProfileError, match=r"engine\.max_num_seqs = -2"):
         engine_config_from_dict({"max_num_seqs": -2})
+
+
+@pytest.mark.parametrize(("key", "value", "expected"), [
+    ("tensor_parallel_size", 2, "1 (tensor parallelism is simulated only"),
+    ("hardware", "H100-SXM", "no value unless engine.backend = 'simulated'"),
+    ("quantization", "fp8", "no value unless engine.backend = 'simulated' (the torch engine"),
+    ("kv_cache_dtype", "fp8", "'auto' unless engine.backend = 'simulated'"),
+])
+def test_simulated_only_keys_are_refused_on_the_torch_backend(key: str, value: object, expected: str) -> None:
+    with pytest.raises(ProfileError, match=rf"^<request>: engine\.{key} = {value!r}: expected {re.escape(expected)}"):
+        engine_config_from_dict({key: value})
+    assert getattr(engine_config_from_dict({"backend": "simulated", key: value}), key) == value
 
 
 # Property: whatever a file holds, loading either succeeds or raises ProfileError; never anything else.

@@ -85,18 +85,21 @@ def _is_file(path: str) -> bool:
         return False
 
 
+# Engine keys only the simulated backend models: (key, the value every other backend needs, expected).
+SIMULATED_ONLY: tuple[tuple[str, object, str], ...] = (
+    ("tensor_parallel_size", 1, "1 (tensor parallelism is simulated only: set engine.backend = 'simulated')"),
+    ("hardware", None, "no value unless engine.backend = 'simulated'"),
+    ("quantization", None, "no value unless engine.backend = 'simulated' (the torch engine runs its checkpoint's dtype)"),
+    ("kv_cache_dtype", "auto", "'auto' unless engine.backend = 'simulated'"),
+)
+
+
 def check_engine(e: EngineConfig, source: str) -> None:
+    """An engine section's cross-key rules: simulated-only keys, and a checkpoint directory that exists."""
     if e.backend != "simulated":
-        if e.tensor_parallel_size != 1:
-            fail(source, "engine.tensor_parallel_size", e.tensor_parallel_size, "1 (tensor parallelism is simulated only: "
-                  "set engine.backend = 'simulated')")
-        if e.hardware is not None:
-            fail(source, "engine.hardware", e.hardware, "no value unless engine.backend = 'simulated'")
-        if e.quantization is not None:
-            fail(source, "engine.quantization", e.quantization, "no value unless engine.backend = 'simulated' "
-                  "(the torch engine runs its checkpoint's dtype)")
-        if e.kv_cache_dtype != "auto":
-            fail(source, "engine.kv_cache_dtype", e.kv_cache_dtype, "'auto' unless engine.backend = 'simulated'")
+        for key, needed, expected in SIMULATED_ONLY:
+            if getattr(e, key) != needed:
+                fail(source, f"engine.{key}", getattr(e, key), expected)
     if e.model_path is not None and not _is_dir(e.model_path):
         fail(source, "engine.model_path", e.model_path, "a local checkpoint directory (config.json, *.safetensors)")
 
