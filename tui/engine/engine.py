@@ -28,7 +28,7 @@ from tui.engine.backend import Backend, build_backend
 from tui.engine.control import Control
 from tui.engine.kv import KVManager, KVSpec, new_kv_manager
 from tui.engine.params import SamplingParams
-from tui.engine.postprocess import Postprocessor, RequestOutput, StepOutput
+from tui.engine.postprocess import Postprocessor, StepOutput
 from tui.engine.runner import ModelRunner
 from tui.engine.scheduler import (
     ContinuousScheduler,
@@ -303,13 +303,10 @@ class Engine:
                 # the prompt, or after a preemption prompt and output, in chunks.
                 if not (req.output and computed == prompt_len + len(req.output) - 1):
                     req.record(now, "prefill", tokens=num_new, blocks=scheduler.blocks_held(req))
-            logprobs = result.logprobs
-            sampled = post.sampled
-            for i, (req, token) in enumerate(zip(result.requests, result.token_ids, strict=True)):
-                reason = sampled(req, token, now)
-                lp = logprobs[i] if logprobs is not None else None
-                outputs.append(RequestOutput(req.request_id, [token], reason is not None, reason,
-                                             len(req.prompt), len(req.output), None if lp is None else [lp]))
+            scheduler.held_computed += prefill_tokens + decode_tokens  # before a finish takes its share off
+            if len(result.requests) != len(result.token_ids):
+                raise ValueError(f"the runner gave {len(result.token_ids)} tokens for {len(result.requests)} requests")
+            post.sampled(result.requests, result.token_ids, result.logprobs, now, outputs)
             self.kv.cache_computed(c.request for c in sched.chunks)
         self._maybe_complete_switch()
         did_work = bool(sched.chunks or outputs or sched.preempted or sched.swaps)
@@ -380,8 +377,9 @@ class Engine:
         return min(1.0, sum(d for _, d in self._busy) / span) if span > 0 else 0.0
 
     def totals(self) -> KVTotals:
-        """KV accounting now (the layout's own, over the requests holding KV)."""
-        return self.kv.totals(self.scheduler.holders())
+        """KV accounting now (the layout's own, over the requests holding KV, whose computed tokens the
+        scheduler keeps summed)."""
+        return self.kv.totals(self.scheduler.holders(), self.scheduler.held_computed)
 
     def snapshot(self) -> EngineSnapshot:
         """The engine now, as plain data."""

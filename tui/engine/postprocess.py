@@ -10,7 +10,7 @@ the two cannot drift apart (nano-vllm's ``Scheduler.postprocess``, vLLM's ``upda
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from tui.engine.params import TokenLogprobs
@@ -63,15 +63,31 @@ class Postprocessor:
 
     # -- tokens --------------------------------------------------------------------------------------
 
-    def sampled(self, req: Request, token: int, now: float) -> str | None:
-        """``req`` sampled ``token`` in the step ending ``now``: append it, and end the request if it
-        stops it; the finish reason, or None."""
-        reason = req.append_token(token)
-        if len(req.output) == 1:
-            self.first_token(req, now)
-        if reason:
-            self.finish(req, reason)
-        return reason
+    def sampled(self, requests: Sequence[Request], token_ids: Sequence[int],
+                logprobs: Sequence[TokenLogprobs | None] | None, now: float, outputs: list[RequestOutput]) -> None:
+        """``requests[i]`` sampled ``token_ids[i]`` in the step ending ``now``: append each, note a first
+        token, end the requests a token stops (a stop token once ``min_tokens`` are out, then the
+        length), and add one :class:`RequestOutput` each to ``outputs``."""
+        # once per request per step (thousands at GPU scale): one loop, plain locals, no calls but the endings
+        for i, req in enumerate(requests):
+            token = token_ids[i]
+            out = req.output
+            out.append(token)
+            n = len(out)
+            params = req.params
+            reason = None
+            if n >= params.min_tokens and ((token in req.eos_token_ids and not params.ignore_eos)
+                                           or token in params.stop_token_ids):
+                reason = "stop"  # vLLM: no stop before min_tokens outputs
+            elif n >= params.max_tokens:
+                reason = "length"
+            if n == 1:
+                self.first_token(req, now)
+            if reason is not None:
+                self.finish(req, reason)
+            lp = logprobs[i] if logprobs is not None else None
+            outputs.append(RequestOutput(req.request_id, [token], reason is not None, reason, len(req.prompt), n,
+                                         None if lp is None else [lp]))
 
     def first_token(self, req: Request, now: float) -> None:
         """The event of ``req``'s first output token (the fast-forward notes it before appending)."""
@@ -129,7 +145,7 @@ class Postprocessor:
         duration = end - t0 + modelled
         sched = self.scheduler
         if totals is None:
-            totals = sched.kv.totals(sched.holders())
+            totals = sched.kv.totals(sched.holders(), sched.held_computed)
         timing = StepTiming(
             step=self.step_index,
             prefill_tokens=prefill_tokens,

@@ -211,6 +211,7 @@ class _Stretch:
                     self.crossings.setdefault(j + self.bs, []).append((place, r, last))
         for r in running:
             r.num_computed += 1
+        sched.held_computed += rows
         admitted: Sequence[ScheduledChunk] = ()
         if self.waiting and sched.admitting and isinstance(sched, ContinuousScheduler):  # as schedule() admits
             admission = SchedulerOutput()
@@ -242,6 +243,7 @@ class _Stretch:
         for c in admitted:  # step()'s events for a whole prompt computed: the chunk, then the token
             r = c.request
             r.num_computed += c.num_new
+            sched.held_computed += c.num_new
             r.record(now, "prefill", tokens=c.num_new, blocks=sched.blocks_held(r))
         for c in admitted:
             r = c.request
