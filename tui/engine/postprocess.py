@@ -10,7 +10,7 @@ the two cannot drift apart (nano-vllm's ``Scheduler.postprocess``, vLLM's ``upda
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from tui.engine.params import TokenLogprobs
@@ -39,6 +39,31 @@ class RequestOutput:
 class StepOutput:
     outputs: list[RequestOutput] = field(default_factory=list)
     timing: StepTiming | None = None
+
+
+class _Holders(Mapping[str, Request]):
+    """``scheduler.holders()``, built on the first read: given the computed tokens' sum, a layout reads
+    the holders only where a block is shared (prefix caching), and building the map is O(running)."""
+
+    __slots__ = ("_map", "_scheduler")
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self._scheduler = scheduler
+        self._map: dict[str, Request] | None = None
+
+    def _holders(self) -> dict[str, Request]:
+        if self._map is None:
+            self._map = self._scheduler.holders()
+        return self._map
+
+    def __getitem__(self, rid: str) -> Request:
+        return self._holders()[rid]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._holders())
+
+    def __len__(self) -> int:
+        return len(self._holders())
 
 
 class Postprocessor:
@@ -145,7 +170,7 @@ class Postprocessor:
         duration = end - t0 + modelled
         sched = self.scheduler
         if totals is None:
-            totals = sched.kv.totals(sched.holders(), sched.held_computed)
+            totals = sched.kv.totals(_Holders(sched), sched.held_computed)
         timing = StepTiming(
             step=self.step_index,
             prefill_tokens=prefill_tokens,
