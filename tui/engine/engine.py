@@ -29,6 +29,7 @@ from tui.engine.control import Control
 from tui.engine.kv import KVManager, KVSpec, new_kv_manager
 from tui.engine.params import SamplingParams
 from tui.engine.postprocess import Postprocessor, StepOutput
+from tui.engine.postprocess import RequestOutput as RequestOutput  # (where callers have always found it)
 from tui.engine.runner import ModelRunner
 from tui.engine.scheduler import (
     ContinuousScheduler,
@@ -70,7 +71,6 @@ class Engine:
     ) -> None:
         self.config = config = config or EngineConfig()
         self.defenses = defenses or DefensesConfig()
-        self.clock = clock
         self.paused = False  # the server's pause flag, reported in snapshots
         # Step durations and the busy fraction are measured on ``timer``; ``StepTiming.t`` is ``stamp()``
         # (both the backend's, as is ``clock`` when it models a device).
@@ -83,13 +83,12 @@ class Engine:
         self.vocab_size, self.bytes_per_token = backend.vocab_size, backend.bytes_per_token
         self.num_slots, self.host_blocks = backend.num_slots, backend.host_blocks
         if backend.clock is not None:  # a modelled device keeps its own time
-            self.clock = backend.clock
-        self.timer, self.stamp = backend.timer, backend.stamp
+            clock = backend.clock
         self.waiting: deque[Request] = deque()
+        # the tokens' fate, the live requests, the step records and the clocks (shared with the fast-forward)
+        self.post = Postprocessor(self.waiting, clock, backend.timer, backend.stamp, history)
         self.kv: KVManager = self._new_kv(self.mode)
-        scheduler = self._new_scheduler(self.mode)
-        # the tokens' fate, the live requests and the step records (shared with the fast-forward)
-        self.post = Postprocessor(scheduler, self.waiting, self.clock, self.timer, self.stamp, history)
+        self.scheduler = self._new_scheduler(self.mode)
         self.draining_to: EngineMode | None = None
         self.requests: dict[str, Request] = self.post.requests  # live (not finished) requests
         self._recent_finished: deque[Request] = self.post.recent_finished
@@ -110,6 +109,32 @@ class Engine:
             reservation=cfg.reservation, prefix_caching=self.defenses.prefix_caching,
             sliding_window=self.sliding_window, host_blocks=self.host_blocks,
         ))
+
+    # The clocks live with the postprocessor, which times and stamps the steps; a caller may replace
+    # one on the engine (bench/sim.py times torch steps in process CPU time) and the steps follow.
+    @property
+    def clock(self) -> Callable[[], float]:
+        return self.post.clock
+
+    @clock.setter
+    def clock(self, clock: Callable[[], float]) -> None:
+        self.post.clock = clock
+
+    @property
+    def timer(self) -> Callable[[], float]:
+        return self.post.timer
+
+    @timer.setter
+    def timer(self, timer: Callable[[], float]) -> None:
+        self.post.timer = timer
+
+    @property
+    def stamp(self) -> Callable[[], float]:
+        return self.post.stamp
+
+    @stamp.setter
+    def stamp(self, stamp: Callable[[], float]) -> None:
+        self.post.stamp = stamp
 
     @property
     def scheduler(self) -> Scheduler:

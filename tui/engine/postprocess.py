@@ -69,14 +69,15 @@ class _Holders(Mapping[str, Request]):
 class Postprocessor:
     """The live requests, the tokens' fate and the step records of one engine.
 
-    ``scheduler`` is the engine's current one (the engine sets it again when a mode switch builds a
-    new one); ``waiting`` is the engine's queue. ``clock`` stamps events, ``timer`` times steps,
+    ``scheduler`` is the engine's current one (set by the engine once it is built, and again when a
+    mode switch builds a new one); ``waiting`` is the engine's queue. ``clock`` stamps events, ``timer`` times steps,
     ``stamp`` puts a step's end on the records' clock (see :class:`tui.engine.engine.Engine`).
     """
 
-    def __init__(self, scheduler: Scheduler, waiting: deque[Request], clock: Callable[[], float],
-                 timer: Callable[[], float], stamp: Callable[[], float], history: int) -> None:
-        self.scheduler = scheduler
+    scheduler: Scheduler
+
+    def __init__(self, waiting: deque[Request], clock: Callable[[], float], timer: Callable[[], float],
+                 stamp: Callable[[], float], history: int) -> None:
         self.waiting = waiting
         self.clock, self.timer, self.stamp = clock, timer, stamp
         self.requests: dict[str, Request] = {}  # live (not finished) requests
