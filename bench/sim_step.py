@@ -10,7 +10,7 @@ Prints one ``name: value`` line per figure:
   8,192 requests' KV fits), continuous+paged, 8-token prompts, every request admitted before timing;
 - sim_startup_cpu_s, sim_startup_rss_mb: a fresh Python process that imports the engine, builds a
   simulated engine on the virtual clock and runs 50 requests to the end: its CPU time (user + system)
-  and peak RSS (what a ``tune`` worker or a ``--record`` run pays before its first request).
+  and peak RSS (VmHWM): what a ``tune`` worker or a ``--record`` run pays before its first request.
 
 ``--quick`` measures fewer steps.
 """
@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import resource
+import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
+import tui
 from tui.engine.engine import Engine
 from tui.engine.params import SamplingParams
 from tui.engine.sim.clock import VirtualClock
@@ -32,6 +34,7 @@ from tui.profile import EngineMode, find_profile, load_profile
 PROMPT = 8
 
 STARTUP = """
+import time
 from tui.engine.engine import Engine
 from tui.engine.params import SamplingParams
 from tui.engine.sim.clock import VirtualClock
@@ -41,6 +44,9 @@ for i in range(50):
     e.add_request(f"r{i}", [97] * 64, SamplingParams.exact(32))
 while e.has_unfinished():
     e.step()
+# VmHWM: this process's own peak (ru_maxrss would also count the parent's image it was forked from)
+hwm = next(line for line in open("/proc/self/status") if line.startswith("VmHWM:")).split()[1]
+print(time.process_time(), int(hwm) / 1024)
 """
 
 
@@ -65,12 +71,12 @@ def step_us_per_request(n: int, steps: int) -> float:
 
 
 def startup() -> tuple[float, float]:
-    """CPU seconds and peak RSS (MB) of a fresh process running a small simulated run (see the module doc)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    subprocess.run([sys.executable, "-c", STARTUP], check=True)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return cpu, after.ru_maxrss / 1024  # ru_maxrss: KiB on Linux, the largest child's
+    """CPU seconds and peak RSS (MB) of a fresh process running a small simulated run (see the module
+    doc), on the same ``tui`` as this process (``-P``: not whatever package the working directory holds)."""
+    env = {**os.environ, "PYTHONPATH": str(Path(tui.__file__).resolve().parents[1])}
+    out = subprocess.run([sys.executable, "-P", "-c", STARTUP], check=True, env=env, capture_output=True, text=True)
+    cpu, rss = out.stdout.split()
+    return float(cpu), float(rss)
 
 
 def main() -> None:
