@@ -47,6 +47,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/write_docs.py serve --quick
 	$(BIN)/python bench/write_docs.py sim --quick
 	$(BIN)/python bench/write_docs.py timing --quick
+	$(BIN)/python bench/write_docs.py sim_step --quick
 
 clean:
 	rm -rf $(VENV)

@@ -139,6 +139,10 @@ class EngineMachine(RuleBasedStateMachine):
             assert t.reserved_slots + t.free_slots == t.total_slots
         for r in eng.scheduler.running:
             assert r.request_id in eng.requests
+        # the scheduler's running sum of the device holders' computed tokens, and the totals it gives
+        on_device = {id(r): r for r in [*eng.scheduler.running, *getattr(eng.scheduler, "batch", [])]}
+        assert eng.scheduler.held_computed == sum(r.num_computed for r in on_device.values())
+        assert eng.totals() == kv.totals(eng.scheduler.holders())
         # the host pool: exactly the swapped requests own host blocks, each block once, none leaked
         host, swapped = kv.host, {r.request_id for r in eng.scheduler.swapped}
         assert set(host.owned) == swapped

@@ -22,7 +22,9 @@ def test_every_name_the_walks_pin_to_a_module_is_defined_there() -> None:
     pinned = {
         "tui/engine/engine.py": ["Engine", "def apply", "target_mode", "def add_request", "def step"],
         "tui/engine/control.py": ["class Control"],
-        "tui/engine/backend.py": ["class Backend", "def build_backend", "def begin_step", "def fast_forward"],
+        "tui/engine/backend.py": ["class Backend", "def build_backend", "def begin_step", "def stretch_parts"],
+        "tui/engine/postprocess.py": ["class Postprocessor"],
+        "tui/engine/stretch.py": ["class StretchRunner", "class StepParts"],
         "tui/engine/kv.py": ["class KVManager", "LAYOUTS", "def run_starts"],
         "tui/serve/engine_loop.py": ["class EngineLoop", "def apply", "def add_request"],
         "tui/serve/engine_messages.py": ["class ApplyControl", "class Outputs", "class Add"],

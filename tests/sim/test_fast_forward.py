@@ -25,9 +25,16 @@ def _run(prof, mode: str, rate: float, n: int, fast_forward: bool, pad_s: float 
         cost.params = dataclasses.replace(cost.params, per_pad_token_s=pad_s)
     records, steps, gpu, frames = [], [], [], []
     outputs = []  # every request's token ids and finish reason, as it finishes
-    mark = e._mark_finished
-    e._mark_finished = lambda req, reason: (outputs.append((req.request_id, tuple(req.output), reason)),  # type: ignore[method-assign]
+    mark = e.post._mark_finished  # every ending, in the step and in the fast-forward, passes here
+    e.post._mark_finished = lambda req, reason: (outputs.append((req.request_id, tuple(req.output), reason)),  # type: ignore[method-assign]
                                             mark(req, reason))
+    record_step = e.post.record_step
+
+    def checked(*args, **kwargs):  # the scheduler's running sum of computed tokens gives the totals a walk gives
+        assert e.kv.totals(e.scheduler.holders(), e.scheduler.held_computed) == e.kv.totals(e.scheduler.holders())
+        return record_step(*args, **kwargs)
+
+    e.post.record_step = checked  # type: ignore[method-assign]
     d = ClockDriver(e, clock, prof, Stage("s", rate, n), mode, on_record=records.append, on_steps=steps.extend,
                     on_gpu=gpu.extend, on_frame=lambda snap, t: frames.append((snap.to_dict(), t)),
                     fast_forward=fast_forward)

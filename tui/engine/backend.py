@@ -6,27 +6,25 @@ its steps relate to time. The engine holds one :class:`Backend` and never asks w
 
 - :class:`tui.engine.torch_backend.TorchBackend`: a real model (dummy weights or a checkpoint);
   steps take the wall time they take.
-- :class:`tui.engine.sim.backend.SimulatedBackend`: a modelled GPU on a real or virtual clock; it
-  may also run a stretch of decoding steps at once (:mod:`tui.engine.sim.stretch`).
+- :class:`tui.engine.sim.backend.SimulatedBackend`: a modelled GPU on a real or virtual clock; on
+  the virtual clock it supplies the parts of a stretch of decoding steps run at once
+  (:mod:`tui.engine.stretch`).
+
+No backend ever sees the engine: the engine reads these members and calls these methods. Nothing here
+imports torch, so a simulated engine never loads it (the torch backend is imported when one is built).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
-
-import torch
+from typing import Any, Protocol
 
 from tui.engine.runner import ModelRunner
 from tui.engine.sim.backend import build as build_simulated
 from tui.engine.sim.clock import RealClock, SimClock
+from tui.engine.stretch import StepParts
 from tui.engine.tokenizer import Tokenizer
-from tui.engine.torch_backend import TorchBackend
 from tui.profile import EngineConfig
-
-if TYPE_CHECKING:
-    from tui.engine.engine import Engine
-    from tui.engine.sim.stretch import DecodeRun
 
 
 class Backend(Protocol):
@@ -42,7 +40,7 @@ class Backend(Protocol):
     @property
     def model_name(self) -> str: ...  # as the API serves it
     @property
-    def dtype(self) -> torch.dtype: ...  # of weights and KV (a simulated backend: reported, not allocated)
+    def dtype(self) -> str: ...  # of weights and KV, as torch names it ("bfloat16"; simulated: reported only)
     @property
     def max_model_len(self) -> int: ...
     @property
@@ -73,9 +71,10 @@ class Backend(Protocol):
         """The process hosting the engine waited until now (nothing to run, paused, a batch window)."""
         ...
 
-    def fast_forward(self, engine: Engine, max_steps: int, between: Callable[[float], bool]) -> DecodeRun | None:
-        """Up to ``max_steps`` of ``engine``'s steps at once, exactly as ``step()`` would run them, where
-        this backend can (see :meth:`tui.engine.engine.Engine.fast_forward`); None when it cannot."""
+    def stretch_parts(self, runner: ModelRunner) -> StepParts | None:
+        """What a stretch of steps run at once needs from this backend (:mod:`tui.engine.stretch`), when
+        it can run one with ``runner`` (the engine's: a wrapped runner must see every step); None when
+        it cannot (real steps, or a clock that does not jump)."""
         ...
 
     def info(self) -> dict[str, Any] | None:
@@ -88,4 +87,6 @@ def build_backend(config: EngineConfig, sim_clock: SimClock | None = None) -> Ba
     ``ValueError`` in one line when it cannot be built (a model that does not fit, a bad budget)."""
     if config.backend == "simulated":
         return build_simulated(config, sim_clock or RealClock())
+    from tui.engine.torch_backend import TorchBackend  # (here: a simulated engine never imports torch)
+
     return TorchBackend(config)

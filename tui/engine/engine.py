@@ -23,22 +23,23 @@ import itertools
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from tui.engine.backend import Backend, build_backend
 from tui.engine.control import Control
 from tui.engine.kv import KVManager, KVSpec, new_kv_manager
-from tui.engine.params import SamplingParams, TokenLogprobs
+from tui.engine.params import SamplingParams
+from tui.engine.postprocess import Postprocessor, StepOutput
+from tui.engine.postprocess import RequestOutput as RequestOutput  # (where callers have always found it)
 from tui.engine.runner import ModelRunner
 from tui.engine.scheduler import (
     ContinuousScheduler,
     Scheduler,
     StaticScheduler,
 )
-from tui.engine.sequence import Request, Status
+from tui.engine.sequence import Request
 from tui.engine.sim.clock import SimClock
-from tui.engine.sim.stretch import DecodeRun
 from tui.engine.snapshot import EngineSnapshot, KVTotals, StepTiming
+from tui.engine.stretch import DecodeRun, StretchRunner
 from tui.engine.tokenizer import Tokenizer
 from tui.engine.views import request_views
 from tui.profile import DefensesConfig, EngineConfig, EngineMode, PreemptionMode, to_dict
@@ -53,25 +54,6 @@ class RequestRejected(Exception):
         super().__init__(message)
         self.reason = reason
         self.message = message
-
-
-@dataclass(slots=True)  # one per request per step
-class RequestOutput:
-    """What one step produced for one request."""
-
-    request_id: str
-    new_token_ids: list[int]
-    finished: bool
-    finish_reason: str | None
-    prompt_tokens: int
-    output_tokens: int
-    logprobs: list[TokenLogprobs] | None = None  # one per new token, where the request asked
-
-
-@dataclass
-class StepOutput:
-    outputs: list[RequestOutput] = field(default_factory=list)
-    timing: StepTiming | None = None
 
 
 class Engine:
@@ -89,7 +71,6 @@ class Engine:
     ) -> None:
         self.config = config = config or EngineConfig()
         self.defenses = defenses or DefensesConfig()
-        self.clock = clock
         self.paused = False  # the server's pause flag, reported in snapshots
         # Step durations and the busy fraction are measured on ``timer``; ``StepTiming.t`` is ``stamp()``
         # (both the backend's, as is ``clock`` when it models a device).
@@ -102,18 +83,17 @@ class Engine:
         self.vocab_size, self.bytes_per_token = backend.vocab_size, backend.bytes_per_token
         self.num_slots, self.host_blocks = backend.num_slots, backend.host_blocks
         if backend.clock is not None:  # a modelled device keeps its own time
-            self.clock = backend.clock
-        self.timer, self.stamp = backend.timer, backend.stamp
+            clock = backend.clock
         self.waiting: deque[Request] = deque()
+        # the tokens' fate, the live requests, the step records and the clocks (shared with the fast-forward)
+        self.post = Postprocessor(self.waiting, clock, backend.timer, backend.stamp, history)
         self.kv: KVManager = self._new_kv(self.mode)
-        self.scheduler: Scheduler = self._new_scheduler(self.mode)
+        self.scheduler = self._new_scheduler(self.mode)
         self.draining_to: EngineMode | None = None
-        self.requests: dict[str, Request] = {}  # live (not finished) requests
-        self._recent_finished: deque[Request] = deque(maxlen=32)
-        self._pending: list[RequestOutput] = []  # finished outside step() (abort, switch); sent next step
-        self._history: deque[StepTiming] = deque(maxlen=max(history, 1))
-        self._busy: deque[tuple[float, float]] = deque()
-        self.step_index = 0
+        self.requests: dict[str, Request] = self.post.requests  # live (not finished) requests
+        self._recent_finished: deque[Request] = self.post.recent_finished
+        self._history: deque[StepTiming] = self.post.history
+        self._busy: deque[tuple[float, float]] = self.post.busy
         self._preemptions_before = 0  # preemptions counted by schedulers replaced at a mode switch
         self._swaps_before = 0
         self.swapped_bytes = 0  # KV bytes copied device<->host, cumulative
@@ -129,6 +109,46 @@ class Engine:
             reservation=cfg.reservation, prefix_caching=self.defenses.prefix_caching,
             sliding_window=self.sliding_window, host_blocks=self.host_blocks,
         ))
+
+    # The clocks live with the postprocessor, which times and stamps the steps; a caller may replace
+    # one on the engine (bench/sim.py times torch steps in process CPU time) and the steps follow.
+    @property
+    def clock(self) -> Callable[[], float]:
+        return self.post.clock
+
+    @clock.setter
+    def clock(self, clock: Callable[[], float]) -> None:
+        self.post.clock = clock
+
+    @property
+    def timer(self) -> Callable[[], float]:
+        return self.post.timer
+
+    @timer.setter
+    def timer(self, timer: Callable[[], float]) -> None:
+        self.post.timer = timer
+
+    @property
+    def stamp(self) -> Callable[[], float]:
+        return self.post.stamp
+
+    @stamp.setter
+    def stamp(self, stamp: Callable[[], float]) -> None:
+        self.post.stamp = stamp
+
+    @property
+    def scheduler(self) -> Scheduler:
+        """The current policy's scheduler (a mode switch builds a new one)."""
+        return self.post.scheduler
+
+    @scheduler.setter
+    def scheduler(self, scheduler: Scheduler) -> None:
+        self.post.scheduler = scheduler
+
+    @property
+    def step_index(self) -> int:
+        """Steps that did work so far (the last one's :attr:`StepTiming.step`)."""
+        return self.post.step_index
 
     def _new_scheduler(self, mode: EngineMode) -> Scheduler:
         cls = StaticScheduler if mode.batching == "static" else ContinuousScheduler
@@ -194,7 +214,7 @@ class Engine:
         self._finish_outside_step(req, "aborted")
 
     def has_unfinished(self) -> bool:
-        return bool(self.requests) or bool(self._pending)
+        return bool(self.requests) or bool(self.post.pending)
 
     # -- modes and defenses --------------------------------------------------------------------------
 
@@ -269,7 +289,8 @@ class Engine:
         """Run one engine step; what it produced and how long it took."""
         t0 = self.timer()
         self._expire_waiting()
-        outputs, self._pending = self._pending, []
+        post = self.post
+        outputs = post.take_pending()
         self._maybe_complete_switch()
         scheduler = self.scheduler
         # who may join (a simulated step on the real clock: see RealClock.begin_step)
@@ -307,95 +328,42 @@ class Engine:
                 # the prompt, or after a preemption prompt and output, in chunks.
                 if not (req.output and computed == prompt_len + len(req.output) - 1):
                     req.record(now, "prefill", tokens=num_new, blocks=scheduler.blocks_held(req))
-            logprobs = result.logprobs
-            for i, (req, token) in enumerate(zip(result.requests, result.token_ids, strict=True)):
-                reason = req.append_token(token)
-                num_output = len(req.output)
-                if num_output == 1:
-                    req.record(now, "first_token", tokens=1, blocks=scheduler.blocks_held(req))
-                if reason:
-                    self.finish(req, reason)
-                lp = logprobs[i] if logprobs is not None else None
-                outputs.append(RequestOutput(req.request_id, [token], reason is not None, reason,
-                                             len(req.prompt), num_output, None if lp is None else [lp]))
+            scheduler.held_computed += prefill_tokens + decode_tokens  # before a finish takes its share off
+            if len(result.requests) != len(result.token_ids):
+                raise ValueError(f"the runner gave {len(result.token_ids)} tokens for {len(result.requests)} requests")
+            post.sampled(result.requests, result.token_ids, result.logprobs, now, outputs)
             self.kv.cache_computed(c.request for c in sched.chunks)
         self._maybe_complete_switch()
         did_work = bool(sched.chunks or outputs or sched.preempted or sched.swaps)
-        if did_work:
-            self.step_index += 1
-        timing, _ = self.record_step(t0, modelled, prefill_tokens, decode_tokens, len(sched.chunks),
-                                      len(sched.preempted), sum(1 for p in sched.swaps if p.direction == "out"),
-                                      swapped_bytes, swap_s, did_work)
+        timing = post.record_step(t0, modelled, prefill_tokens, decode_tokens, len(sched.chunks),
+                                  len(sched.preempted), sum(1 for p in sched.swaps if p.direction == "out"),
+                                  swapped_bytes, swap_s, did_work)
         return StepOutput(outputs, timing)
-
-    def record_step(self, t0: float, modelled: float, prefill_tokens: int, decode_tokens: int, batch_size: int,
-                     preempted: int, swaps: int, swapped_bytes: int, swap_s: float,
-                     did_work: bool, totals: KVTotals | None = None) -> tuple[StepTiming, KVTotals]:
-        """The record of a step that began at ``t0`` (on ``timer``) and ends now, kept when it did work;
-        and the KV totals it read (``totals``: the caller's, taken now)."""
-        end = self.timer()
-        duration = end - t0 + modelled
-        if totals is None:
-            totals = self.totals()
-        timing = StepTiming(
-            step=self.step_index,
-            prefill_tokens=prefill_tokens,
-            decode_tokens=decode_tokens,
-            batch_size=batch_size,
-            duration_s=duration,
-            preempted=preempted,
-            t=self.stamp(),
-            num_running=len(self.scheduler.running),
-            num_waiting=len(self.waiting),
-            kv_usage=totals.usage,
-            kv_utilization=totals.utilization,
-            fragmentation=totals.fragmentation,
-            swaps=swaps,
-            swapped_bytes=swapped_bytes,
-            swap_s=swap_s,
-            num_swapped=len(self.scheduler.swapped),
-        )
-        if did_work:
-            self._history.append(timing)
-            self._busy.append((end, duration))
-        return timing, totals
 
     def fast_forward(self, max_steps: int, between: Callable[[float], bool]) -> DecodeRun | None:
         """Up to ``max_steps`` steps at once, exactly as ``step()`` one at a time would run them (the same
         block ids, clock, step records, events and tokens), where the backend can: a simulated engine on
-        a virtual clock, in a stretch where every running request decodes (:mod:`tui.engine.sim.stretch`).
+        a virtual clock, in a stretch where every running request decodes (:mod:`tui.engine.stretch`).
         None (nothing done) otherwise. ``between(now)`` is called after each step with the engine
         clock's time: the caller's work between steps (it may add requests); True ends the stretch there.
         No :class:`RequestOutput` is made: :class:`DecodeRun` says who got how many tokens and who finished.
         """
-        return self.backend.fast_forward(self, max_steps, between)
+        parts = self.backend.stretch_parts(self.runner)
+        if parts is None or self.post.pending or self.draining_to is not None:
+            return None
+        return StretchRunner(parts, self.post, self.config, self.defenses,
+                             self.tokenizer.eos_token_ids).run(max_steps, between)
 
     def has_pending_outputs(self) -> bool:
         """Outputs of requests finished outside a step (abort, timeout, a switch) wait for the next one."""
-        return bool(self._pending)
-
-    def _mark_finished(self, req: Request, reason: str) -> None:
-        req.status = Status.FINISHED
-        req.finish_reason = reason
-        self.requests.pop(req.request_id, None)
-        self._recent_finished.append(req)
+        return bool(self.post.pending)
 
     def finish(self, req: Request, reason: str) -> None:
         """End a running request inside a step: its last event, and its KV back to the scheduler."""
-        self._mark_finished(req, reason)
-        self.scheduler.on_finished(req)
-        self._record_end(req, reason)
+        self.post.finish(req, reason)
 
     def _finish_outside_step(self, req: Request, reason: str) -> None:
-        self._mark_finished(req, reason)
-        self._record_end(req, reason)
-        self._pending.append(RequestOutput(req.request_id, [], True, reason, len(req.prompt), len(req.output)))
-
-    def _record_end(self, req: Request, reason: str) -> None:
-        """The last event of a request's life (a static batch member keeps its KV until the batch ends)."""
-        kind = {"timeout": "timed_out", "aborted": "aborted", "rejected_too_long": "rejected"}.get(reason, "finished")
-        held = self.scheduler.blocks_held(req) if self.scheduler.holds(req) else 0
-        req.record(self.clock(), kind, tokens=len(req.output), blocks=held, detail=reason)
+        self.post.finish_outside_step(req, reason)
 
     def _expire_waiting(self) -> None:
         """Finish never-admitted requests past the wait timeout (reported by the step that runs this)."""
@@ -434,8 +402,9 @@ class Engine:
         return min(1.0, sum(d for _, d in self._busy) / span) if span > 0 else 0.0
 
     def totals(self) -> KVTotals:
-        """KV accounting now (the layout's own, over the requests holding KV)."""
-        return self.kv.totals(self.scheduler.holders())
+        """KV accounting now (the layout's own, over the requests holding KV, whose computed tokens the
+        scheduler keeps summed)."""
+        return self.kv.totals(self.scheduler.holders(), self.scheduler.held_computed)
 
     def snapshot(self) -> EngineSnapshot:
         """The engine now, as plain data."""

@@ -45,6 +45,9 @@ from tui.engine.runner import ModelRunner, StepResult
 from tui.engine.scheduler import ScheduledChunk
 from tui.profile import EngineConfig, EngineMode
 
+# bytes per element of the dtypes an engine reports (Engine.dtype, as torch names them)
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
 
 @dataclass(frozen=True)
 class Measurement:
@@ -233,7 +236,7 @@ class GridWalker:
         return True
 
     def measurement(self) -> Measurement:
-        return Measurement(list(self.samples), self.engine.device_label, self.engine.dtype.itemsize)
+        return Measurement(list(self.samples), self.engine.device_label, DTYPE_BYTES[self.engine.dtype])
 
 
 def measure(cfg: EngineConfig, *, quick: bool = False, passes: int = 2,

@@ -21,11 +21,26 @@ In vLLM's order, on one request's row of logits:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 import torch
 
 from tui.engine.params import TokenLogprobs
 from tui.engine.sequence import Request
+
+
+def generator_of(req: Request) -> torch.Generator:
+    """``req``'s own generator, made at its first draw: seeded with ``params.seed``, else from fresh
+    entropy (vLLM: an unseeded request samples independently of every other one)."""
+    gen = req.generator
+    if gen is None:
+        gen = torch.Generator()
+        if req.params.seed is not None:
+            gen.manual_seed(req.params.seed)
+        else:
+            gen.seed()
+        req.generator = gen
+    return cast(torch.Generator, gen)
 
 
 def sample(reqs: Sequence[Request], logits: torch.Tensor) -> tuple[list[int], list[TokenLogprobs | None] | None]:
@@ -40,7 +55,7 @@ def sample(reqs: Sequence[Request], logits: torch.Tensor) -> tuple[list[int], li
         if req.plain:
             if params.temperature > 0:
                 probs = torch.softmax(logits[i].float().cpu() / params.temperature, dim=-1)
-                tokens[i] = int(torch.multinomial(probs, 1, generator=req.generator))
+                tokens[i] = int(torch.multinomial(probs, 1, generator=generator_of(req)))
             continue
         row = logits[i].float().cpu()
         tokens[i] = sample_row(req, row)
@@ -93,7 +108,7 @@ def sample_row(req: Request, row: torch.Tensor) -> int:
     if req.params.greedy:
         return int(processed_logits(req, row).argmax())
     probs = filtered_probs(req, row)
-    q = torch.empty_like(probs).exponential_(generator=req.generator)
+    q = torch.empty_like(probs).exponential_(generator=generator_of(req))
     return int((probs / q).argmax())
 
 

@@ -93,6 +93,10 @@ class Scheduler:
         self.num_preemptions = 0
         self.swapped: deque[Request] = deque()  # swapped out, oldest first
         self.num_swaps = 0  # swap-outs, cumulative
+        # The computed tokens of the requests holding device KV, summed: kept as requests join and leave
+        # here and as the engine (or the fast-forward) advances them (KVManager.totals takes it instead
+        # of walking every holder after every step)
+        self.held_computed = 0
         # Requests that arrived later wait for the next step (set by the engine each step: a simulated
         # step on the real clock began before the engine got to schedule it; anything else: no limit).
         self.admit_before = math.inf
@@ -120,6 +124,7 @@ class Scheduler:
         """Take a request out (abort, timeout): free its KV at once."""
         if req in self.running:
             self.running.remove(req)
+            self.held_computed -= req.num_computed
         if req in self.waiting:
             self.waiting.remove(req)
         if req in self.swapped:
@@ -129,6 +134,7 @@ class Scheduler:
     def on_finished(self, req: Request) -> None:
         """A request produced its last token: continuous frees its KV now (static overrides)."""
         self.running.remove(req)
+        self.held_computed -= req.num_computed
         self.kv.free(req.request_id)
 
     def schedule(self) -> SchedulerOutput:
@@ -168,6 +174,7 @@ class Scheduler:
         if req.first_admitted_time is None:
             req.first_admitted_time = now
         self.running.append(req)
+        self.held_computed += req.num_computed  # a prefix-cache hit's tokens (else none yet)
 
     def _make_room(self, req: Request, num_new: int, out: SchedulerOutput) -> bool:
         """Grow ``req`` by ``num_new`` tokens, preempting the most recently admitted running requests
@@ -183,6 +190,7 @@ class Scheduler:
         """Preempt a running request: swap it out (swap mode, host room permitting) or drop its KV
         and send it back to the head of the waiting queue to be recomputed."""
         self.running.remove(req)
+        self.held_computed -= req.num_computed  # swapped out or dropped: off the device either way
         req.preemptions += 1
         self.num_preemptions += 1
         out.preempted.append(req)
@@ -215,6 +223,7 @@ class Scheduler:
         self.swapped.remove(req)
         req.status = Status.RUNNING
         self.running.append(req)
+        self.held_computed += req.num_computed
         out.swaps.append(plan)
         return True
 
@@ -292,6 +301,7 @@ class ContinuousScheduler(Scheduler):
             if not self._swap_out(victim, out, f"moved to make a hole for {head.request_id}"):
                 break  # the host pool is full: nothing more can move
             self.running.remove(victim)
+            self.held_computed -= victim.num_computed
             victims.append(victim)
             granted = self._admit_kv(head, budget)
         for victim in reversed(victims):  # oldest first: re-placed in admission order
@@ -326,6 +336,8 @@ class StaticScheduler(Scheduler):
     def remove(self, req: Request) -> None:
         if req in self.batch:
             self.batch.remove(req)
+            if req not in self.running:  # a finished member still holding its KV
+                self.held_computed -= req.num_computed
         super().remove(req)
         self._maybe_release()
 
@@ -341,6 +353,7 @@ class StaticScheduler(Scheduler):
         if self.batch and not self.running:
             for r in self.batch:
                 self.kv.free(r.request_id)
+                self.held_computed -= r.num_computed
             self.batch = []
 
     def batch_ready(self, now: float) -> bool:

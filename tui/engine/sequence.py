@@ -6,8 +6,6 @@ import enum
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import torch
-
 from tui.engine.params import SamplingParams
 from tui.engine.snapshot import RequestEvent
 
@@ -30,7 +28,7 @@ class Status(enum.Enum):
     FINISHED = "finished"
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)  # its fields are read per request per step: slots make that cheaper
 class Request:
     """A request's tokens and scheduling state.
 
@@ -52,7 +50,9 @@ class Request:
     first_admitted_time: float | None = None
     finish_reason: str | None = None
     block_hashes: list[int] = field(default_factory=list)  # full blocks of all_tokens, chained
-    generator: torch.Generator | None = None
+    # its own sampling generator (a torch.Generator), made at its first sample by the torch sampler
+    # (tui.engine.sampling.generator_of), so that a simulated engine never imports torch
+    generator: object | None = None
     events: list[RequestEvent] = field(default_factory=list)  # its transitions, oldest first
     plain: bool = field(init=False)  # params.plain, read once (the sampler asks it every step)
 
@@ -60,12 +60,6 @@ class Request:
         self.plain = self.params.plain
         if not self.original_prompt_len:
             self.original_prompt_len = len(self.prompt)
-        if self.params.temperature > 0:
-            self.generator = torch.Generator()
-            if self.params.seed is not None:
-                self.generator.manual_seed(self.params.seed)
-            else:  # vLLM: an unseeded request samples independently of every other one
-                self.generator.seed()
 
     def record(self, t: float, kind: str, *, tokens: int = 0, blocks: int = 0, detail: str = "") -> None:
         """Note a transition (the kinds and fields are described on :class:`RequestEvent`)."""
@@ -114,17 +108,3 @@ class Request:
             i = len(self.block_hashes)
             parent = self.block_hashes[-1] if self.block_hashes else None
             self.block_hashes.append(block_hash(parent, tokens[i * block_size : (i + 1) * block_size]))
-
-    def append_token(self, token: int) -> str | None:
-        """Add an output token; the finish reason if that ends the request."""
-        self.output.append(token)
-        params = self.params
-        n = len(self.output)
-        if n >= params.min_tokens:  # vLLM: no stop before min_tokens outputs
-            if not params.ignore_eos and token in self.eos_token_ids:
-                return "stop"
-            if token in params.stop_token_ids:
-                return "stop"
-        if n >= params.max_tokens:
-            return "length"
-        return None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -14,12 +14,9 @@ from tui.engine.checkpoint import load_checkpoint
 from tui.engine.kv import slots_for_budget
 from tui.engine.model import PRESETS, DecoderModel, build_dummy_model, pick_device, pick_dtype
 from tui.engine.model_runner import TorchModelRunner
+from tui.engine.runner import ModelRunner
 from tui.engine.tokenizer import ByteTokenizer, Tokenizer
 from tui.profile import EngineConfig
-
-if TYPE_CHECKING:
-    from tui.engine.engine import Engine
-    from tui.engine.sim.stretch import DecodeRun
 
 _GPU_HEADROOM_BYTES = 1 << 30  # activations and allocator slack left outside the KV budget
 
@@ -46,18 +43,18 @@ class TorchBackend:
         self.model: DecoderModel
         if config.model_path:
             ckpt = load_checkpoint(config.model_path, self.device, config.dtype, config.served_model_name)
-            self.model, self.tokenizer, self.model_name, self.dtype = ckpt.model, ckpt.tokenizer, ckpt.name, ckpt.dtype
+            self.model, self.tokenizer, self.model_name, self.torch_dtype = ckpt.model, ckpt.tokenizer, ckpt.name, ckpt.dtype
             self.max_model_len = min(config.max_model_len, self.model.config.max_position)
         else:
-            self.dtype = pick_dtype(self.device, config.dtype)
-            self.model = build_dummy_model(config.model, config.seed, self.device, self.dtype)
+            self.torch_dtype = pick_dtype(self.device, config.dtype)
+            self.model = build_dummy_model(config.model, config.seed, self.device, self.torch_dtype)
             self.tokenizer = ByteTokenizer(PRESETS[config.model].vocab_size)
             self.model_name = config.served_model_name or self.model.config.name
             self.max_model_len = config.max_model_len
         mc = self.model.config
         self.sliding_window = mc.sliding_window
         self.vocab_size = mc.vocab_size
-        self.bytes_per_token = mc.kv_bytes_per_token(self.dtype)
+        self.bytes_per_token = mc.kv_bytes_per_token(self.torch_dtype)
         self.num_slots = slots_for_budget(self._budget_bytes(config), self.bytes_per_token, config.block_size)
         if self.num_slots < config.block_size:
             raise ValueError(
@@ -70,6 +67,11 @@ class TorchBackend:
             f"cuda:{self.device.index or 0} ({torch.cuda.get_device_name(self.device)})"
             if self.device.type == "cuda" else "cpu"
         )
+
+    @property
+    def dtype(self) -> str:
+        """The weights' and KV's dtype as torch names it (``bfloat16``): the engine reports it."""
+        return str(self.torch_dtype).removeprefix("torch.")
 
     def _budget_bytes(self, config: EngineConfig) -> int:
         if self.device.type == "cuda" and config.gpu_memory_utilization is not None:
@@ -85,7 +87,7 @@ class TorchBackend:
     def woke(self) -> None:
         """Steps are timed as they run: a wait changes nothing."""
 
-    def fast_forward(self, engine: Engine, max_steps: int, between: Callable[[float], bool]) -> DecodeRun | None:
+    def stretch_parts(self, runner: ModelRunner) -> None:
         """Real steps cannot be skipped."""
         return None
 

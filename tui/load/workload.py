@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
+from tui.load.seeding import RequestStreams
 from tui.profile import LengthDist, WorkloadConfig
 
 if TYPE_CHECKING:
@@ -152,6 +153,7 @@ class Workload:
         self.text_unit = text_unit
         self.max_prompt_len = max_prompt_len
         self._sizer = token_sizer(text_unit, tokenizer)
+        self._streams = RequestStreams(cfg.seed)
         # The shared prefix is the same text for every request that uses it (prefix caching needs that).
         prefix_rng = np.random.default_rng([cfg.seed, 2**31 - 1])
         self._prefix = self._text(prefix_rng, cfg.shared_prefix_tokens)
@@ -166,7 +168,7 @@ class Workload:
 
     def _draw(self, index: int) -> tuple[int, int, bool, np.random.Generator]:
         cfg = self.cfg
-        rng = np.random.default_rng([cfg.seed, index])
+        rng = self._streams.rng(index)  # = np.random.default_rng([cfg.seed, index]), hashed a block at a time
         prompt_len = sample_length(cfg.prompt_len, rng)
         max_tokens = sample_length(cfg.output_len, rng)
         use_prefix = cfg.shared_prefix_tokens > 0 and rng.random() < cfg.shared_prefix_fraction

@@ -7,6 +7,8 @@ computed in one place, ``tui.metrics.stats``, from these columns.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -151,15 +153,29 @@ class ChunkCursor:
             self.last_t = rec.first_token_t
             ts.append(self.last_t)
             self.seen = k = 1
-        while self.seen < have:
-            t = self.last_t + gaps[self.seen - 1]
-            if t > until:
-                break
-            ts.append(t)
-            self.last_t = t
-            self.seen += 1
-            k += 1
-        return k
+        if self.seen >= have:
+            return k
+        # chunk i's time is the running sum of the gaps (accumulate adds them in the same order as one
+        # at a time, so the same floats), all at once in C rather than a Python loop per token; the
+        # gaps are of a monotonic clock, so the times are sorted and a bisection finds those by ``until``
+        rest = gaps[self.seen - 1:]
+        times = list(itertools.accumulate(rest, initial=self.last_t))
+        del times[0]
+        if min(rest) >= 0:
+            n = len(times) if times[-1] <= until else bisect.bisect_right(times, until)
+        else:
+            n = _first_past(times, until)
+        if n:
+            ts += times[:n] if n < len(times) else times
+            self.last_t = times[n - 1]
+            self.seen += n
+        return k + n
+
+
+def _first_past(times: list[float], until: float) -> int:
+    """The index of the first of ``times`` past ``until`` (their number when none is): where a gap is
+    negative and the times are not sorted."""
+    return next((i for i, t in enumerate(times) if t > until), len(times))
 
 
 _RECORD_FIELDS = tuple(f.name for f in fields(RequestRecord))

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-
-import torch
+from typing import Any
 
 from tui.engine.kv import slots_for_budget
+from tui.engine.runner import ModelRunner
 from tui.engine.sim.clock import SimClock
 from tui.engine.sim.cost import CostModel
 from tui.engine.sim.hardware import Hardware
@@ -21,13 +20,8 @@ from tui.engine.sim.memory import MemorySplit
 from tui.engine.sim.models import ModelSpec
 from tui.engine.sim.runner import SimulatedRunner
 from tui.engine.sim.sizing import kv_cache_of, parts
-from tui.engine.sim.stretch import fast_forward
 from tui.engine.tokenizer import ByteTokenizer
 from tui.profile import EngineConfig
-
-if TYPE_CHECKING:
-    from tui.engine.engine import Engine
-    from tui.engine.sim.stretch import DecodeRun
 
 BYTE_VOCAB = 260  # the byte tokenizer's ids; the cost model uses the simulated model's own vocabulary
 
@@ -61,9 +55,9 @@ class SimulatedBackend:
         self.stamp = lambda: clock.origin + clock.now()
 
     @property
-    def dtype(self) -> torch.dtype:
-        """What the modelled engine holds weights and KV in (reported; nothing is allocated)."""
-        return torch.bfloat16 if self.model.dtype_bytes == 2 else torch.float32
+    def dtype(self) -> str:
+        """What the modelled engine holds weights and KV in, as torch names it (reported; nothing is allocated)."""
+        return "bfloat16" if self.model.dtype_bytes == 2 else "float32"
 
     @property
     def vocab_size(self) -> int:
@@ -86,11 +80,12 @@ class SimulatedBackend:
         """A simulated step on the real clock cannot have begun before the host's wait ended."""
         self.runner.clock.woke()
 
-    def fast_forward(self, engine: Engine, max_steps: int, between: Callable[[float], bool]) -> DecodeRun | None:
-        """On the virtual clock, a stretch of decoding steps at once (:func:`tui.engine.sim.stretch.fast_forward`)."""
-        if not self.runner.clock.virtual or engine.runner is not self.runner:
+    def stretch_parts(self, runner: ModelRunner) -> SimulatedRunner | None:
+        """On the virtual clock, the runner itself costs a stretch's steps and gives their tokens
+        (:class:`tui.engine.stretch.StepParts`); a wrapped runner, or the real clock, runs step by step."""
+        if not self.runner.clock.virtual or runner is not self.runner:
             return None
-        return fast_forward(engine, self.runner, max_steps, between)
+        return self.runner
 
     @property
     def bytes_per_token(self) -> int:

@@ -70,6 +70,8 @@ class DeviceGauges:
 class SimulatedRunner:
     """Roofline-timed steps with seeded tokens (see the module doc)."""
 
+    token_ids = SIM_TOKEN_IDS  # what tokens() gives (a stretch checks no stop token is among them)
+
     def __init__(self, cost: CostModel, clock: SimClock, seed: int = 0, gauge_window_s: float = 1.0) -> None:
         self.cost = cost
         self.kv_bytes_per_token = cost.model.kv_bytes_per_token / min(cost.tp, cost.model.num_kv_heads)

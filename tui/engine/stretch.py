@@ -3,10 +3,12 @@
 A simulated step's time is a function of the step's sums, so while every running request only
 decodes, a stretch costs O(running) once, then each step one increment per running request plus the
 work of the requests admitted, the blocks crossed into and the requests that finish, not a scheduler
-pass, a runner pass, an output and a record chunk per request. The engine's ``fast_forward`` reaches
-this through its backend (:meth:`tui.engine.sim.backend.SimulatedBackend.fast_forward`); the torch
-backend has no such shortcut. The property test (``tests/sim/test_fast_forward.py``) checks that a
-stretch gives the same block ids, clock, step records, events and tokens as ``step()``.
+pass, a runner pass, an output and a record chunk per request. The backend supplies the two things
+only it knows (:class:`StepParts`: a step's cost from its sums, and the tokens a request samples); a
+backend that has no shortcut (torch: real steps cannot be skipped) supplies none. What happens to the
+tokens and the steps is :class:`tui.engine.postprocess.Postprocessor`'s, as in ``step()``. The property
+test (``tests/sim/test_fast_forward.py``) checks that a stretch gives the same block ids, clock, step
+records, events and tokens as ``step()``.
 
 A stretch is: nobody swapped or pending, no prefix cache, every running request one token behind
 (decoding), a free block for every block boundary crossed, and
@@ -24,16 +26,32 @@ A stretch is: nobody swapped or pending, no prefix cache, every running request 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from tui.engine.postprocess import Postprocessor
 from tui.engine.scheduler import ContinuousScheduler, ScheduledChunk, SchedulerOutput, StaticScheduler
 from tui.engine.sequence import Request, Status
-from tui.engine.sim.runner import SIM_TOKEN_IDS, SimulatedRunner
+from tui.profile import DefensesConfig, EngineConfig
 
-if TYPE_CHECKING:
-    from tui.engine.engine import Engine
+
+class StepParts(Protocol):
+    """What a backend that can run a stretch supplies (the simulated runner on a virtual clock)."""
+
+    @property
+    def token_ids(self) -> Collection[int]:
+        """Every token :meth:`tokens` can give (the stretch runs only where none of them stops a request)."""
+        ...
+
+    def decode_step(self, rows: int, ctx: int, longest: int, prompts: Sequence[int] = (), padding: int = 0) -> None:
+        """Cost one step of ``rows`` decodes reading ``ctx`` context (``longest`` its largest term), whole
+        prompts of ``prompts`` tokens and ``padding`` padding rows, and let its time pass on the clock."""
+        ...
+
+    def tokens(self, request_id: str, first: int, n: int) -> list[int]:
+        """Output tokens ``first .. first + n - 1`` of a request, as its steps would sample them."""
+        ...
 
 
 @dataclass
@@ -51,49 +69,56 @@ class DecodeRun:
     finished: list[tuple[int, Request]]
 
 
+@dataclass(frozen=True)
+class StretchRunner:
+    """Runs stretches of one engine's steps: its postprocessor (the scheduler, queue, clocks and
+    records), its settings, and the backend's :class:`StepParts`. The engine builds one per call and
+    checks first what only it knows (nothing pending, no mode switch draining)."""
 
+    parts: StepParts
+    post: Postprocessor
+    config: EngineConfig
+    defenses: DefensesConfig
+    eos_token_ids: frozenset[int]
 
-def fast_forward(engine: Engine, runner: SimulatedRunner, max_steps: int,
-                 between: Callable[[float], bool]) -> DecodeRun | None:
-    """Up to ``max_steps`` of ``engine``'s steps at once (see the module doc); None (nothing done) when
-    the engine is not in a stretch. ``between(now)`` is called after each step with the engine clock's
-    time: the caller's work between steps (it may add requests); True ends the stretch there."""
-    stretch = _Stretch.begin(engine, runner, max_steps)
-    return None if stretch is None else stretch.run(between)
+    def run(self, max_steps: int, between: Callable[[float], bool]) -> DecodeRun | None:
+        """Up to ``max_steps`` steps at once (see the module doc); None (nothing done) when the engine is
+        not in a stretch. ``between(now)`` is called after each step with the engine clock's time: the
+        caller's work between steps (it may add requests); True ends the stretch there."""
+        if not self._in_stretch():
+            return None
+        return _Stretch(self, max_steps).run(between)
 
+    def _in_stretch(self) -> bool:
+        sched = self.post.scheduler
+        if (sched.swapped or not isinstance(sched, StaticScheduler | ContinuousScheduler)
+                or self.defenses.prefix_caching or not self.eos_token_ids.isdisjoint(self.parts.token_ids)):
+            return False
+        if isinstance(sched, StaticScheduler) and not sched.running:
+            return False  # between batches: the next step forms one (the driver asks every idle tick)
+        # every running request decodes (one token behind), and no stop token could end one early
+        return all(r.output and r.num_computed == len(r.prompt) + len(r.output) - 1 and not r.params.stop_token_ids
+                   for r in sched.running)
 
-def _in_stretch(engine: Engine) -> bool:
-    sched = engine.scheduler
-    if (engine.has_pending_outputs() or sched.swapped or engine.draining_to is not None
-            or not isinstance(sched, StaticScheduler | ContinuousScheduler) or engine.defenses.prefix_caching
-            or not engine.tokenizer.eos_token_ids.isdisjoint(SIM_TOKEN_IDS)):
-        return False
-    if isinstance(sched, StaticScheduler) and not sched.running:
-        return False  # between batches: the next step forms one (the driver asks every idle tick)
-    # every running request decodes (one token behind), and no stop token could end one early
-    return all(r.output and r.num_computed == len(r.prompt) + len(r.output) - 1 and not r.params.stop_token_ids
-               for r in sched.running)
-
-
-def _admits_whole(engine: Engine, rows: int) -> bool:
-    """Whether the next step, with ``rows`` running requests decoding, admits waiting requests as the
-    stretch can follow: each with its whole prompt, none timed out first, nobody moved."""
-    cfg, timeout = engine.config, engine.defenses.wait_timeout_s
-    if cfg.preemption_mode != "recompute":
-        return False  # a head that finds no hole may move running requests (ContinuousScheduler._compact_for)
-    now = engine.clock()
-    if timeout is not None and any(r.first_admitted_time is None and now - r.arrival_time > timeout
-                                   for r in engine.waiting):
-        return False  # step() times it out first
-    budget, seats = cfg.max_num_batched_tokens - rows, cfg.max_num_seqs - rows
-    for r in engine.waiting:  # as admit_waiting walks them (it may stop earlier, for want of KV)
-        if seats <= 0 or budget <= 0:
-            break
-        if r.num_tokens > budget:
-            return False  # a chunk of its prompt (chunked prefill), or it waits: not a whole prompt
-        budget -= r.num_tokens
-        seats -= 1
-    return True
+    def admits_whole(self, rows: int) -> bool:
+        """Whether the next step, with ``rows`` running requests decoding, admits waiting requests as the
+        stretch can follow: each with its whole prompt, none timed out first, nobody moved."""
+        cfg, timeout, waiting = self.config, self.defenses.wait_timeout_s, self.post.waiting
+        if cfg.preemption_mode != "recompute":
+            return False  # a head that finds no hole may move running requests (ContinuousScheduler._compact_for)
+        now = self.post.clock()
+        if timeout is not None and any(r.first_admitted_time is None and now - r.arrival_time > timeout
+                                       for r in waiting):
+            return False  # step() times it out first
+        budget, seats = cfg.max_num_batched_tokens - rows, cfg.max_num_seqs - rows
+        for r in waiting:  # as admit_waiting walks them (it may stop earlier, for want of KV)
+            if seats <= 0 or budget <= 0:
+                break
+            if r.num_tokens > budget:
+                return False  # a chunk of its prompt (chunked prefill), or it waits: not a whole prompt
+            budget -= r.num_tokens
+            seats -= 1
+        return True
 
 
 def _place(entry: tuple[int, Request, int]) -> int:
@@ -103,11 +128,12 @@ def _place(entry: tuple[int, Request, int]) -> int:
 class _Stretch:
     """One stretch's running sums; :meth:`run` steps it."""
 
-    def __init__(self, engine: Engine, runner: SimulatedRunner, max_steps: int) -> None:
-        self.engine, self.runner, self.max_steps = engine, runner, max_steps
-        sched = self.sched = engine.scheduler
+    def __init__(self, owner: StretchRunner, max_steps: int) -> None:
+        self.owner, self.parts, self.post, self.max_steps = owner, owner.parts, owner.post, max_steps
+        sched = self.sched = owner.post.scheduler
+        self.waiting = owner.post.waiting
         self.static = isinstance(sched, StaticScheduler)
-        self.kv, self.bs = engine.kv, engine.kv.block_size
+        self.kv, self.bs = sched.kv, sched.kv.block_size
         running = self.running = sched.running  # the scheduler's own list: admissions join it, finished leave it
         # static: the batch's finished members, computed every step at the context they finished with
         padding = [r for r in sched.batch if r.status is Status.FINISHED] if isinstance(sched, StaticScheduler) else []
@@ -123,16 +149,12 @@ class _Stretch:
             self.join(r, 0, 0)
         self.ends: list[float] = []
         self.finished: list[tuple[int, Request]] = []
-        self.free_blocks = engine.totals().free_blocks
+        self.free_blocks = self.kv.totals(sched.holders()).free_blocks
         # the context the next step's rows read (each request's computed tokens + 1, padding rows included)
         self.ctx = sum(r.num_computed for r in running) + len(running) + sum(r.num_computed + 1 for r in padding)
         self.longest = max((r.num_computed for r in running), default=-1) + 1  # of the decoding rows
         self.padding_longest = max((r.num_computed + 1 for r in padding), default=0)
         self.holders = sched.holders()  # the KV holders, kept as they are admitted and finish
-
-    @classmethod
-    def begin(cls, engine: Engine, runner: SimulatedRunner, max_steps: int) -> _Stretch | None:
-        return cls(engine, runner, max_steps) if _in_stretch(engine) else None
 
     def join(self, r: Request, first: int, decodes_from: int) -> None:
         """``r`` samples its next output token in step ``first`` and decodes from step ``decodes_from`` on."""
@@ -157,29 +179,29 @@ class _Stretch:
             k = len(self.ends)
             for r, first in self.started:
                 if r.status is Status.RUNNING and k > first:
-                    r.output.extend(self.runner.tokens(r.request_id, len(r.output), k - first))
+                    self.post.extend(r, self.parts.tokens(r.request_id, len(r.output), k - first))
         if not self.ends:
             return None
         return DecodeRun(self.started, self.ends, self.finished)
 
     def _blocked(self, rows: int) -> bool:
         """Whether step() would do something a stretch does not follow, before this step."""
-        engine = self.engine
+        owner, waiting = self.owner, self.waiting
         if self.static:
-            return engine.defenses.wait_timeout_s is not None and bool(engine.waiting)  # it would time one out
+            return owner.defenses.wait_timeout_s is not None and bool(waiting)  # it would time one out
         # it would leave a request out, or admit one part of a prompt, or move one
-        return rows > engine.config.max_num_batched_tokens or bool(engine.waiting and not _admits_whole(engine, rows))
+        return rows > owner.config.max_num_batched_tokens or bool(waiting and not owner.admits_whole(rows))
 
     def step(self, j: int) -> bool | None:
         """Step ``j`` of the stretch: whether it released a static batch; None when it cannot run."""
-        engine, kv, sched, running = self.engine, self.kv, self.sched, self.running
+        post, kv, sched, running = self.post, self.kv, self.sched, self.running
         rows = len(running)  # every running request decodes in this step
         if self._blocked(rows):
             return None
         grow = self.crossings.pop(j, None)
         if grow is not None and len(grow) > self.free_blocks:
             return None  # a request would find no block: the real step preempts
-        t0 = engine.timer()
+        t0 = post.timer()
         if grow is not None:
             grow.sort(key=_place)
             for place, r, last in grow:  # one block each (one token a step), in scheduling order
@@ -189,17 +211,18 @@ class _Stretch:
                     self.crossings.setdefault(j + self.bs, []).append((place, r, last))
         for r in running:
             r.num_computed += 1
+        sched.held_computed += rows
         admitted: Sequence[ScheduledChunk] = ()
-        if engine.waiting and sched.admitting and isinstance(sched, ContinuousScheduler):  # as schedule() admits
+        if self.waiting and sched.admitting and isinstance(sched, ContinuousScheduler):  # as schedule() admits
             admission = SchedulerOutput()
-            sched.admit_waiting(admission, engine.config.max_num_batched_tokens - rows)
+            sched.admit_waiting(admission, self.owner.config.max_num_batched_tokens - rows)
             admitted = admission.chunks
         if not rows and not admitted:
             return None  # nothing runs: step() would do nothing (the caller waits for time to pass)
         prompts = [c.num_new for c in admitted] if admitted else ()
-        self.runner.decode_step(rows, self.ctx, max(self.longest, self.padding_longest), prompts, padding=self.padded)
+        self.parts.decode_step(rows, self.ctx, max(self.longest, self.padding_longest), prompts, padding=self.padded)
         batch_size = rows + self.padded + len(admitted)
-        now = engine.clock()
+        now = post.clock()
         self.ends.append(now)
         self.ctx += rows
         self.longest += 1
@@ -209,10 +232,9 @@ class _Stretch:
         if released:
             self.holders.clear()
             self.ctx = self.padded = 0
-        engine.step_index += 1
         # every holder's KV is on the device (nobody is swapped), ctx counts each one's tokens + 1
         totals = kv.totals(self.holders, self.ctx - len(running) - self.padded)
-        engine.record_step(t0, 0.0, sum(prompts), rows, batch_size, 0, 0, 0, 0.0, True, totals)
+        post.record_step(t0, 0.0, sum(prompts), rows, batch_size, 0, 0, 0, 0.0, True, totals)
         self.free_blocks = totals.free_blocks
         return released
 
@@ -221,11 +243,12 @@ class _Stretch:
         for c in admitted:  # step()'s events for a whole prompt computed: the chunk, then the token
             r = c.request
             r.num_computed += c.num_new
+            sched.held_computed += c.num_new
             r.record(now, "prefill", tokens=c.num_new, blocks=sched.blocks_held(r))
         for c in admitted:
             r = c.request
             if not r.output:
-                r.record(now, "first_token", tokens=1, blocks=sched.blocks_held(r))
+                self.post.first_token(r, now)
             self.join(r, j, j + 1)
             self.holders[r.request_id] = r
             self.ctx += r.num_computed + 1
@@ -236,8 +259,8 @@ class _Stretch:
         if not done:
             return
         for r, first in done:  # as step() finishes them: its tokens, then the end (KV freed)
-            r.output.extend(self.runner.tokens(r.request_id, len(r.output), j + 1 - first))
-            self.engine.finish(r, "length")
+            self.post.extend(r, self.parts.tokens(r.request_id, len(r.output), j + 1 - first))
+            self.post.finish(r, "length")
             self.finished.append((j, r))
             if self.static:  # it stays in the batch as a padding row, its KV held, its context fixed
                 self.padded += 1
