@@ -66,6 +66,8 @@ class RequestOutput:
     prompt_tokens: int
     output_tokens: int
     logprobs: list[TokenLogprobs] | None = None  # one per new token, where the request asked
+    # with the first token of a request whose params ask: one per prompt token (the first None)
+    prompt_logprobs: list[TokenLogprobs | None] | None = None
 
 
 @dataclass
@@ -307,6 +309,9 @@ class Engine:
                 # the prompt, or after a preemption prompt and output, in chunks.
                 if not (req.output and computed == prompt_len + len(req.output) - 1):
                     req.record(now, "prefill", tokens=num_new, blocks=scheduler.blocks_held(req))
+            for req, start, lps in result.prompt_logprobs or ():
+                if req.prompt_logprobs is not None:
+                    req.prompt_logprobs[start : start + len(lps)] = lps
             logprobs = result.logprobs
             for i, (req, token) in enumerate(zip(result.requests, result.token_ids, strict=True)):
                 reason = req.append_token(token)
@@ -317,7 +322,8 @@ class Engine:
                     self.finish(req, reason)
                 lp = logprobs[i] if logprobs is not None else None
                 outputs.append(RequestOutput(req.request_id, [token], reason is not None, reason,
-                                             len(req.prompt), num_output, None if lp is None else [lp]))
+                                             len(req.prompt), num_output, None if lp is None else [lp],
+                                             req.prompt_logprobs if num_output == 1 else None))
             self.kv.cache_computed(c.request for c in sched.chunks)
         self._maybe_complete_switch()
         did_work = bool(sched.chunks or outputs or sched.preempted or sched.swaps)

@@ -54,6 +54,7 @@ class SamplingParams:
     min_tokens: int = 0
     stop_token_ids: tuple[int, ...] = ()
     logprobs: int | None = None
+    prompt_logprobs: int | None = None
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
@@ -72,6 +73,8 @@ class SamplingParams:
             raise ValueError(f"min_tokens must lie in [0, max_tokens = {self.max_tokens}], got {self.min_tokens}")
         if self.logprobs is not None and self.logprobs < 0:
             raise ValueError(f"logprobs must be at least 0, got {self.logprobs}")
+        if self.prompt_logprobs is not None and self.prompt_logprobs < 0:
+            raise ValueError(f"prompt_logprobs must be at least 0, got {self.prompt_logprobs}")
 
     @classmethod
     def exact(cls, max_tokens: int) -> SamplingParams:
