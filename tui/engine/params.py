@@ -1,6 +1,6 @@
 """How one request wants its tokens generated: the one request-parameters type.
 
-The HTTP layer (``tui.serve.openai_api``) builds a :class:`SamplingParams` from a validated request
+The HTTP layer (``tui.serve.protocol``) builds a :class:`SamplingParams` from a validated request
 body, the API process sends it unchanged to the engine process, and ``Engine.add_request`` takes it;
 nothing on the way repeats its fields. Like vLLM's and nano-vllm's ``SamplingParams``, and with the
 same defaults as vLLM (and the OpenAI API): 16 tokens, temperature 1, the whole vocabulary, no
