@@ -82,7 +82,8 @@ def write_tasks(root: Path, items: int) -> Path:
     return root
 
 
-def run_lm_eval(exe: Path, model: str, model_args: str, tasks: Path, out: Path) -> None:
+def start_lm_eval(exe: Path, model: str, model_args: str, tasks: Path, out: Path) -> subprocess.Popen[str]:
+    """One lm-eval run, started (the two runs overlap: most of each is lm-eval's own start-up)."""
     cmd = [str(exe), "--model", model, "--model_args", model_args, "--tasks", f"{MC_TASK},{GEN_TASK}",
            "--include_path", str(tasks), "--batch_size", "4", "--log_samples", "--output_path", str(out)]
     if model == "hf":
@@ -90,9 +91,17 @@ def run_lm_eval(exe: Path, model: str, model_args: str, tasks: Path, out: Path) 
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
            "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
     env.pop("PYTHONPATH", None)  # lm-eval's environment, not kvtui's
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
-    if done.returncode != 0:
-        raise RuntimeError(f"lm_eval --model {model} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def finish(run: subprocess.Popen[str], model: str) -> None:
+    try:
+        _, err = run.communicate(timeout=1800)
+    except subprocess.TimeoutExpired:
+        run.kill()
+        raise
+    if run.returncode != 0:
+        raise RuntimeError(f"lm_eval --model {model} failed ({run.returncode}):\n{err[-3000:]}")
 
 
 def samples(out: Path, task: str) -> list[dict[str, Any]]:
@@ -147,10 +156,12 @@ def main(argv: list[str] | None = None) -> int:
             served_args = (f"model=tiny-llama,base_url={srv.base_url}/completions,tokenizer={ckpt},"
                            "tokenizer_backend=huggingface,tokenized_requests=True,num_concurrent=1,max_retries=1,"
                            "max_length=512,add_bos_token=True")
-            run_lm_eval(exe, "local-completions", served_args, tasks, root / "served")
-        # BOS on both sides: lm-eval's API models add none by default, its HF backend the tokenizer's
-        run_lm_eval(exe, "hf", f"pretrained={ckpt},dtype=float32,max_length=512,add_bos_token=True", tasks,
-                    root / "hf")
+            served = start_lm_eval(exe, "local-completions", served_args, tasks, root / "served")
+            # BOS on both sides: lm-eval's API models add none by default, its HF backend the tokenizer's
+            hf = start_lm_eval(exe, "hf", f"pretrained={ckpt},dtype=float32,max_length=512,add_bos_token=True",
+                               tasks, root / "hf")
+            finish(served, "local-completions")
+        finish(hf, "hf")
         figures = compare(root / "served", root / "hf")
     print(f"# {items} items: {MC_TASK} (4 choices each, loglikelihood) and {GEN_TASK} (greedy, 8 tokens), "
           "lm-eval --batch_size 4; served = local-completions against kvtui serve, hf = lm-eval's HF backend")
