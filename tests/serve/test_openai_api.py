@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import random
 
 import pytest
@@ -287,3 +288,11 @@ def test_the_docs_field_table_is_the_codes():
 
     doc = (Path(__file__).parents[2] / "docs" / "openai-api.md").read_text(encoding="utf-8")
     assert render_into(doc) == doc, "run: python -m tui.serve.fields"
+
+
+def test_unknown_field_names_are_logged_once_at_debug_and_never_their_values(caplog):
+    caplog.set_level(logging.DEBUG, logger="kvtui.serve")
+    for _ in range(3):
+        _parse({"prompt": "hi", "zz_unknown_once": "secret-value"})
+    logged = [r.getMessage() for r in caplog.records if "zz_unknown_once" in r.getMessage()]
+    assert len(logged) == 1 and "secret-value" not in logged[0]
