@@ -163,6 +163,12 @@ def test_several_prompts_continuous_usage_and_vllms_400s(server, client):
                               extra_body={"ignore_eos": True})
     assert [ch.index for ch in c.choices] == [0, 1, 2, 3]
     assert c.choices[0].text == c.choices[1].text and c.usage.prompt_tokens == 5 and c.usage.completion_tokens == 12
+    streamed: dict[int, str] = {}
+    for chunk in cl.completions.create(model=MODEL, prompt=["ab", "cde"], n=2, max_tokens=3, temperature=0,
+                                       stream=True, extra_body={"ignore_eos": True}):
+        for ch in chunk.choices:
+            streamed[ch.index] = streamed.get(ch.index, "") + ch.text
+    assert streamed == {i: ch.text for i, ch in enumerate(c.choices)}
     usages = [ch.usage for ch in cl.completions.create(model=MODEL, prompt="ab", max_tokens=3, stream=True,
                                                        stream_options={"include_usage": True,
                                                                        "continuous_usage_stats": True},
