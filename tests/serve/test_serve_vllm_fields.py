@@ -180,3 +180,12 @@ def test_several_prompts_continuous_usage_and_vllms_400s(server, client):
     for body in ({"prompt": ""}, {"prompt": "x", "stream_options": {"include_usage": True}}):
         r = client.post(server.base_url + "/completions", json=body)
         assert r.status_code == 400, body
+
+
+def test_strict_fields_refuses_what_the_default_ignores(make_server, client):
+    strict = make_server(strict_fields=True)
+    for extra in ({"store": False}, {"a_field_nobody_knows": 1}):
+        r = client.post(strict.base_url + "/completions", json={"prompt": "x", "max_tokens": 1, **extra})
+        assert r.status_code == 400 and next(iter(extra)) in r.json()["error"]["message"]
+    ok = client.post(strict.base_url + "/completions", json={"prompt": "x", "max_tokens": 1, "use_beam_search": False})
+    assert ok.status_code == 200, ok.text
