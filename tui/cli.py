@@ -154,6 +154,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1; anything else is exposed)")
     serve.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
     serve.add_argument("--api-key-env", metavar="NAME", help="require the bearer token held in this environment variable")
+    serve.add_argument("--strict-fields", action="store_true",
+                       help="refuse request fields this server ignores or does not know (default: ignore them, as vLLM does)")
     _checkpoint_options(serve)
     _set_option(serve)
 
@@ -359,7 +361,8 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from tui.serve.app import serve_main
 
     prof = check_backend(with_checkpoint(args, load_named_profile(args.profile, args.overrides), local=True))
-    return serve_main(prof, host=args.host, port=args.port, api_key_env=args.api_key_env)
+    return serve_main(prof, host=args.host, port=args.port, api_key_env=args.api_key_env,
+                      strict_fields=args.strict_fields)
 
 
 def _calibrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

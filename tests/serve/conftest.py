@@ -26,9 +26,9 @@ class ThreadServer:
 
     def __init__(self, engine: EngineConfig = TEST_ENGINE, defenses: DefensesConfig | None = None,
                  api_key: str | None = None, gpu: GpuSampler | None = None,
-                 limits: dict[str, Any] | None = None) -> None:
+                 limits: dict[str, Any] | None = None, strict_fields: bool = False) -> None:
         self.engine = EngineLoop(engine, defenses)
-        self.app = create_app(self.engine, api_key=api_key, gpu=gpu)
+        self.app = create_app(self.engine, api_key=api_key, gpu=gpu, strict_fields=strict_fields)
         self.sock = bind_socket("127.0.0.1", 0)
         self.port = self.sock.getsockname()[1]
         # kvtui serve's own limits (connections, request-read deadline, head size)

@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 import json
+import logging
 import random
 
 import pytest
 
 from tui.engine.params import SamplingParams
 from tui.engine.tokenizer import Utf8Decoder, WindowDecoder
-from tui.serve.openai_api import (
-    ApiError,
-    ResponseHead,
-    TextAssembler,
-    parse_completion,
-    render_chat,
-    sse,
-)
+from tui.serve.errors import ApiError
+from tui.serve.protocol import parse_completion, render_chat
+from tui.serve.responses import ResponseHead, sse
+from tui.serve.text import TextAssembler
 
 EOS = 257
 
@@ -190,7 +187,12 @@ def test_the_api_server_side_never_imports_torch_or_textual():
         ({"temperature": float("nan")}, "'temperature' must be a finite number, got nan"),
         ({"temperature": float("inf")}, "'temperature' must be a finite number, got inf"),
         ({"temperature": 10**400}, "'temperature' must be a finite number, got a huge integer"),
-        ({"response_format": {"type": "json_object"}}, "Unrecognized request argument supplied: response_format"),
+        ({"response_format": {"type": "json_object"}}, "'response_format' is not supported here"),
+        ({"use_beam_search": True}, "'use_beam_search' = true is not supported (only false)"),
+        ({"stream_options": {"include_usage": True}}, "'stream_options' is only allowed with 'stream': true"),
+        ({"prompt": ""}, "the prompt is empty"),
+        ({"prompt": []}, "the prompt is empty"),
+        ({"max_tokens": 0}, "0 only with echo"),
         ({"user": 3}, "'user' must be a string, got int"),
     ],
 )
@@ -230,3 +232,67 @@ def test_logprobs_are_refused_where_the_backend_has_no_logits_and_bad_defaults_a
         parse_completion({"prompt": "hi"}, chat=False, served_model="m", encode=encode, vocab_size=260,
                          max_model_len=64, sampling_defaults={"top_p": 0.0})
     assert ei.value.status == 400 and "top_p must lie in (0, 1]" in ei.value.message
+
+
+CHAT = {"messages": [{"role": "user", "content": "hi"}]}
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"tool_choice": "required"}, "'tool_choice' must be \"none\""),
+        ({"tools": [{"type": "function"}]}, "'tools' need 'tool_choice': \"none\""),
+        ({"tools": [{"type": "function"}], "tool_choice": "auto"}, "'tools' need 'tool_choice': \"none\""),
+        ({"response_format": {"type": "json_schema", "json_schema": {}}}, "'response_format' is not supported"),
+        ({"length_penalty": 2.0}, "'length_penalty' is not supported"),
+        ({"priority": 1}, "'priority' is not supported"),
+    ],
+)
+def test_chat_fields_that_cannot_be_honoured_are_one_400_naming_them(extra, message):
+    with pytest.raises(ApiError) as ei:
+        _parse({**CHAT, **extra}, chat=True)
+    assert ei.value.status == 400 and message in ei.value.message
+    assert ei.value.param == next(iter(extra))
+
+
+def test_defaults_no_ops_and_unknown_fields_are_accepted_unless_strict():
+    lenient = {"response_format": {"type": "text"}, "store": False, "metadata": {"a": "b"}, "service_tier": "auto",
+               "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "none",
+               "use_beam_search": False, "length_penalty": 1, "priority": 0, "bad_words": [], "guided_json": None,
+               "include_reasoning": True, "made_up_field": 3}
+    p = _parse({**CHAT, **lenient}, chat=True)
+    assert p.ignored_fields == ("made_up_field",)
+    assert p.sampling == _parse(CHAT, chat=True).sampling
+    with pytest.raises(ApiError) as ei:
+        parse_completion({**CHAT, "made_up_field": 3}, chat=True, served_model="m", encode=encode, vocab_size=260,
+                         max_model_len=64, strict_fields=True)
+    assert ei.value.status == 400 and "made_up_field" in ei.value.message
+    with pytest.raises(ApiError):
+        parse_completion({**CHAT, "store": False}, chat=True, served_model="m", encode=encode, vocab_size=260,
+                         max_model_len=64, strict_fields=True)
+
+
+def test_several_prompts_echo_and_prompt_logprobs_reach_the_params():
+    p = _parse({"prompt": ["ab", [1, 2, 3]], "n": 2, "echo": True, "logprobs": 2, "max_tokens": 0})
+    assert p.prompts == ([97, 98], [1, 2, 3]) and p.num_choices == 4
+    assert p.echo and p.echo_only and p.sampling.max_tokens == 1  # the engine computes one, dropped
+    assert p.sampling.prompt_logprobs == 2 and p.prompt_logprobs is None  # echo's, not in the choice
+    q = _parse({"prompt": "ab", "prompt_logprobs": 3, "logprobs": 1})
+    assert q.sampling.prompt_logprobs == 3 and q.prompt_logprobs == 3 and not q.echo
+
+
+def test_the_docs_field_table_is_the_codes():
+    from pathlib import Path
+
+    from tui.serve.fields import render_into
+
+    doc = (Path(__file__).parents[2] / "docs" / "openai-api.md").read_text(encoding="utf-8")
+    assert render_into(doc) == doc, "run: python -m tui.serve.fields"
+
+
+def test_unknown_field_names_are_logged_once_at_debug_and_never_their_values(caplog):
+    caplog.set_level(logging.DEBUG, logger="kvtui.serve")
+    for _ in range(3):
+        _parse({"prompt": "hi", "zz_unknown_once": "secret-value"})
+    logged = [r.getMessage() for r in caplog.records if "zz_unknown_once" in r.getMessage()]
+    assert len(logged) == 1 and "secret-value" not in logged[0]

@@ -45,7 +45,7 @@ BAD_BODIES = [
     ({"prompt": 17}, "prompt"),
     ({"prompt": ""}, "prompt"),
     ({"prompt": [1, 2, 99999]}, "prompt"),
-    ({"prompt": ["a", "b"]}, "prompt"),
+    ({"prompt": ["a", ""]}, "prompt"),  # several prompts are answered; an empty one is a 400
     ({}, "prompt"),
     ({"prompt": "x" * 300}, "prompt"),  # longer than max_model_len (256)
     ({"prompt": "x" * 200, "max_tokens": 100}, "prompt"),  # prompt + max_tokens > max_model_len

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tui.profile import DefensesConfig, to_dict
-from tui.serve.openai_api import SAMPLING_KNOBS
+from tui.serve.protocol import SAMPLING_KNOBS
 
 from .conftest import TEST_ENGINE, ThreadServer
 

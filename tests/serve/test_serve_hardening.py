@@ -20,10 +20,10 @@ from starlette.routing import Route
 from tui.engine.footprint import available_bytes
 from tui.profile import to_dict
 from tui.serve.app import bind_socket
+from tui.serve.errors import ApiError
 from tui.serve.generate import error_response
 from tui.serve.guard import RequestGuard
 from tui.serve.http_limits import server_config
-from tui.serve.openai_api import ApiError
 
 from .conftest import TEST_ENGINE
 

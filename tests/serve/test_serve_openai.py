@@ -59,7 +59,7 @@ def test_chat_streaming_and_non_streaming(server):
                                    extra_body={"ignore_eos": True})
     assert r.object == "chat.completion"
     assert r.choices[0].message.role == "assistant"
-    # rendered as "role: content" lines then "assistant:" (documented in tui/serve/openai_api.py)
+    # rendered as "role: content" lines then "assistant:" (documented in tui/serve/protocol.py)
     assert r.usage.prompt_tokens == len("system: be brief\nuser: hi\nassistant:")
     assert r.usage.completion_tokens == 5
     chunks = list(cl.chat.completions.create(model=MODEL, messages=messages, max_tokens=5, temperature=0,

@@ -116,3 +116,76 @@ def test_n_choices_share_the_prompts_blocks_through_the_prefix_cache(fresh_serve
     # the second choice starts once the first has its first token: it finds the prompt's two full
     # blocks cached and computes only the last 8 tokens (40 + 8, not 2 x 40)
     assert _prefill_tokens_of_one_n2_request(fresh_server, client) == 48
+
+
+def test_the_official_clients_fields_and_vllms_defaults_are_accepted(server, client):
+    """What the openai client sends (response_format text, store, metadata, parse() without a schema,
+    tools with tool_choice none) and every vLLM request field at its default; an unknown field is
+    ignored and counted."""
+    cl = _openai(server)
+    msgs = [{"role": "user", "content": "hi"}]
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}]
+    chat = cl.chat.completions.create(model=MODEL, messages=msgs, max_tokens=3, response_format={"type": "text"},
+                                      store=False, metadata={"run": "x"}, service_tier="auto", tools=tools,
+                                      tool_choice="none", parallel_tool_calls=False, user="u")
+    assert chat.choices[0].message.content is not None
+    whole = cl.chat.completions.create(model=MODEL, messages=msgs, max_tokens=8, temperature=0,
+                                       extra_body={"ignore_eos": True}).choices[0].message.content
+    # parse() raises on finish_reason "length": stop on a string the greedy text holds
+    parsed = cl.chat.completions.parse(model=MODEL, messages=msgs, max_tokens=8, temperature=0, stop=[whole[3:5]])
+    assert parsed.choices[0].finish_reason == "stop" and parsed.choices[0].message.parsed is None
+    vllm_defaults = {"use_beam_search": False, "length_penalty": 1.0, "priority": 0, "include_stop_str_in_output": False,
+                     "skip_special_tokens": True, "spaces_between_special_tokens": True, "truncate_prompt_tokens": None,
+                     "allowed_token_ids": None, "bad_words": [], "guided_json": None, "structured_outputs": None,
+                     "logits_processors": None, "return_token_ids": False, "cache_salt": None, "request_id": "r",
+                     "kv_transfer_params": None, "vllm_xargs": None, "return_tokens_as_token_ids": False,
+                     "prompt_logprobs": None, "min_tokens": 0, "stop_token_ids": []}
+    chat_defaults = {"echo": False, "add_generation_prompt": True, "continue_final_message": False,
+                     "add_special_tokens": False, "documents": None, "chat_template": None,
+                     "chat_template_kwargs": None, "mm_processor_kwargs": None, "include_reasoning": True,
+                     "reasoning_effort": None}
+    c = client.post(server.base_url + "/chat/completions",
+                    json={"messages": msgs, "max_tokens": 2, **{k: v for k, v in vllm_defaults.items()
+                                                                if k != "prompt_logprobs"}, **chat_defaults})
+    assert c.status_code == 200, c.text
+    r = client.post(server.base_url + "/completions",
+                    json={"prompt": "x", "max_tokens": 2, "echo": False, "suffix": None, "add_special_tokens": True,
+                          "prompt_embeds": None, **vllm_defaults, "a_field_nobody_knows": 1})
+    assert r.status_code == 200, r.text
+    counted = [line for line in client.get(server.root + "/metrics").text.splitlines()
+               if line.startswith("kvtui:request_fields_ignored_total ")]
+    assert counted and float(counted[0].split()[1]) >= 1
+
+
+def test_several_prompts_continuous_usage_and_vllms_400s(server, client):
+    cl = _openai(server)
+    c = cl.completions.create(model=MODEL, prompt=["ab", "cde"], n=2, max_tokens=3, temperature=0,
+                              extra_body={"ignore_eos": True})
+    assert [ch.index for ch in c.choices] == [0, 1, 2, 3]
+    assert c.choices[0].text == c.choices[1].text and c.usage.prompt_tokens == 5 and c.usage.completion_tokens == 12
+    streamed: dict[int, str] = {}
+    for chunk in cl.completions.create(model=MODEL, prompt=["ab", "cde"], n=2, max_tokens=3, temperature=0,
+                                       stream=True, extra_body={"ignore_eos": True}):
+        for ch in chunk.choices:
+            streamed[ch.index] = streamed.get(ch.index, "") + ch.text
+    assert streamed == {i: ch.text for i, ch in enumerate(c.choices)}
+    usages = [ch.usage for ch in cl.completions.create(model=MODEL, prompt="ab", max_tokens=3, stream=True,
+                                                       stream_options={"include_usage": True,
+                                                                       "continuous_usage_stats": True},
+                                                       extra_body={"ignore_eos": True})]
+    assert all(u is not None for u in usages) and usages[-1].completion_tokens == 3
+    named = cl.completions.create(model=MODEL, prompt="ab", max_tokens=2, logprobs=1,
+                                  extra_body={"return_tokens_as_token_ids": True})
+    assert all(t.startswith("token_id:") for t in named.choices[0].logprobs.tokens)
+    for body in ({"prompt": ""}, {"prompt": "x", "stream_options": {"include_usage": True}}):
+        r = client.post(server.base_url + "/completions", json=body)
+        assert r.status_code == 400, body
+
+
+def test_strict_fields_refuses_what_the_default_ignores(make_server, client):
+    strict = make_server(strict_fields=True)
+    for extra in ({"store": False}, {"a_field_nobody_knows": 1}):
+        r = client.post(strict.base_url + "/completions", json={"prompt": "x", "max_tokens": 1, **extra})
+        assert r.status_code == 400 and next(iter(extra)) in r.json()["error"]["message"]
+    ok = client.post(strict.base_url + "/completions", json={"prompt": "x", "max_tokens": 1, "use_beam_search": False})
+    assert ok.status_code == 200, ok.text

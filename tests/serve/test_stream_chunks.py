@@ -17,7 +17,7 @@ import pytest
 from tests.serve.conftest import TEST_ENGINE, ThreadServer
 from tui.engine.engine import Engine
 from tui.engine.params import SamplingParams
-from tui.serve.openai_api import SSE_DONE, ResponseHead, sse
+from tui.serve.responses import SSE_DONE, ResponseHead, sse
 
 pytestmark = pytest.mark.slow  # a real server and engine process
 

@@ -329,6 +329,9 @@ class Engine:
                 if not (req.output and computed == prompt_len + len(req.output) - 1):
                     req.record(now, "prefill", tokens=num_new, blocks=scheduler.blocks_held(req))
             scheduler.held_computed += prefill_tokens + decode_tokens  # before a finish takes its share off
+            for req, start, lps in result.prompt_logprobs or ():
+                if req.prompt_logprobs is not None:
+                    req.prompt_logprobs[start : start + len(lps)] = lps
             if len(result.requests) != len(result.token_ids):
                 raise ValueError(f"the runner gave {len(result.token_ids)} tokens for {len(result.requests)} requests")
             post.sampled(result.requests, result.token_ids, result.logprobs, now, outputs)

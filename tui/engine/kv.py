@@ -457,7 +457,9 @@ class PagedKV:
         return paged_never_fits(self.num_slots, len(req.prompt), req.max_tokens)
 
     def match_prefix(self, req: Request) -> PrefixMatch:
-        if not self.pool.enable_prefix_caching:
+        # a request that wants its prompt's logprobs computes the whole prompt (vLLM V1 does the
+        # same): a cached block holds K/V, not the logits its tokens were scored with
+        if not self.pool.enable_prefix_caching or req.params.prompt_logprobs is not None:
             return NO_PREFIX
         req.update_block_hashes(self.block_size)
         hits = self.prefix_hits(req.block_hashes, req.num_tokens)

@@ -43,8 +43,9 @@ import torch.nn.functional as F
 
 from tui.engine.kv import KVManager, SwapPlan, cdiv
 from tui.engine.model import DecoderModel
+from tui.engine.params import TokenLogprobs
 from tui.engine.runner import StepResult
-from tui.engine.sampling import sample
+from tui.engine.sampling import prompt_token_logprobs, sample
 from tui.engine.scheduler import ScheduledChunk
 from tui.engine.sequence import Request
 
@@ -113,6 +114,45 @@ def run_index(kv: KVManager, rids: Sequence[str], context: Sequence[int], num_ru
         rows += [0] * (num_runs - held)
     index = torch.tensor(rows, dtype=torch.long)
     return index // bs if kv.aligned_runs else index
+
+
+@dataclass
+class _Scored:
+    """Prompt tokens ``start + 1 .. start + count`` of ``request``, scored by the rows at positions
+    ``start .. start + count - 1`` of this step (``prompt_logprobs``)."""
+
+    request: Request
+    start: int
+    count: int
+
+
+def _score(r: Request, s: int, n: int, offset: int, scored: list[_Scored], score_idx: list[int]) -> None:
+    """Note the rows of a chunk (positions ``s .. s + n - 1``, flat rows from ``offset``) that score a
+    next prompt token, when the request asks for its prompt's logprobs and has none sent yet (a
+    recompute after its first output token scores nothing again)."""
+    if r.prompt_logprobs is None or r.output:
+        return
+    count = min(s + n, len(r.prompt) - 1) - s  # the last prompt row predicts the first output, not a prompt token
+    if count <= 0:
+        return
+    scored.append(_Scored(r, s, count))
+    score_idx.extend(range(offset, offset + count))
+
+
+def _score_prompts(scored: list[_Scored], rows: torch.Tensor) -> list[tuple[Request, int, list[TokenLogprobs]]] | None:
+    """The logprobs of the scored prompt tokens, per request (``rows``: their logits, in order)."""
+    if not scored:
+        return None
+    out = []
+    at = 0
+    for sc in scored:
+        r = sc.request
+        k = r.params.prompt_logprobs
+        assert k is not None
+        targets = r.prompt[sc.start + 1 : sc.start + 1 + sc.count]
+        out.append((r, sc.start + 1, prompt_token_logprobs(rows[at : at + sc.count], targets, k)))
+        at += sc.count
+    return out
 
 
 class TorchModelRunner:
@@ -188,12 +228,19 @@ class TorchModelRunner:
 
     def execute(self, chunks: Sequence[ScheduledChunk], kv: KVManager) -> StepResult:
         """Run one step: forward, then sample one token for every request whose chunk reached its end."""
-        reqs, logits = self.forward(chunks, kv)
-        tokens, logprobs = sample(reqs, logits)
-        return StepResult(reqs, tokens, logprobs=logprobs)
+        reqs, logits, scored = self._forward(chunks, kv)
+        n = len(reqs)
+        tokens, logprobs = sample(reqs, logits[:n])
+        return StepResult(reqs, tokens, logprobs=logprobs, prompt_logprobs=_score_prompts(scored, logits[n:]))
 
     def forward(self, chunks: Sequence[ScheduledChunk], kv: KVManager) -> tuple[list[Request], torch.Tensor]:
         """Run the model over one step; the requests that sample a token now and their logits ``[N, vocab]``."""
+        reqs, logits, _ = self._forward(chunks, kv)
+        return reqs, logits[: len(reqs)]
+
+    def _forward(self, chunks: Sequence[ScheduledChunk], kv: KVManager) -> tuple[list[Request], torch.Tensor, list[_Scored]]:
+        """:meth:`forward`, plus the prompt rows scored for ``prompt_logprobs`` (their logits follow the
+        sampled rows', in the order of the returned :class:`_Scored` spans)."""
         # decodes longest context first, so rows of similar length can be attended as one group
         decodes = sorted((c for c in chunks if c.num_new == 1), key=lambda c: -c.request.num_computed)
         prefills = [c for c in chunks if c.num_new != 1]
@@ -202,6 +249,8 @@ class TorchModelRunner:
         slots: list[int] = []
         sample_reqs: list[Request] = []
         sample_idx: list[int] = []
+        scored: list[_Scored] = []
+        score_idx: list[int] = []
         for c in decodes:  # one token each: plain Python ints are cheaper than tensor ops here
             r, s = c.request, c.request.num_computed
             if c.padding:
@@ -212,6 +261,7 @@ class TorchModelRunner:
             tokens.append(r.output[s - len(r.prompt)] if s >= len(r.prompt) else r.prompt[s])
             positions.append(s)
             slots.append(kv.slot(r.request_id, s))
+            _score(r, s, 1, len(tokens) - 1, scored, score_idx)
             if s + 1 == r.num_tokens:
                 sample_reqs.append(r)
                 sample_idx.append(len(tokens) - 1)
@@ -219,6 +269,7 @@ class TorchModelRunner:
         pre_slots: list[torch.Tensor] = []
         for c in prefills:
             r, s, n = c.request, c.request.num_computed, c.num_new
+            _score(r, s, n, len(tokens), scored, score_idx)
             tokens.extend(r.all_tokens[s : s + n])
             pos = torch.arange(s, s + n)
             pre_pos.append(pos)
@@ -232,11 +283,11 @@ class TorchModelRunner:
         meta = self._meta(decodes, prefills, kv, slot_all)
         input_ids = torch.tensor(tokens, dtype=torch.long, device=dev)
         positions_dev = pos_all.to(dev)
-        idx = torch.tensor(sample_idx, dtype=torch.long, device=dev)
+        idx = torch.tensor(sample_idx + score_idx, dtype=torch.long, device=dev)
         if self.trace is not None:
             self.trace.append((input_ids, positions_dev, meta, idx))
         logits = self.model(input_ids, positions_dev, lambda i, q, k, v: self._attend(meta, i, q, k, v), idx)
-        return sample_reqs, logits
+        return sample_reqs, logits, scored
 
     def replay(self, input_ids: torch.Tensor, positions: torch.Tensor, meta: _StepMeta, idx: torch.Tensor) -> torch.Tensor:
         """Run a traced step's forward again: the model and attention work alone, no bookkeeping."""

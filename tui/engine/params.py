@@ -1,6 +1,6 @@
 """How one request wants its tokens generated: the one request-parameters type.
 
-The HTTP layer (``tui.serve.openai_api``) builds a :class:`SamplingParams` from a validated request
+The HTTP layer (``tui.serve.protocol``) builds a :class:`SamplingParams` from a validated request
 body, the API process sends it unchanged to the engine process, and ``Engine.add_request`` takes it;
 nothing on the way repeats its fields. Like vLLM's and nano-vllm's ``SamplingParams``, and with the
 same defaults as vLLM (and the OpenAI API): 16 tokens, temperature 1, the whole vocabulary, no
@@ -54,6 +54,7 @@ class SamplingParams:
     min_tokens: int = 0
     stop_token_ids: tuple[int, ...] = ()
     logprobs: int | None = None
+    prompt_logprobs: int | None = None
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
@@ -72,6 +73,8 @@ class SamplingParams:
             raise ValueError(f"min_tokens must lie in [0, max_tokens = {self.max_tokens}], got {self.min_tokens}")
         if self.logprobs is not None and self.logprobs < 0:
             raise ValueError(f"logprobs must be at least 0, got {self.logprobs}")
+        if self.prompt_logprobs is not None and self.prompt_logprobs < 0:
+            raise ValueError(f"prompt_logprobs must be at least 0, got {self.prompt_logprobs}")
 
     @classmethod
     def exact(cls, max_tokens: int) -> SamplingParams:

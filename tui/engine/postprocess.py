@@ -33,6 +33,8 @@ class RequestOutput:
     prompt_tokens: int
     output_tokens: int
     logprobs: list[TokenLogprobs] | None = None  # one per new token, where the request asked
+    # with the first token of a request whose params ask: one per prompt token (the first None)
+    prompt_logprobs: list[TokenLogprobs | None] | None = None
 
 
 @dataclass
@@ -113,7 +115,7 @@ class Postprocessor:
                 self.finish(req, reason)
             lp = logprobs[i] if logprobs is not None else None
             outputs.append(RequestOutput(req.request_id, [token], reason is not None, reason, len(req.prompt), n,
-                                         None if lp is None else [lp]))
+                                         None if lp is None else [lp], req.prompt_logprobs if n == 1 else None))
 
     def first_token(self, req: Request, now: float) -> None:
         """The event of ``req``'s first output token (the fast-forward notes it before appending)."""

@@ -34,6 +34,9 @@ class StepResult:
     elapsed_s: float | None = None
     # per request, (its token's logprob, the top tokens') where its params ask; None: nobody asked
     logprobs: list[TokenLogprobs | None] | None = None
+    # prompt logprobs this step scored: (request, first prompt position scored, one per position),
+    # for requests whose params ask (``prompt_logprobs``) and whose prefill chunk ran now
+    prompt_logprobs: list[tuple[Request, int, list[TokenLogprobs]]] | None = None
 
 
 class ModelRunner(Protocol):
@@ -58,7 +61,9 @@ class ModelRunner(Protocol):
       a prefill chunk that stops short yields nothing. Order is free, but ``requests[i]`` and
       ``token_ids[i]`` go together. ``request.params.temperature == 0`` means greedy; above 0, sample
       with ``request.generator`` (seeded per request), so a request's tokens do not depend on its
-      batch-mates.
+      batch-mates. A runner with logits fills ``StepResult.prompt_logprobs`` for a prefill chunk of
+      a request whose ``params.prompt_logprobs`` is set and that has no output yet; one without
+      leaves it None (the API refuses logprobs on such a backend).
     - **Leave the requests alone.** The engine advances ``num_computed``, appends the tokens and
       finishes requests after ``execute`` returns; the runner only reads them.
     - **Time.** Leave ``StepResult.elapsed_s`` None when the wall time spent in ``execute`` is the

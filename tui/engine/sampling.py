@@ -120,3 +120,14 @@ def token_logprobs(row: torch.Tensor, token: int, k: int) -> TokenLogprobs:
         values, ids = torch.topk(logp, min(k, logp.shape[0]))
         top = tuple(zip(ids.tolist(), values.tolist(), strict=True))
     return float(logp[token]), top
+
+
+def prompt_token_logprobs(rows: torch.Tensor, tokens: Sequence[int], k: int) -> list[TokenLogprobs]:
+    """Each row's next token ``tokens[i]``'s log-probability and the ``k`` most likely tokens' (one
+    log-softmax over all rows: a prompt's positions are scored together)."""
+    logp = torch.log_softmax(rows.float(), dim=-1)
+    picked = logp.gather(1, torch.tensor(tokens, dtype=torch.long, device=logp.device)[:, None])[:, 0].tolist()
+    if k <= 0:
+        return [(lp, ()) for lp in picked]
+    values, ids = torch.topk(logp, min(k, logp.shape[1]), dim=-1)
+    return [(lp, tuple(zip(i, v, strict=True))) for lp, i, v in zip(picked, ids.tolist(), values.tolist(), strict=True)]

@@ -6,7 +6,7 @@ import enum
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from tui.engine.params import SamplingParams
+from tui.engine.params import SamplingParams, TokenLogprobs
 from tui.engine.snapshot import RequestEvent
 
 MAX_EVENTS = 64  # per request; past it each new event replaces the last (a very long life is elided)
@@ -55,11 +55,16 @@ class Request:
     generator: object | None = None
     events: list[RequestEvent] = field(default_factory=list)  # its transitions, oldest first
     plain: bool = field(init=False)  # params.plain, read once (the sampler asks it every step)
+    # per prompt position, that token's logprobs given the tokens before it (params.prompt_logprobs;
+    # the first is always None): filled by the prefill, sent with the first output token
+    prompt_logprobs: list[TokenLogprobs | None] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.plain = self.params.plain
         if not self.original_prompt_len:
             self.original_prompt_len = len(self.prompt)
+        if self.params.prompt_logprobs is not None:
+            self.prompt_logprobs = [None] * len(self.prompt)
 
     def record(self, t: float, kind: str, *, tokens: int = 0, blocks: int = 0, detail: str = "") -> None:
         """Note a transition (the kinds and fields are described on :class:`RequestEvent`)."""

@@ -32,7 +32,9 @@ class Tokenizer(Protocol):
     # them to a request that does not set them); empty for the byte tokenizer
     sampling_defaults: dict[str, float]
 
-    def encode(self, text: str) -> list[int]: ...
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        """A completion prompt's ids; ``add_special_tokens``: with the ones the tokenizer adds (BOS)."""
+        ...
 
     def encode_chat(self, messages: list[Message], template_kwargs: dict[str, Any] | None = None) -> list[int]:
         """The prompt ids of a chat (``ValueError`` if the chat template refuses it); ``template_kwargs``
@@ -128,8 +130,8 @@ class ByteTokenizer:
         self.bos_token_id = self.BOS
         self.sampling_defaults: dict[str, float] = {}
 
-    def encode(self, text: str) -> list[int]:
-        return list(text.encode("utf-8"))
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return list(text.encode("utf-8"))  # (adds no special token either way)
 
     def encode_chat(self, messages: list[Message], template_kwargs: dict[str, Any] | None = None) -> list[int]:
         return self.encode(plain_prompt(messages))
@@ -188,9 +190,9 @@ class HFTokenizer:
         ids = (self._tok.token_to_id(f"<0x{b:02X}>") for b in range(256))
         return frozenset(i for i in ids if i is not None)
 
-    def encode(self, text: str) -> list[int]:
-        """Ids of a completion prompt, with the special tokens the checkpoint's tokenizer adds (BOS)."""
-        return self._tok.encode(text, add_special_tokens=True).ids
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        """Ids of a completion prompt, by default with the special tokens the checkpoint's tokenizer adds (BOS)."""
+        return self._tok.encode(text, add_special_tokens=add_special_tokens).ids
 
     def encode_chat(self, messages: list[Message], template_kwargs: dict[str, Any] | None = None) -> list[int]:
         """The chat template's text, tokenized without adding special tokens again (it wrote them)."""

@@ -3,7 +3,8 @@
 Routes (paths in :mod:`tui.serve.routes`)::
 
     POST /v1/completions, /v1/chat/completions   OpenAI-shaped, streaming (SSE) or not
-    GET  /v1/models, /health, /metrics
+    GET  /v1/models, /v1/models/{id}, /version, /health, /metrics
+    POST /tokenize, /detokenize                   vLLM's
     GET  /kvtui/v1/state                          {"engine": EngineSnapshot, "gpu": [GpuSample]}
          ?encoding=compact[&since=ID][&view=A:B]   block tables as runs, deltas, views (state_wire)
     GET  /kvtui/v1/steps?since=N                  {"steps": [StepTiming]}
@@ -42,6 +43,7 @@ from starlette.responses import JSONResponse as StarletteJSONResponse
 from starlette.responses import Response
 from starlette.routing import Route
 
+from tui import __version__
 from tui.base.gpu import GpuSampler
 from tui.engine.control import Control, ControlError, Reset
 from tui.engine.snapshot import EngineSnapshot
@@ -60,14 +62,17 @@ from tui.serve.engine_loop import (
     EngineUnavailable,
     NotPausedError,
 )
+from tui.serve.errors import ApiError, parse_json
 from tui.serve.generate import ClientGone, Counters, error_response, generate
 from tui.serve.guard import CONTROL_MAX_BODY_BYTES, GENERATION_MAX_BODY_BYTES, RequestGuard, is_loopback_host
 from tui.serve.heap import settle_heap
 from tui.serve.http_limits import server_config
-from tui.serve.openai_api import ApiError, models_body, parse_completion, parse_json, tokenize_body
 from tui.serve.prom import CONTENT_TYPE, ServerMetrics
+from tui.serve.protocol import parse_completion
+from tui.serve.responses import model_card, models_body
 from tui.serve.state_wire import ENCODING, StateCache, View
 from tui.serve.throttle import AtMostEvery
+from tui.serve.tokenize import detokenize_body, tokenize_body
 
 log = logging.getLogger("kvtui.serve")
 
@@ -112,6 +117,7 @@ class ServeState:
     counters: Counters
     api_key: str | None = None
     gpu: GpuSampler | None = None
+    strict_fields: bool = False  # refuse unknown request fields (--strict-fields) instead of ignoring them
     started: int = dataclasses.field(default_factory=lambda: int(time.time()))
     _gpu_cache: tuple[float, list[dict[str, Any]]] = (0.0, [])
     states: StateCache = dataclasses.field(default_factory=StateCache)  # compact answers, delta bases
@@ -208,7 +214,9 @@ async def _generate(request: Request, *, chat: bool) -> Response:
                               encode_chat=info.tokenizer.encode_chat,
                               vocab_size=info.vocab_size, max_model_len=info.max_model_len,
                               sampling_defaults=info.tokenizer.sampling_defaults,
-                              logprobs_available=info.computes_logits)
+                              logprobs_available=info.computes_logits, strict_fields=st.strict_fields)
+    if params.ignored_fields:
+        st.metrics.ignored_fields.inc(len(params.ignored_fields))
     request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
     try:
         return await generate(st.engine, st.metrics, st.counters, info, request_id, params, received,
@@ -220,14 +228,37 @@ async def _generate(request: Request, *, chat: bool) -> Response:
 async def tokenize(request: Request) -> Response:
     _check_auth(request)
     info = _state(request).info
-    return JSONResponse(tokenize_body(await _read_json(request), encode=info.tokenizer.encode,
-                                      encode_chat=info.tokenizer.encode_chat, max_model_len=info.max_model_len))
+    tok = info.tokenizer
+    return JSONResponse(tokenize_body(await _read_json(request), encode=tok.encode, encode_chat=tok.encode_chat,
+                                      max_model_len=info.max_model_len, served_model=info.model_name,
+                                      token_text=lambda t: tok.decode([t])))
+
+
+async def detokenize(request: Request) -> Response:
+    _check_auth(request)
+    info = _state(request).info
+    return JSONResponse(detokenize_body(await _read_json(request), decode=info.tokenizer.decode,
+                                        vocab_size=info.vocab_size, served_model=info.model_name))
 
 
 async def models(request: Request) -> Response:
     _check_auth(request)
     info = _state(request).info
     return JSONResponse(models_body(info.model_name, info.max_model_len, _state(request).started, info.dtype))
+
+
+async def model(request: Request) -> Response:
+    _check_auth(request)
+    info = _state(request).info
+    name = request.path_params["model_id"]
+    if name != info.model_name:
+        raise ApiError(404, f"The model `{name[:200]}` does not exist; this server serves `{info.model_name}`.",
+                       code="model_not_found")
+    return JSONResponse(model_card(info.model_name, info.max_model_len, _state(request).started, info.dtype))
+
+
+async def version(request: Request) -> Response:
+    return JSONResponse({"version": __version__})
 
 
 async def health(request: Request) -> Response:
@@ -418,15 +449,18 @@ def create_app(
     gpu: GpuSampler | None = None,
     metrics: ServerMetrics | None = None,
     bound_host: str | None = None,
+    strict_fields: bool = False,
 ) -> Starlette:
     """The ASGI app around an :class:`EngineLoop` (started here if it is not yet; stopped on shutdown).
 
     ``bound_host``: the address the server listens on (``--host``); a loopback one admits only a
-    loopback ``Host`` (None: judged by the address each connection arrived on)."""
+    loopback ``Host`` (None: judged by the address each connection arrived on). ``strict_fields``:
+    refuse unknown request fields (vLLM, and by default this server, ignore them)."""
     metrics = metrics or ServerMetrics()
     if engine.on_step is None:
         engine.on_step = _count_preemptions(metrics)
-    state = ServeState(engine=engine, metrics=metrics, counters=Counters(), api_key=api_key, gpu=gpu)
+    state = ServeState(engine=engine, metrics=metrics, counters=Counters(), api_key=api_key, gpu=gpu,
+                       strict_fields=strict_fields)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -443,7 +477,10 @@ def create_app(
         Route(routes.COMPLETIONS, completions, methods=["POST"]),
         Route(routes.CHAT_COMPLETIONS, chat_completions, methods=["POST"]),
         Route(routes.MODELS, models, methods=["GET"]),
+        Route(routes.MODEL, model, methods=["GET"]),
         Route(routes.TOKENIZE, tokenize, methods=["POST"]),
+        Route(routes.DETOKENIZE, detokenize, methods=["POST"]),
+        Route(routes.VERSION, version, methods=["GET"]),
         Route(routes.HEALTH, health, methods=["GET"]),
         Route(routes.METRICS, get_metrics, methods=["GET"]),
         Route(routes.STATE, get_state, methods=["GET"]),
@@ -468,8 +505,9 @@ def create_app(
 
 
 def _body_cap(path: str) -> int:
-    """The largest body a route takes: a prompt on the generation routes, a few KiB elsewhere."""
-    return GENERATION_MAX_BODY_BYTES if path in (routes.COMPLETIONS, routes.CHAT_COMPLETIONS) else CONTROL_MAX_BODY_BYTES
+    """The largest body a route takes: a prompt on the routes that take one, a few KiB elsewhere."""
+    prompts = (routes.COMPLETIONS, routes.CHAT_COMPLETIONS, routes.TOKENIZE, routes.DETOKENIZE)
+    return GENERATION_MAX_BODY_BYTES if path in prompts else CONTROL_MAX_BODY_BYTES
 
 
 def _count_preemptions(metrics: ServerMetrics) -> Callable[[int, EngineInfo], None]:
@@ -563,7 +601,8 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve_main(profile: Profile, host: str = "127.0.0.1", port: int = 8000, api_key_env: str | None = None) -> int:
+def serve_main(profile: Profile, host: str = "127.0.0.1", port: int = 8000, api_key_env: str | None = None,
+               strict_fields: bool = False) -> int:
     """``kvtui serve``: run until SIGINT/SIGTERM; returns the exit code.
 
     A malformed ``--api-key-env`` or ``--host`` raises :class:`ProfileError` (exit 2) before anything
@@ -598,7 +637,7 @@ def serve_main(profile: Profile, host: str = "127.0.0.1", port: int = 8000, api_
         print(f"kvtui serve: cannot start the engine: {e}", file=sys.stderr)
         return 1
     gpu = GpuSampler()
-    app = create_app(engine, api_key=api_key, gpu=gpu, bound_host=host)
+    app = create_app(engine, api_key=api_key, gpu=gpu, bound_host=host, strict_fields=strict_fields)
     # connections capped, requests read within a deadline (tui.serve.http_limits)
     config = server_config(app, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=10)
     parent = os.environ.get(PARENT_PID_ENV, "")

@@ -86,6 +86,7 @@ class Output(NamedTuple):
     t: float = 0.0  # time.perf_counter() when it reached the API server
     message: str = ""  # why, for a refused request
     logprobs: list[TokenLogprobs] | None = None  # per new token, where the request asked
+    prompt_logprobs: list[TokenLogprobs | None] | None = None  # per prompt token, with the first token
 
 
 class OutputSink:
@@ -286,13 +287,14 @@ class EngineLoop:
             assert isinstance(msg, m.Outputs)
             sinks = self._sinks
             now = time.perf_counter()
-            for rid, ids, finished, reason, prompt_tokens, output_tokens, logprobs in msg.outputs:
+            for rid, ids, finished, reason, prompt_tokens, output_tokens, logprobs, prompt_lps in msg.outputs:
                 sink = sinks.get(rid)
                 if sink is None:
                     continue  # aborted here, or never ours
                 if finished:
                     del sinks[rid]
-                sink.put(Output(rid, ids, finished, reason, prompt_tokens, output_tokens, now, "", logprobs))
+                sink.put(Output(rid, ids, finished, reason, prompt_tokens, output_tokens, now, "", logprobs,
+                                prompt_lps))
             if self.on_step is not None and msg.preempted and self.info is not None:
                 self.on_step(msg.preempted, self.info)
         elif kind is m.Kind.REPLY:

@@ -160,10 +160,12 @@ class Failed:
 @dataclass(frozen=True, slots=True)
 class Outputs:
     """One step's outputs: ``(request_id, new_token_ids, finished, finish_reason, prompt_tokens,
-    output_tokens, logprobs)`` tuples (tuples: one per request per step, on the per-token path)."""
+    output_tokens, logprobs, prompt_logprobs)`` tuples (tuples: one per request per step, on the
+    per-token path)."""
 
     kind: ClassVar[Kind] = Kind.OUTPUTS
-    outputs: list[tuple[str, list[int], bool, str | None, int, int, list[TokenLogprobs] | None]]
+    outputs: list[tuple[str, list[int], bool, str | None, int, int, list[TokenLogprobs] | None,
+                        list[TokenLogprobs | None] | None]]
     preempted: int
 
 

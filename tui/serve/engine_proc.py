@@ -179,7 +179,7 @@ class EngineCore:
         if out.outputs or preempted:
             self.conn.send(m.Outputs(
                 [(o.request_id, o.new_token_ids, o.finished, o.finish_reason, o.prompt_tokens, o.output_tokens,
-                  o.logprobs) for o in out.outputs],
+                  o.logprobs, o.prompt_logprobs) for o in out.outputs],
                 preempted,
             ))
         return bool(out.outputs) or (timing is not None and timing.batch_size > 0)

@@ -25,18 +25,20 @@ from starlette.types import Receive, Scope, Send
 
 from tui.engine.params import TokenLogprobs
 from tui.serve.engine_loop import EngineInfo, EngineLoop, Output, OutputSink
-from tui.serve.openai_api import (
+from tui.serve.errors import ApiError
+from tui.serve.prom import ServerMetrics
+from tui.serve.protocol import GenerationParams
+from tui.serve.responses import (
     SSE_DONE,
-    ApiError,
-    GenerationParams,
     ResponseHead,
-    TextAssembler,
     chat_logprobs,
     completion_logprobs,
     openai_finish_reason,
+    prompt_logprobs_entries,
     sse,
+    usage_dict,
 )
-from tui.serve.prom import ServerMetrics
+from tui.serve.text import TextAssembler
 
 
 @dataclass
@@ -81,6 +83,7 @@ class Generation:
         sink: OutputSink,
         received: float,
         index: int = 0,
+        prompt: int = 0,
     ) -> None:
         self.engine = engine
         self.metrics = metrics
@@ -91,6 +94,7 @@ class Generation:
         self.sink = sink
         self.received = received
         self.index = index  # the choice this request answers
+        self.prompt_ids = params.prompts[prompt]  # the prompt it continues
         self.head = ResponseHead.new(request_id, info.model_name, params.chat)
         self.tokenizer = info.tokenizer
         # vLLM leaves the text of the token that stopped a request (EOS or a stop token id) out
@@ -98,11 +102,16 @@ class Generation:
         self.text = TextAssembler(info.tokenizer.incremental_decoder(), params.stop,
                                   info.tokenizer.eos_token_ids | self._stop_ids)
         self.logprobs: list[TokenLogprobs] = []  # every token's, where the request asked
+        self.prompt_logprobs: list[TokenLogprobs | None] | None = None  # with the first token, where asked
         self.token_ids: list[int] = []  # the output so far (the last one says what stopped it)
         self._logprobs_sent = 0
-        self.early: list[Output] = []
-        self.siblings: list[Generation] = []  # every choice of the request (set on the first; n > 1)  # outputs taken from the sink before the response began
-        self.prompt_tokens = len(params.prompt_token_ids)
+        self._text_offset = 0  # text covered by the logprobs sent so far (text_offset counts from here)
+        self._echo_pending = params.echo  # the prompt's text still to lead the output
+        self._echo_lps_pending = params.echo  # and its logprobs, the logprobs'
+        self._decode = info.tokenizer.decode
+        self.early: list[Output] = []  # outputs taken from the sink before the response began
+        self.siblings: list[Generation] = []  # every choice of the request (n > 1, or several prompts)
+        self.prompt_tokens = len(self.prompt_ids)
         self.finish_reason: str | None = None  # the engine's reason (or "stop" for our stop strings)
         self.message = ""  # the engine's words for a refusal
         self.done = False
@@ -144,6 +153,10 @@ class Generation:
     def consume(self, outs: Sequence[Output]) -> tuple[str, bool]:
         ids: list[int] = []
         for out in outs:
+            if out.prompt_logprobs is not None:
+                self.prompt_logprobs = out.prompt_logprobs
+            if self.params.echo_only:  # max_tokens 0: the one token the engine computed is dropped
+                continue
             if out.new_token_ids:
                 if self._last_token_t is None:
                     self._ttft.observe(out.t - self.received)
@@ -159,6 +172,13 @@ class Generation:
             self.prompt_tokens = last.prompt_tokens  # the engine may have truncated the prompt
         final = bool(last.finished)
         text = self.text.add(ids, final=final, ended_by_eos=final and last.finish_reason == "stop")
+        if self._echo_pending and (final or ids or last.prompt_logprobs is not None):
+            text = self._decode(list(self.prompt_ids)) + text
+            self._echo_pending = False
+        if self.params.echo_only and final and last.finish_reason in ("length", "stop"):
+            self.finish_reason = "length"  # vLLM's answer to max_tokens 0
+            self.done = True
+            return text, True
         if self.text.stopped:
             if not final:
                 self.engine.abort(self.request_id)  # our stop string: free the KV now
@@ -180,23 +200,42 @@ class Generation:
             return self.token_ids[-1]
         return None
 
+    def token_name(self, token: int) -> str:
+        """A token as logprobs name it: its text, or vLLM's ``token_id:<id>`` (``return_tokens_as_token_ids``)."""
+        return f"token_id:{token}" if self.params.token_ids_as_names else self._decode([token])
+
     def logprobs_body(self, final: bool = False) -> dict[str, Any] | None:
         """The logprobs of the tokens not yet sent (all, for a whole response), in the endpoint's
-        shape; None when the request asked for none."""
+        shape, an echoed prompt's first; None when the request asked for none."""
         if self.params.sampling.logprobs is None:
             return None
         start = self._logprobs_sent
         end = min(len(self.logprobs), self.text.tokens) if final or self.text.stopped else len(self.logprobs)
         end = max(end, start)
         self._logprobs_sent = end
-        lps = self.logprobs[start:end]
+        lps: list[TokenLogprobs | None] = list(self.logprobs[start:end])
         ids = self.token_ids[start:end]
-        decode = self.tokenizer.decode
-        texts = [decode([t]) for t in ids]
-        tops = [[decode([t]) for t, _ in top] for _, top in lps]
+        if self._echo_lps_pending and self.prompt_logprobs is not None:
+            self._echo_lps_pending = False
+            k = self.params.sampling.logprobs
+            lps = [None if e is None else (e[0], e[1][:k]) for e in self.prompt_logprobs] + lps
+            ids = list(self.prompt_ids) + ids
+        name = self.token_name
+        texts = [name(t) for t in ids]
+        tops = [[] if e is None else [name(t) for t, _ in e[1]] for e in lps]
         if self.params.chat:
-            return chat_logprobs(texts, lps, tops)
-        return completion_logprobs(texts, lps, tops)
+            return chat_logprobs(texts, lps, tops)  # type: ignore[arg-type]  # chat has no echo: no None
+        body = completion_logprobs(texts, lps, tops, offset=self._text_offset)
+        self._text_offset += sum(len(t) for t in texts)
+        return body
+
+    def prompt_logprobs_body(self) -> list[dict[str, Any] | None] | None:
+        """vLLM's ``prompt_logprobs`` of this choice, where the request asked for them by that name."""
+        k = self.params.prompt_logprobs
+        if k is None or self.prompt_logprobs is None:
+            return None
+        lps = [None if e is None else (e[0], e[1][:k]) for e in self.prompt_logprobs]
+        return prompt_logprobs_entries(self.prompt_ids, lps, self.token_name)
 
     def error(self) -> ApiError | None:
         """The HTTP error for a request that ended before producing any token, else None."""
@@ -259,7 +298,8 @@ class Generation:
     def whole_choice(self, parts: list[str]) -> dict[str, Any]:
         """This request's choice of a whole (non-streamed) response."""
         return self.head.choice(self.index, "".join(parts), openai_finish_reason(self.finish_reason),
-                                logprobs=self.logprobs_body(final=True), stop_reason=self.stop_reason)
+                                logprobs=self.logprobs_body(final=True), stop_reason=self.stop_reason,
+                                prompt_logprobs=self.prompt_logprobs_body())
 
     async def _collect(self) -> list[str]:
         parts = []
@@ -285,9 +325,10 @@ class Generation:
                 parts.append(sse(_ERRORS["error"].body()).encode())
             elif text or done or (first and not parts) or (out.logprobs and not self.text.stopped):
                 finish = openai_finish_reason(self.finish_reason) if done else None
+                usage = usage_dict(self.prompt_tokens, self.text.tokens) if self.params.continuous_usage else None
                 parts.append(head.sse_chunk(text, finish, first=first and not parts, index=index,
                                             logprobs=self.logprobs_body(final=done),
-                                            stop_reason=self.stop_reason if done else None))
+                                            stop_reason=self.stop_reason if done else None, usage=usage))
             if done and not last:
                 break
             if done:
@@ -300,43 +341,48 @@ class Generation:
 
 async def generate(engine: EngineLoop, metrics: ServerMetrics, counters: Counters, info: EngineInfo,
                    request_id: str, params: GenerationParams, received: float, receive: Receive) -> Any:
-    """The response to one validated request: one engine request per choice.
+    """The response to one validated request: one engine request per choice (per prompt, ``n``).
 
-    With ``n`` > 1 on a paged cache with prefix caching on, the other choices are sent once the first
-    has its first token: its prompt's full blocks are in the prefix cache then, so the others reuse
-    them (shared blocks, drawn so in the block view) and compute only the partial last block. Without
-    prefix caching each choice computes its prompt (vLLM's parallel sampling relies on the prefix
-    cache the same way).
+    With ``n`` > 1 on a paged cache with prefix caching on, the other choices of a prompt are sent once
+    its first has its first token: the prompt's full blocks are in the prefix cache then, so the others
+    reuse them (shared blocks, drawn so in the block view) and compute only the partial last block.
+    Without prefix caching each choice computes its prompt (vLLM's parallel sampling relies on the
+    prefix cache the same way). Several prompts (a completions batch) run side by side.
     """
-    if params.n == 1:
+    if params.num_choices == 1:
         sink = engine.add_request(request_id, params.prompt_token_ids, params.sampling)
         return await Generation(engine, metrics, counters, info, request_id, params, sink, received).respond(receive)
     gens: list[Generation] = []
+    head = ResponseHead.new(request_id, info.model_name, params.chat)
 
-    def add(i: int) -> Generation:
-        rid = f"{request_id}-{i}"
-        sink = engine.add_request(rid, params.prompt_token_ids, params.child_sampling(i))
-        gen = Generation(engine, metrics, counters, info, rid, params, sink, received, index=i)
-        gen.head = gens[0].head if gens else ResponseHead.new(request_id, info.model_name, params.chat)
+    def add(prompt: int, i: int) -> Generation:
+        index = prompt * params.n + i
+        rid = f"{request_id}-{index}"
+        sink = engine.add_request(rid, params.prompts[prompt], params.child_sampling(i))
+        gen = Generation(engine, metrics, counters, info, rid, params, sink, received, index=index, prompt=prompt)
+        gen.head = head
+        gen.siblings = gens  # (the list fills as choices join; the watcher reads it when the client leaves)
         gens.append(gen)
         return gen
 
-    first = add(0)
+    firsts = [add(p, 0) for p in range(len(params.prompts))]
     try:
-        first.watch(receive)  # one watcher reads the client's messages; it wakes every choice
+        firsts[0].watch(receive)  # one watcher reads the client's messages; it wakes every choice
         if params.n > 1:  # the other choices join once the prompt is computed: a prefix cache shares it
-            first.early = await first._outputs()
-        for i in range(1, params.n):
-            add(i)
-        first.siblings = gens
+            for first in firsts:
+                first.early = await first._outputs()
+        for p in range(len(params.prompts)):
+            for i in range(1, params.n):
+                add(p, i)
+        gens.sort(key=lambda g: g.index)
         if params.stream:
             return await _stream_choices(gens)
         parts = await asyncio.gather(*(g._collect() for g in gens))
         refused = _serve_all(gens)
         if refused is not None:
             return refused
-        body = first.head.response_of([g.whole_choice(p) for g, p in zip(gens, parts, strict=True)],
-                                      first.prompt_tokens, sum(g.text.tokens for g in gens))
+        body = head.response_of([g.whole_choice(p) for g, p in zip(gens, parts, strict=True)],
+                                _prompt_tokens(gens), sum(g.text.tokens for g in gens))
         return JSONResponse(body)
     except ClientGone:
         return Response(status_code=499)
@@ -344,6 +390,11 @@ async def generate(engine: EngineLoop, metrics: ServerMetrics, counters: Counter
         if not params.stream or not all(g.served for g in gens):
             for g in gens:
                 g.close()
+
+
+def _prompt_tokens(gens: list[Generation]) -> int:
+    """Usage's prompt tokens: each prompt once, however many choices continue it (vLLM's count)."""
+    return sum(g.prompt_tokens for g in gens if g.index % g.params.n == 0)
 
 
 def _serve_all(gens: list[Generation]) -> JSONResponse | None:
@@ -393,7 +444,7 @@ class ChoicesStream:
             if not gens[0].gone:
                 tail = b""
                 if gens[0].params.include_usage:
-                    usage = gens[0].head.usage_chunk(gens[0].prompt_tokens, sum(g.text.tokens for g in gens))
+                    usage = gens[0].head.usage_chunk(_prompt_tokens(gens), sum(g.text.tokens for g in gens))
                     tail = sse(usage).encode()
                 await send({"type": "http.response.body", "body": tail + SSE_DONE.encode(), "more_body": False})
         finally:

@@ -18,8 +18,8 @@ from urllib.parse import urlsplit
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from tui.serve.errors import ApiError
 from tui.serve.generate import error_response
-from tui.serve.openai_api import ApiError
 
 GENERATION_MAX_BODY_BYTES = 8 * 1024 * 1024  # a long prompt, as JSON
 CONTROL_MAX_BODY_BYTES = 64 * 1024  # an engine config and defenses are a few hundred bytes

@@ -128,6 +128,9 @@ class ServerMetrics:
                                 ("reason",), registry=r)
         self.timed_out = Counter("kvtui:requests_timed_out", "Requests dropped by the waiting-time timeout.",
                                  registry=r)
+        # no label per name: a client may send any number of names (they are logged once at debug)
+        self.ignored_fields = Counter("kvtui:request_fields_ignored",
+                                      "Unknown request fields accepted and ignored (as vLLM ignores them).", registry=r)
         for reason in ("rejected_backlog", "rejected_too_long"):
             self.rejected.labels(reason)  # exposed at 0 from the start
 

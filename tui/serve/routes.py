@@ -10,7 +10,10 @@ from __future__ import annotations
 COMPLETIONS = "/v1/completions"
 CHAT_COMPLETIONS = "/v1/chat/completions"
 MODELS = "/v1/models"
+MODEL = "/v1/models/{model_id:path}"  # GET -> the model's card, 404 for another name (ids may hold "/")
 TOKENIZE = "/tokenize"  # POST {"prompt"} or {"messages"} -> {"count", "max_model_len", "tokens"} (vLLM's)
+DETOKENIZE = "/detokenize"  # POST {"tokens"} -> {"prompt"} (vLLM's)
+VERSION = "/version"  # GET -> {"version"} (vLLM's)
 HEALTH = "/health"
 METRICS = "/metrics"
 

@@ -9,7 +9,9 @@ from hf_tiny import hf_tokenizer
 
 from tui.engine.checkpoint import served_name
 from tui.engine.tokenizer import HFTokenizer
-from tui.serve.openai_api import ApiError, TextAssembler, parse_completion
+from tui.serve.errors import ApiError
+from tui.serve.protocol import parse_completion
+from tui.serve.text import TextAssembler
 
 pytestmark = pytest.mark.slow  # tiny checkpoints built with transformers
 
