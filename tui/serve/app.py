@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import hmac
 import logging
 import math
@@ -64,9 +65,11 @@ from tui.serve.generate import ClientGone, Counters, error_response, generate
 from tui.serve.guard import CONTROL_MAX_BODY_BYTES, GENERATION_MAX_BODY_BYTES, RequestGuard, is_loopback_host
 from tui.serve.heap import settle_heap
 from tui.serve.http_limits import server_config
-from tui.serve.openai_api import ApiError, models_body, parse_completion, parse_json, tokenize_body
+from tui.serve.json_body import BadJson, decode_body
+from tui.serve.openai_api import ApiError, models_body, parse_completion, tokenize_body
 from tui.serve.prom import CONTENT_TYPE, ServerMetrics
 from tui.serve.state_wire import ENCODING, StateCache, View
+from tui.serve.text_worker import TextWorker
 from tui.serve.throttle import AtMostEvery
 
 log = logging.getLogger("kvtui.serve")
@@ -116,6 +119,7 @@ class ServeState:
     _gpu_cache: tuple[float, list[dict[str, Any]]] = (0.0, [])
     states: StateCache = dataclasses.field(default_factory=StateCache)  # compact answers, delta bases
     metrics_refresh: AtMostEvery = dataclasses.field(init=False)  # /metrics' engine snapshot, rate-bounded
+    text: TextWorker = dataclasses.field(default_factory=TextWorker)  # tokenizing, off the event loop
 
     def __post_init__(self) -> None:
         self.metrics_refresh = _metrics_refresh(self)
@@ -167,14 +171,22 @@ async def _read_json(request: Request) -> Any:
         if size > MAX_BODY_BYTES:
             raise ApiError(413, f"the request body is larger than {MAX_BODY_BYTES} bytes")
         chunks.append(chunk)
-    return parse_json(b"".join(chunks))
+    return _parse_json(b"".join(chunks))
+
+
+def _parse_json(raw: bytes) -> Any:
+    """A body decoded with :mod:`tui.serve.json_body`'s limits; what it refuses is a 400."""
+    try:
+        return decode_body(raw)
+    except BadJson as e:
+        raise ApiError(400, e.message, param=e.param) from None
 
 
 async def _json_object(request: Request) -> dict[str, Any]:
     raw = await request.body()
     if not raw.strip():
         return {}
-    body = parse_json(raw)
+    body = _parse_json(raw)
     if not isinstance(body, dict):
         raise ApiError(400, "the request body must be a JSON object")
     return body
@@ -204,11 +216,10 @@ async def _generate(request: Request, *, chat: bool) -> Response:
         raise ApiError(503, "the server is shutting down", type="server_error", code="draining")
     body = await _read_json(request)
     info = st.info
-    params = parse_completion(body, chat=chat, served_model=info.model_name, encode=info.tokenizer.encode,
-                              encode_chat=info.tokenizer.encode_chat,
-                              vocab_size=info.vocab_size, max_model_len=info.max_model_len,
-                              sampling_defaults=info.tokenizer.sampling_defaults,
-                              logprobs_available=info.computes_logits)
+    params = await st.text.run(functools.partial(
+        parse_completion, body, chat=chat, served_model=info.model_name, encode=info.tokenizer.encode,
+        encode_chat=info.tokenizer.encode_chat, vocab_size=info.vocab_size, max_model_len=info.max_model_len,
+        sampling_defaults=info.tokenizer.sampling_defaults, logprobs_available=info.computes_logits))
     request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
     try:
         return await generate(st.engine, st.metrics, st.counters, info, request_id, params, received,
@@ -219,9 +230,12 @@ async def _generate(request: Request, *, chat: bool) -> Response:
 
 async def tokenize(request: Request) -> Response:
     _check_auth(request)
-    info = _state(request).info
-    return JSONResponse(tokenize_body(await _read_json(request), encode=info.tokenizer.encode,
-                                      encode_chat=info.tokenizer.encode_chat, max_model_len=info.max_model_len))
+    st = _state(request)
+    info = st.info
+    body = await _read_json(request)
+    return JSONResponse(await st.text.run(functools.partial(
+        tokenize_body, body, encode=info.tokenizer.encode, encode_chat=info.tokenizer.encode_chat,
+        max_model_len=info.max_model_len)))
 
 
 async def models(request: Request) -> Response:
@@ -437,6 +451,7 @@ def create_app(
             yield
         finally:
             engine.detach()
+            state.text.close()
             await asyncio.to_thread(engine.stop)
 
     table = [
