@@ -19,8 +19,9 @@ import asyncio
 import contextlib
 import math
 import signal
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from rich.console import Console, RenderableType
@@ -160,16 +161,8 @@ class Recorder:
         control = ControlClient(root, client=target.client, timeout_s=10.0) if local else None
         flusher = asyncio.create_task(self._flush_loop())
         try:
-            if local:
-                target.model = await self._served_model(target) or target.model
-            try:
-                await target.preflight()
-            except PreflightError as e:
-                raise FatalTargetError(str(e)) from None
-            if control is not None:
-                await self._check_feasible(target, control)
-            else:
-                await self._check_remote_lengths(target)
+            if not await self._unless_stopped(self._prepare(target, control, local)):
+                return 130  # Ctrl-C before any load: nothing was recorded
             modes = [m.label for m in self.profile.record.modes] if local else [REMOTE_MODE]
             plan = self.output.begin(modes)
             while not self._stop.is_set() and (cell := plan.next_cell()) is not None:
@@ -187,6 +180,41 @@ class Recorder:
         if self.output.fatal:
             raise FatalTargetError(self.output.fatal)
         return 130 if self.output.interrupted else 0
+
+    async def _prepare(self, target: OpenAITarget, control: ControlClient | None, local: bool) -> None:
+        """Everything before the load: the served model, the preflight, the feasibility checks."""
+        if local:
+            target.model = await self._served_model(target) or target.model
+        try:
+            await target.preflight()
+        except PreflightError as e:
+            raise FatalTargetError(str(e)) from None
+        if control is not None:
+            await self._check_feasible(target, control)
+        else:
+            await self._check_remote_lengths(target)
+
+    async def _unless_stopped(self, work: Coroutine[Any, Any, None]) -> bool:
+        """Run ``work`` unless Ctrl-C (or SIGTERM) comes first; False (``work`` cancelled) if it did.
+
+        Why: the preflight and the checks wait on the server, up to their 15 s timeouts; Ctrl-C only set
+        the stop event, which nothing looked at until the load began, so a Ctrl-C during the preflight
+        waited out the timeout and then exited 1."""
+        assert self._stop is not None
+        task = asyncio.ensure_future(work)
+        stopped = asyncio.ensure_future(self._stop.wait())
+        try:
+            await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopped.cancel()
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        if task.cancelled():
+            return False
+        task.result()  # its error (a failed preflight) is the run's
+        return True
 
     @staticmethod
     async def _served_model(target: OpenAITarget) -> str | None:
