@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from tui.profile import ProfileError
-from tui.tune.trial import Outcome, Trial, run_trial
+from tui.tune.trial import Outcome, Trial, lost_outcome, run_trial
 
 OnDone = Callable[[Outcome], None]
 
@@ -31,33 +32,84 @@ class Executor:
         """Release the workers."""
 
 
+LOST_TWICE = "worker died twice"  # the status of a trial given up on (tune.csv's edge_status)
+
+
+def _after_loss(trial: Trial, retry: list[Trial], out: list[Outcome], on_done: OnDone) -> None:
+    """A trial whose worker died: run once more in a fresh directory, or, on its retry, record it as
+    failed (no edge) and go on with the others."""
+    if not trial.retry:
+        retry.append(trial.retried())
+        return
+    outcome = lost_outcome(trial, LOST_TWICE)
+    out.append(outcome)
+    on_done(outcome)
+
+
 class LocalExecutor(Executor):
     """Worker processes on this machine (``workers``; default: one per core). Spawned, not forked: a
-    worker starts clean of the parent's threads."""
+    worker starts clean of the parent's threads.
+
+    A worker that dies (killed, out of memory) breaks the whole pool, and every trial it had not
+    finished fails with it, so which trial's worker died cannot be told: each of them runs again, once,
+    in a fresh run directory and in a pool of its own, where a second death is that trial's alone.
+    ``trial_fn`` is :func:`run_trial` (a fault-injecting stand-in in the tests)."""
 
     name = "local"
 
-    def __init__(self, workers: int | None = None):
+    def __init__(self, workers: int | None = None, trial_fn: Callable[[Trial], Outcome] = run_trial):
         self.workers = max(1, workers or os.cpu_count() or 1)
+        self.trial_fn = trial_fn
         self._pool: ProcessPoolExecutor | None = None
 
     def run(self, trials: Sequence[Trial], on_done: OnDone) -> list[Outcome]:
-        if self._pool is None:
-            self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"))
-        pending = {self._pool.submit(run_trial, t) for t in trials}
         out: list[Outcome] = []
-        while pending:
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for f in done:
+        retry: list[Trial] = []
+        if self._pool is None:
+            self._pool = _spawn_pool(self.workers)
+        futures = {self._pool.submit(self.trial_fn, t): t for t in trials}
+        for f in _as_done(futures):
+            try:
                 outcome = f.result()
-                out.append(outcome)
-                on_done(outcome)
+            except BrokenProcessPool:  # was BrokenProcessPool's traceback, and the whole tune lost
+                self.close()
+                _after_loss(futures[f], retry, out, on_done)
+                continue
+            out.append(outcome)
+            on_done(outcome)
+        for start in range(0, len(retry), self.workers):  # the retries, each alone in its pool
+            pools = {t: _spawn_pool(1) for t in retry[start:start + self.workers]}
+            try:
+                solo = {p.submit(self.trial_fn, t): t for t, p in pools.items()}
+                for f in _as_done(solo):
+                    try:
+                        outcome = f.result()
+                    except BrokenProcessPool:
+                        _after_loss(solo[f], [], out, on_done)
+                        continue
+                    out.append(outcome)
+                    on_done(outcome)
+            finally:
+                for p in pools.values():
+                    p.shutdown(cancel_futures=True)
         return out
 
     def close(self) -> None:
         if self._pool is not None:
-            self._pool.shutdown(cancel_futures=True)
-            self._pool = None
+            pool, self._pool = self._pool, None
+            pool.shutdown(cancel_futures=True)
+
+
+def _spawn_pool(workers: int) -> ProcessPoolExecutor:
+    return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+
+
+def _as_done(futures: dict[Future[Outcome], Trial]) -> Iterator[Future[Outcome]]:
+    """The futures as they finish."""
+    pending = set(futures)
+    while pending:
+        done, pending = wait(pending, return_when=FIRST_COMPLETED)
+        yield from done
 
 
 class RayExecutor(Executor):
@@ -66,7 +118,8 @@ class RayExecutor(Executor):
 
     name = "ray"
 
-    def __init__(self, workers: int | None = None, address: str | None = None):
+    def __init__(self, workers: int | None = None, address: str | None = None,
+                 trial_fn: Callable[[Trial], Outcome] = run_trial):
         try:
             import ray
         except ImportError:
@@ -78,18 +131,29 @@ class RayExecutor(Executor):
             else:
                 ray.init(num_cpus=max(1, workers or os.cpu_count() or 1), include_dashboard=False,
                          log_to_driver=False)
-        self._remote = ray.remote(num_cpus=1)(run_trial)
+        # No retries by Ray: its retry ran in the killed attempt's run directory, which the recorder
+        # refused (exit 2), and the tune then read the killed attempt's partial sweep.json as the edge
+        # (8 req/s where the truth was 45.25) with exit 0. The retry is ours, in a fresh directory.
+        self._remote = ray.remote(num_cpus=1, max_retries=0)(trial_fn)
 
     def run(self, trials: Sequence[Trial], on_done: OnDone) -> list[Outcome]:
         ray = self._ray
-        pending = [self._remote.remote(t) for t in trials]
         out: list[Outcome] = []
-        while pending:
-            done, pending = ray.wait(pending, num_returns=1)
-            for ref in done:
-                outcome = ray.get(ref)
-                out.append(outcome)
-                on_done(outcome)
+        todo = list(trials)
+        while todo:
+            refs = {self._remote.remote(t): t for t in todo}
+            todo = []
+            pending = list(refs)
+            while pending:
+                done, pending = ray.wait(pending, num_returns=1)
+                for ref in done:
+                    try:
+                        outcome = ray.get(ref)
+                    except ray.exceptions.RayError:  # the worker or its node died
+                        _after_loss(refs[ref], todo, out, on_done)
+                        continue
+                    out.append(outcome)
+                    on_done(outcome)
         return out
 
     def close(self) -> None:
