@@ -257,3 +257,18 @@ def test_ctrl_c_during_the_preflight_stops_at_once_not_after_its_timeout(tmp_pat
     assert proc.returncode == 130, stderr
     assert "Traceback" not in stderr
     assert json.loads((out / "run.json").read_text())["interrupted"] is True
+
+
+def test_request_ids_are_unique_across_stages_repeats_and_warm_up(fake_server, tmp_path, monkeypatch):
+    """Warm-up ids were "<run>-warmup-<mode>-<i>" in every stage and repeat: 4 duplicates in 3 repeats."""
+    import dataclasses
+
+    srv = fake_server(FakeConfig(api_key=KEY))
+    stages = SMALL + '[[stages]]\nname = "t"\nrate = 200\nnum_requests = 4\n'
+    prof = load_profile(write_profile(tmp_path / "p.toml", srv.base_url, stages))
+    prof = dataclasses.replace(prof, record=dataclasses.replace(prof.record, repeats=2))
+    out = tmp_path / "run"
+    monkeypatch.setenv("KVTUI_LOADTEST_KEY", KEY)
+    assert record_main(prof, out) == 0
+    ids = pl.read_parquet(out / "requests.parquet")["request_id"]
+    assert ids.len() >= 2 * 2 * (4 + 2) and ids.n_unique() == ids.len()
