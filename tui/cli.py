@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import os
 import secrets
 import signal
 import sys
@@ -11,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tui import __version__
+from tui.base.errors import one_line
 from tui.profile import (
     MAX_SEED,
     Profile,
@@ -336,9 +339,31 @@ def honour_ctrl_c() -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def _print_anything() -> None:
+    """Text that cannot be encoded (a lone surrogate from a damaged run.json or a trace) is printed
+    escaped, not a UnicodeEncodeError traceback from deep inside rich."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)  # absent on a replaced stream (a test's capture)
+        if reconfigure is not None:
+            with contextlib.suppress(ValueError, OSError):
+                reconfigure(errors="backslashreplace")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``kvtui`` console script; returns the exit code."""
     honour_ctrl_c()
+    _print_anything()
+    try:
+        return _main(argv)
+    except Exception as e:  # a bug, or an input no check foresaw: one line, never a traceback
+        if os.environ.get("KVTUI_TRACEBACK"):
+            raise
+        print(f"kvtui: internal error: {type(e).__name__}: {one_line(e, 300)} (run again with KVTUI_TRACEBACK=1 "
+              "for the traceback, and report it)", file=sys.stderr)
+        return 1
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

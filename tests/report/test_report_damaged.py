@@ -1,0 +1,54 @@
+"""kvtui report on damaged run directories: every one read, or refused in one line with exit 2;
+never a traceback (7 tracebacks on 4 kinds of damage)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tui.cli import main
+from tui.testing.synthetic_run import write_run
+
+
+@pytest.fixture(scope="module")
+def good(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("good") / "run"
+    write_run(out, rates=(2.0, 6.0))
+    return out
+
+
+def _info(good: Path) -> dict:
+    return json.loads((good / "run.json").read_text())
+
+
+DAMAGE = {
+    "run.json a list": lambda d, g: (d / "run.json").write_text("[1, 2]"),
+    "run.json cut short": lambda d, g: (d / "run.json").write_text('{"run_id": '),
+    "run.json fields of the wrong type": lambda d, g: (d / "run.json").write_text(json.dumps(
+        {k: ([1] if not isinstance(v, list) else "x") for k, v in _info(g).items()})),
+    "run.json cells not notes": lambda d, g: (d / "run.json").write_text(json.dumps({**_info(g), "cells": [3, "x"]})),
+    "run.json a lone surrogate": lambda d, g: (d / "run.json").write_text(json.dumps({**_info(g), "profile": "\ud800"})),
+    "run.json a 5,000-digit integer": lambda d, g: (d / "run.json").write_text('{"n": ' + "9" * 5000 + "}"),
+    "requests.parquet cut short": lambda d, g: (d / "requests.parquet").write_bytes(
+        (g / "requests.parquet").read_bytes()[:300]),
+    "steps.parquet garbage": lambda d, g: (d / "steps.parquet").write_text("garbage"),
+    "sweep.json wrong shape": lambda d, g: (d / "sweep.json").write_text('{"modes": 5}'),
+    "profile.toml broken": lambda d, g: (d / "profile.toml").write_text("name = ["),
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGE))
+def test_a_damaged_run_is_reported_or_refused_in_one_line(good, tmp_path, capsys, damage):
+    run = tmp_path / "run"
+    shutil.copytree(good, run)
+    DAMAGE[damage](run, good)
+    code = main(["report", "--table", str(run)])
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err + captured.out
+    assert code in (0, 2), captured.err
+    if code == 2:
+        lines = [ln for ln in captured.err.splitlines() if ln.strip()]
+        assert len(lines) == 1 and lines[0].startswith("kvtui report: "), captured.err
