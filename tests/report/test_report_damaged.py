@@ -52,3 +52,31 @@ def test_a_damaged_run_is_reported_or_refused_in_one_line(good, tmp_path, capsys
     if code == 2:
         lines = [ln for ln in captured.err.splitlines() if ln.strip()]
         assert len(lines) == 1 and lines[0].startswith("kvtui report: "), captured.err
+
+
+@pytest.mark.parametrize("damage", ["run.json a list", "run.json cut short", "run.json cells not notes"])
+def test_replay_of_a_damaged_run_json_is_one_line(good, tmp_path, capsys, damage):
+    run = tmp_path / "run"
+    shutil.copytree(good, run)
+    DAMAGE[damage](run, good)
+    assert main(["report", "--replay", str(run)]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1 and "damaged" in err
+
+
+LONG = "/tmp/" + "a" * 5000  # longer than any file name may be (ENAMETOOLONG)
+
+
+@pytest.mark.parametrize("argv", [
+    ["--profile", LONG, "--record", "--out", "x"],
+    ["report", "--table", LONG],
+    ["report", "--replay", LONG],
+    ["--target", "http://xn--a.example/v1", "--model", "m", "--record", "--out", "x"],  # an invalid punycode label
+    ["--profile", "remote-example", "--set", "target.base_url=http://xn--a.example/v1", "--record", "--out", "x"],
+])
+def test_a_long_path_or_an_invalid_host_name_is_one_line(argv, capsys):
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code in (1, 2) and "Traceback" not in err and "internal error" not in err, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and len(lines[0]) < 600

@@ -203,8 +203,13 @@ def open_runs(dirs: list[Path]) -> list[RunData]:
     if not dirs:
         raise ReportError("give one run directory, or more to compare", 2)
     for d in dirs:
-        if not Path(d).is_dir() or not is_run_dir(Path(d)):
-            raise ReportError(f"{d} is not a recorded run (no requests.parquet); record one with "
+        try:
+            found = Path(d).is_dir() and is_run_dir(Path(d))
+        except OSError:  # a name too long: was an OSError traceback
+            found = False
+        if not found:
+            shown = str(d) if len(str(d)) <= 200 else str(d)[:197] + "..."
+            raise ReportError(f"{shown} is not a recorded run (no requests.parquet); record one with "
                               "kvtui --record --out DIR", 2)
     try:
         return [load_run(Path(d)) for d in dirs]
