@@ -63,3 +63,31 @@ def test_a_trial_lost_twice_is_failed_and_the_search_goes_on(tmp_path, kind):
     assert lost["edge_status"] == LOST_TWICE and lost["recorder_exit_code"] == 1
     assert lost["capacity_edge_req_s"] == ""
     assert all(r["recorder_exit_code"] == 0 for name, r in rows.items() if name != faults.DOOMED)
+
+
+def test_ctrl_c_from_a_script_stops_the_tune_and_its_workers(tmp_path):
+    """``kill -INT`` reaches only the tune: it printed "interrupted" and then waited for its workers to
+    record whole sweeps (and left them orphaned when killed). Exit 130 and no worker left alive."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tui", "tune", "--profile", "tune", "--out", str(tmp_path / "t"), "--workers", "2"],
+        cwd=repo, env=dict(os.environ, PYTHONPATH=str(repo)), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:  # the first rung is under way
+            if "rung 1/" in line:
+                break
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)  # generous: a whole rung takes minutes here
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err

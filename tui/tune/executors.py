@@ -6,9 +6,11 @@ the search orders outcomes by candidate, never by arrival, so both give the same
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
-from collections.abc import Callable, Iterator, Sequence
+import signal
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
@@ -30,6 +32,10 @@ class Executor:
 
     def close(self) -> None:
         """Release the workers."""
+
+    def interrupt(self) -> None:
+        """Ctrl-C: stop the running trials now (their recorders write what they have) and release."""
+        self.close()
 
 
 LOST_TWICE = "worker died twice"  # the status of a trial given up on (tune.csv's edge_status)
@@ -61,6 +67,7 @@ class LocalExecutor(Executor):
         self.workers = max(1, workers or os.cpu_count() or 1)
         self.trial_fn = trial_fn
         self._pool: ProcessPoolExecutor | None = None
+        self._futures: list[Future[Outcome]] = []  # the shared pool's current round
 
     def run(self, trials: Sequence[Trial], on_done: OnDone) -> list[Outcome]:
         out: list[Outcome] = []
@@ -68,6 +75,7 @@ class LocalExecutor(Executor):
         if self._pool is None:
             self._pool = _spawn_pool(self.workers)
         futures = {self._pool.submit(self.trial_fn, t): t for t in trials}
+        self._futures = list(futures)
         for f in _as_done(futures):
             try:
                 outcome = f.result()
@@ -79,8 +87,9 @@ class LocalExecutor(Executor):
             on_done(outcome)
         for start in range(0, len(retry), self.workers):  # the retries, each alone in its pool
             pools = {t: _spawn_pool(1) for t in retry[start:start + self.workers]}
+            solo: dict[Future[Outcome], Trial] = {}
             try:
-                solo = {p.submit(self.trial_fn, t): t for t, p in pools.items()}
+                solo.update({p.submit(self.trial_fn, t): t for t, p in pools.items()})
                 for f in _as_done(solo):
                     try:
                         outcome = f.result()
@@ -89,9 +98,12 @@ class LocalExecutor(Executor):
                         continue
                     out.append(outcome)
                     on_done(outcome)
-            finally:
-                for p in pools.values():
-                    p.shutdown(cancel_futures=True)
+            except BaseException:  # Ctrl-C: the running retries too
+                for t, p in pools.items():
+                    _stop_now(p, [f for f, ft in solo.items() if ft == t])
+                raise
+            for p in pools.values():
+                p.shutdown(cancel_futures=True)
         return out
 
     def close(self) -> None:
@@ -99,9 +111,45 @@ class LocalExecutor(Executor):
             pool, self._pool = self._pool, None
             pool.shutdown(cancel_futures=True)
 
+    def interrupt(self) -> None:
+        if self._pool is not None:
+            pool, self._pool = self._pool, None
+            _stop_now(pool, self._futures)
+
+
+STOP_GRACE_S = 5.0  # how long an interrupted trial's recorder may take to write what it has
+
+
+def _stop_now(pool: ProcessPoolExecutor, futures: Iterable[Future[Outcome]]) -> None:
+    """End a pool's trials at once: the queued ones cancelled, each worker sent SIGTERM (a trial's
+    recorder takes it as Ctrl-C and writes its records), then, once the running trials have
+    returned (or after :data:`STOP_GRACE_S`), the workers killed.
+
+    Why: ``shutdown`` waits for the running trials to finish, and the interpreter's exit waits for the
+    pool. A Ctrl-C that reached only the tune (a script's ``kill -INT``) left its workers recording
+    whole sweeps, and orphaned them when the tune was killed in turn."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())  # private, hence the getattr
+    running = [f for f in futures if not f.cancel()]
+    for proc in procs:
+        with contextlib.suppress(ProcessLookupError, PermissionError, ValueError):
+            proc.terminate()
+    wait(running, timeout=STOP_GRACE_S)
+    for proc in procs:  # idle now: nothing of theirs is lost
+        with contextlib.suppress(ProcessLookupError, PermissionError, ValueError):
+            proc.kill()
+    pool.shutdown(wait=False, cancel_futures=True)
+
 
 def _spawn_pool(workers: int) -> ProcessPoolExecutor:
-    return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+    return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"), initializer=_idle_worker)
+
+
+def _idle_worker() -> None:
+    """A worker between trials ignores SIGINT and SIGTERM (a trial's recorder takes both over while it
+    runs, and puts these back): an idle worker that died of one broke the pool, failing every running
+    trial before its recorder had written what it had."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 def _as_done(futures: dict[Future[Outcome], Trial]) -> Iterator[Future[Outcome]]:

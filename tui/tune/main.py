@@ -58,6 +58,7 @@ def tune_main(profile: Profile, out: Path, *, executor: str = "local", workers: 
         with TuneProgress(err) as progress:
             ranked = successive_halving(profile, candidates, ex, out, progress)
     except KeyboardInterrupt:
+        ex.interrupt()
         err.print("kvtui tune: interrupted; the runs so far are in " + str(out / "runs"), highlight=False)
         return 130
     finally:
