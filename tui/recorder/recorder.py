@@ -33,9 +33,10 @@ from tui.base.errors import api_key_hint, api_url, one_line, root_url
 from tui.base.tokenizer_json import read_tokenizer_json
 from tui.engine.sim.readings import modelled_gpu_samples
 from tui.feasibility import infeasible_cells
+from tui.load.capped_read import capped_request
 from tui.load.headroom import new_timed_loop
 from tui.load.runner import ClientStats, LoadRunner, make_target, prompt_sizing
-from tui.load.target import OpenAITarget, PreflightError
+from tui.load.target import PREFLIGHT_MAX_BYTES, OpenAITarget, PreflightError
 from tui.load.workers import WorkerFailed, WorkerRunner
 from tui.load.workload import Workload
 from tui.metrics.prom import parse_server_gauges
@@ -60,6 +61,7 @@ __all__ = ["FatalTargetError", "Recorder", "client_line", "frame_row", "live_sta
            "restore_signal_handlers"]
 
 GRACE_S = 0.25  # how long in-flight requests may finish after Ctrl-C (the whole stop stays under 2 s)
+METRICS_MAX_BYTES = 8 * 1024 * 1024  # a server's /metrics page (vLLM's is a few hundred KiB)
 FLUSH_EVERY_S = 1.0  # records reach disk at least this often
 POLL_EVERY_S = 1.0  # engine steps and GPU samples are fetched this often (local target)
 WATCH_EVERY_S = 0.25  # the local server and its engine are checked this often while load runs
@@ -220,7 +222,8 @@ class Recorder:
     async def _served_model(target: OpenAITarget) -> str | None:
         """The model id the local server serves (it serves exactly one: the dummy or a checkpoint)."""
         with contextlib.suppress(httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
-            resp = await target.client.get(api_url(target.base_url, "models"), timeout=10.0)
+            resp = await capped_request(target.client, "GET", api_url(target.base_url, "models"),
+                                        max_bytes=PREFLIGHT_MAX_BYTES, total_s=10.0)
             return str(resp.json()["data"][0]["id"])
         return None
 
@@ -420,7 +423,8 @@ class Recorder:
         some is a warning saying how many will be rejected.
         """
         try:
-            resp = await target.client.get(api_url(target.base_url, "models"), timeout=10.0)
+            resp = await capped_request(target.client, "GET", api_url(target.base_url, "models"),
+                                        max_bytes=PREFLIGHT_MAX_BYTES, total_s=10.0)
             max_model_len = int(resp.json()["data"][0]["max_model_len"])
             num_slots = (await control.state()).engine.totals.total_slots
         except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError, ControlError):
@@ -501,7 +505,9 @@ class Recorder:
         try:
             # Stopping (Ctrl-C, a fault): a swamped or dead server must not hold the exit up.
             stopping = self._stop is not None and self._stop.is_set()
-            resp = await target.client.get(api_url(root, "metrics"), timeout=0.25 if stopping else 10.0)
+            # Capped like every remote read: a hostile server's endless /metrics must not fill memory.
+            resp = await capped_request(target.client, "GET", api_url(root, "metrics"), max_bytes=METRICS_MAX_BYTES,
+                                        total_s=0.25 if stopping else 10.0)
         except httpx.HTTPError:
             return ServerGauges()
         if resp.status_code != 200:
