@@ -259,6 +259,7 @@ def test_ctrl_c_during_the_preflight_stops_at_once_not_after_its_timeout(tmp_pat
     assert json.loads((out / "run.json").read_text())["interrupted"] is True
 
 
+@pytest.mark.slow  # a recorded run of 2 stages x 2 repeats
 def test_request_ids_are_unique_across_stages_repeats_and_warm_up(fake_server, tmp_path, monkeypatch):
     """Warm-up ids were "<run>-warmup-<mode>-<i>" in every stage and repeat: 4 duplicates in 3 repeats."""
     import dataclasses
