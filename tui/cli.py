@@ -336,7 +336,8 @@ def honour_ctrl_c() -> None:
     recorder only took it over once its modules were imported and the run began, so from a script
     SIGINT did nothing for the first 8.4-9.3 s (importing torch and the stack on a busy machine)."""
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        with contextlib.suppress(ValueError):  # main() called off the main thread (an embedding app)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _print_anything() -> None:
