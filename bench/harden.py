@@ -14,6 +14,12 @@ Prints, one ``name: value`` line each:
   on a tiny engine's server while a 6 MB prompt is tokenized, the tokenizer held for 2 s to stand
   for a checkpoint tokenizer's 30-41 s. Was the whole tokenizing time (the event loop blocked).
 
+- ``attention_peak_over_one_copy``: the measured growth of peak RSS (``ru_maxrss``, a fresh process) over
+  one prefill of ``--attn-tokens`` tokens (2,048 quick, 4,096 full) on the tiny torch engine, over one
+  copy of one layer's attention scores; ``attention_estimate_over_peak``: the reset check's estimate
+  (:mod:`tui.engine.footprint`, ``ATTENTION_PEAK_COPIES`` copies) over that measured peak; above 1: the
+  estimate covers it. Was 2.4-2.8x under (one copy estimated).
+
 Each figure is one run on a shared 2-core machine: read the ``_ms``/``_s`` ones as orders of
 magnitude. ``--quick`` runs in well under two minutes.
 """
@@ -117,11 +123,42 @@ def health_while_tokenizing() -> float:
     return worst * 1e3
 
 
+ATTN_PROBE = """
+import resource, sys
+from tui.profile import EngineConfig
+from tui.engine.engine import Engine
+from tui.engine.footprint import ATTENTION_PEAK_COPIES, estimate_host_bytes
+from tui.engine.params import SamplingParams
+n = int(sys.argv[1])
+cfg = EngineConfig(model="tiny", device="cpu", threads=1, kv_budget_mb=64.0, max_model_len=n,
+                   max_num_batched_tokens=n, enable_chunked_prefill=False, max_num_seqs=4)
+eng = Engine(cfg)
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+eng.add_request("r", [1 + i % 199 for i in range(n - 8)], SamplingParams(max_tokens=1))
+while eng.has_unfinished():
+    eng.step()
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before
+estimate = estimate_host_bytes(cfg, True)["attention scores"]
+print(peak / (estimate / ATTENTION_PEAK_COPIES), estimate / peak)
+"""
+
+
+def attention_peak(tokens: int) -> tuple[float, float]:
+    """(measured peak / one copy of the scores, the check's estimate / measured peak), in a fresh process."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", ATTN_PROBE, str(tokens)], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[1])
+    ratio, cover = (float(x) for x in out.stdout.split())
+    return ratio, cover
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="smaller files (< 2 min on 2 cores)")
     args = p.parse_args()
-    record_mb, line_mb = (10, 20) if args.quick else (50, 200)
+    record_mb, line_mb, attn_tokens = (10, 20, 2048) if args.quick else (50, 200, 4096)
     with tempfile.TemporaryDirectory() as d:
         print(f"# one ShareGPT record of {record_mb} MB; a single-line file of {line_mb} MB")
         print(f"sharegpt_one_record_s: {sharegpt_one_record(Path(d), record_mb):.2f}")
@@ -132,6 +169,10 @@ def main() -> int:
     print(f"tune_grid_draw_peak_mb: {peak:.1f}")
     print("# /health polled while a 6 MB prompt is tokenized (tokenizer held 2 s)")
     print(f"health_max_ms_while_tokenizing: {health_while_tokenizing():.1f}")
+    ratio, cover = attention_peak(attn_tokens)
+    print(f"# one prefill of {attn_tokens} tokens on the tiny torch engine: peak RSS growth")
+    print(f"attention_peak_over_one_copy: {ratio:.2f}")
+    print(f"attention_estimate_over_peak: {cover:.2f}")
     return 0
 
 
