@@ -48,6 +48,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/write_docs.py sim --quick
 	$(BIN)/python bench/write_docs.py timing --quick
 	$(BIN)/python bench/write_docs.py sim_step --quick
+	$(BIN)/python bench/write_docs.py harden --quick
 
 clean:
 	rm -rf $(VENV)

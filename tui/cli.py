@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import os
 import secrets
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from tui import __version__
+from tui.base.errors import one_line
 from tui.profile import (
     MAX_SEED,
     Profile,
@@ -326,8 +330,43 @@ def replay_cli(dirs: list[Path]) -> int:
         return 1
 
 
+def honour_ctrl_c() -> None:
+    """Make Ctrl-C (SIGINT) a KeyboardInterrupt from the first moment, even where kvtui was started
+    with it ignored.
+
+    Why: a script's background job starts with SIGINT ignored, and Python then leaves it ignored; the
+    recorder only took it over once its modules were imported and the run began, so from a script
+    SIGINT did nothing for the first 8.4-9.3 s (importing torch and the stack on a busy machine)."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        with contextlib.suppress(ValueError):  # main() called off the main thread (an embedding app)
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _print_anything() -> None:
+    """Text that cannot be encoded (a lone surrogate from a damaged run.json or a trace) is printed
+    escaped, not a UnicodeEncodeError traceback from deep inside rich."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)  # absent on a replaced stream (a test's capture)
+        if reconfigure is not None:
+            with contextlib.suppress(ValueError, OSError):
+                reconfigure(errors="backslashreplace")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``kvtui`` console script; returns the exit code."""
+    honour_ctrl_c()
+    _print_anything()
+    try:
+        return _main(argv)
+    except Exception as e:  # a bug, or an input no check foresaw: one line, never a traceback
+        if os.environ.get("KVTUI_TRACEBACK"):
+            raise
+        print(f"kvtui: internal error: {type(e).__name__}: {one_line(e, 300)} (run again with KVTUI_TRACEBACK=1 "
+              "for the traceback, and report it)", file=sys.stderr)
+        return 1
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -71,3 +71,41 @@ async def test_missing_api_path_says_to_end_in_v1(fake_server):
     srv = fake_server()
     msg = await message(srv.root_url)  # forgot the /v1
     assert "404" in msg and "/v1" in msg
+
+
+async def _endless_server(piece: bytes, gap_s: float):
+    """A hostile server: answers every request with a 200 whose chunked body never ends."""
+    import asyncio
+
+    async def handle(reader, writer):
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n")
+        try:
+            while True:
+                writer.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                await writer.drain()
+                await asyncio.sleep(gap_s)
+        except (ConnectionError, asyncio.CancelledError):
+            writer.close()
+
+    return await asyncio.start_server(handle, "127.0.0.1", 0)
+
+
+@pytest.mark.parametrize(("piece", "gap_s", "said"), [(b"[" * 65536, 0.0, "did not answer in full"),
+                                                      (b" ", 0.05, "did not answer in full")])
+async def test_an_endless_models_body_is_cut_by_size_or_total_time(piece, gap_s, said, monkeypatch):
+    """113 MB in and 1.2 GB held after 30 s, Ctrl-C ignored: now a size cap and a total deadline."""
+    from tui.load import target as target_mod
+
+    monkeypatch.setattr(target_mod, "PREFLIGHT_MAX_BYTES", 1 << 20)
+    server = await _endless_server(piece, gap_s)
+    port = server.sockets[0].getsockname()[1]
+    target = OpenAITarget(f"http://127.0.0.1:{port}/v1", "m", timeout_s=1.0)
+    try:
+        with pytest.raises(PreflightError) as e:
+            await target.preflight()
+        assert "\n" not in str(e.value)
+        assert "more than 1,048,576 bytes" in str(e.value) if gap_s == 0 else said in str(e.value)
+    finally:
+        await target.aclose()
+        server.close()

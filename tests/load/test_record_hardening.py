@@ -7,12 +7,14 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
 
 import polars as pl
+import pytest
 from loadfake_server import FakeConfig
 from test_load_record import KEY, REPO, write_profile
 
@@ -200,3 +202,72 @@ def test_ctrl_c_during_engine_start_up_stops_a_background_recorder(tmp_path):
     assert proc.returncode == 130, stderr
     info = json.loads((out / "run.json").read_text())
     assert info["interrupted"] is True and info["exit_code"] == 130 and info["cells"] == []
+
+
+def _ignoring_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a script's background job starts
+
+
+@pytest.mark.slow  # a kvtui subprocess
+def test_ctrl_c_from_a_script_is_honoured_from_the_first_moment(tmp_path):
+    """SIGINT was ignored for the first 8-9 s (until the recorder's modules were imported). A phase
+    that never ends on its own stands for that stretch: only Ctrl-C can end this run with 130."""
+    driver = ("import sys, time, tui.cli as c\n"
+              "def slow(args):\n    print('ready', flush=True)\n    time.sleep(120)\n"
+              "c.resolve_profile = slow\nsys.exit(c.main(['--profile', 'baseline']))\n")
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.Popen([sys.executable, "-c", driver], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, preexec_fn=_ignoring_sigint)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)  # generous: the sleep is 120 s
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130 and "Traceback" not in stderr, stderr
+
+
+@pytest.mark.slow  # a kvtui subprocess
+def test_ctrl_c_during_the_preflight_stops_at_once_not_after_its_timeout(tmp_path):
+    """A server that accepts and never answers: the preflight waited out its timeout and exited 1.
+    Exit 130 (interrupted) rather than 1 (the timeout's failure) shows Ctrl-C ended it."""
+    silent = socket.create_server(("127.0.0.1", 0))
+    port = silent.getsockname()[1]
+    path = write_profile(tmp_path / "p.toml", f"http://127.0.0.1:{port}/v1", SMALL)
+    path.write_text(path.read_text().replace("timeout_s = 5.0", "timeout_s = 120.0"))
+    out = tmp_path / "run"
+    proc = _kvtui(["--record", "--profile", str(path), "--out", str(out)], preexec_fn=_ignoring_sigint)
+    held = []
+    try:
+        silent.settimeout(60)
+        held.append(silent.accept()[0])  # the preflight's GET /v1/models is waiting for its answer
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for s in held:
+            s.close()
+        silent.close()
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    assert json.loads((out / "run.json").read_text())["interrupted"] is True
+
+
+@pytest.mark.slow  # a recorded run of 2 stages x 2 repeats
+def test_request_ids_are_unique_across_stages_repeats_and_warm_up(fake_server, tmp_path, monkeypatch):
+    """Warm-up ids were "<run>-warmup-<mode>-<i>" in every stage and repeat: 4 duplicates in 3 repeats."""
+    import dataclasses
+
+    srv = fake_server(FakeConfig(api_key=KEY))
+    stages = SMALL + '[[stages]]\nname = "t"\nrate = 200\nnum_requests = 4\n'
+    prof = load_profile(write_profile(tmp_path / "p.toml", srv.base_url, stages))
+    prof = dataclasses.replace(prof, record=dataclasses.replace(prof.record, repeats=2))
+    out = tmp_path / "run"
+    monkeypatch.setenv("KVTUI_LOADTEST_KEY", KEY)
+    assert record_main(prof, out) == 0
+    ids = pl.read_parquet(out / "requests.parquet")["request_id"]
+    assert ids.len() >= 2 * 2 * (4 + 2) and ids.n_unique() == ids.len()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -94,6 +95,14 @@ def test_format_is_detected_from_the_first_record(tmp_path):
     ('{"timestamp": 1, "input_length": 2, "output_length": 3}', r":3: timestamp: goes back in time"),
     ('{"timestamp": 5, "input_length": 2, "output_length": -1}', r":3: output_length: -1 is negative$"),
     ('{"timestamp": 5, "input_length": 2', r":3: line: not JSON"),
+    # hostile numbers: refused as the record is parsed, before they size anything
+    ('{"timestamp": 5, "input_length": 1e300, "output_length": 3}', r":3: input_length: 1e\+300 tokens is more than"),
+    ('{"timestamp": 5, "input_length": 2, "output_length": 1' + "0" * 400 + '}', r":3: output_length: a 1329-bit"),
+    ('{"timestamp": 5, "input_length": 2, "output_length": 1' + "0" * 4400 + '}', r":3: line: not JSON kvtui reads"),
+    ('{"timestamp": 1e400, "input_length": 2, "output_length": 3}', r":3: timestamp: inf is not a finite"),
+    ('{"timestamp": 1' + "0" * 400 + ', "input_length": 2, "output_length": 3}', r":3: timestamp: a 1329-bit"),
+    ('{"timestamp": [5], "input_length": 2, "output_length": 3}', r":3: timestamp: \[5\] is not a number"),
+    ('{"timestamp": 5, "input_length": {"a": 1}, "output_length": 3}', r":3: input_length: .* is not a token count"),
 ])
 def test_a_malformed_record_names_file_line_and_field(tmp_path, line, message):
     path = tmp_path / "bad.jsonl"
@@ -101,6 +110,67 @@ def test_a_malformed_record_names_file_line_and_field(tmp_path, line, message):
     path.write_text("\n".join(rows) + "\n", encoding="utf-8")
     with pytest.raises(TraceError, match=r"bad\.jsonl" + message):
         scan_trace(path)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46." + "1" * 5000 + ",3,4\n", r":2: ContextTokens|^$"),
+    ("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.\u00b2,3,4\n", r":2: TIMESTAMP: .*fraction"),
+    ("TIMESTAMP,ContextTokens,GeneratedTokens\nnan,3,4\n", r":2: TIMESTAMP: nan is not a finite"),
+    ("TIMESTAMP,ContextTokens,GeneratedTokens\n1,3\x00,4\n", r":2: ContextTokens: .* is not a token count"),
+    ("TIMESTAMP,ContextTokens,GeneratedTokens\n1,\"" + "x" * 200_000 + "\",4\n", r":2: row: not CSV"),
+])
+def test_hostile_csv_rows_are_one_line_trace_errors(tmp_path, text, message):
+    path = tmp_path / "az.csv"
+    path.write_text(text, encoding="utf-8")
+    try:
+        scan_trace(path)
+    except TraceError as e:
+        assert "\n" not in str(e)
+        assert re.search(message, str(e)), str(e)
+    else:
+        assert message.endswith("|^$")  # the long fraction is a valid time: the row parses
+
+
+def test_a_lone_surrogate_in_sharegpt_text_is_a_trace_error(tmp_path):
+    path = tmp_path / "sg.json"
+    path.write_text('[{"conversations": [{"from": "human", "value": "a \\ud800"}, {"from": "gpt", "value": "b"}]}]',
+                    encoding="utf-8")
+    with pytest.raises(TraceError, match=r"sg\.json:1: conversations\[0\]: .*surrogate"):
+        scan_trace(path)
+
+
+def test_a_line_longer_than_the_cap_is_refused_without_reading_it_whole(tmp_path, monkeypatch):
+    from tui.load import traces
+
+    monkeypatch.setattr(traces, "MAX_LINE_CHARS", 1000)
+    path = write_mooncake(tmp_path / "m.jsonl", [*MOONCAKE[:1], {**MOONCAKE[1], "hash_ids": list(range(500))}])
+    with pytest.raises(TraceError, match=r"m\.jsonl:2: line: longer than 1,000 characters"):
+        scan_trace(path)
+    # a single-line file: the format is still detected from its first 4 KiB
+    one = tmp_path / "one.json"
+    one.write_text(json.dumps([{"conversations": [{"from": "human", "value": "x" * 5000},
+                                                   {"from": "gpt", "value": "y"}]}] * 3), encoding="utf-8")
+    assert detect_format(one) == "sharegpt" and scan_trace(one).requests == 3
+
+
+def test_a_record_spanning_many_chunks_is_decoded_a_logarithmic_number_of_times(tmp_path, monkeypatch):
+    """One 50 MB ShareGPT record took 118 s: it was decoded again from its start after every 64 KiB."""
+    from tui.load import traces
+
+    path = tmp_path / "big.json"
+    path.write_text(json.dumps([{"conversations": [{"from": "human", "value": "x" * 2_000_000},
+                                                   {"from": "gpt", "value": "y"}]}]), encoding="utf-8")
+    calls = []
+    real = json.JSONDecoder.raw_decode
+
+    def counted(self, s, idx=0):
+        calls.append(idx)
+        return real(self, s, idx)
+
+    monkeypatch.setattr(json.JSONDecoder, "raw_decode", counted)
+    monkeypatch.setattr(traces, "_json_array", functools.partial(traces._json_array, chunk=1 << 12))
+    assert [r.input_len for r in read_trace(path)] == [2_000_000]
+    assert len(calls) < 20  # doubling: about log2(2 MB / 4 KiB) = 9; a fixed step is 489
 
 
 def test_a_malformed_azure_row_is_one_line_and_exit_2(tmp_path, capsys):

@@ -146,3 +146,27 @@ def test_fuzzed_control_api(fuzz_server: ThreadServer) -> None:
         _idle_and_free(srv, client)
         r = client.post(root + "/reset", json={"engine": to_dict(TEST_ENGINE), "defenses": to_dict(DefensesConfig())})
         assert r.status_code == 200
+
+
+# Literals json.dumps cannot write (an int over 4,300 digits) or that decode to text no tokenizer can
+# encode (a lone surrogate): each was a 500 on every JSON route, the control API included.
+UNREADABLE = st.one_of(st.integers(4301, 6000).map(lambda n: "9" * n), st.integers(65, 4300).map(lambda n: "-" + "1" * n),
+                       st.sampled_from(['"\\ud800"', '"a\\udfffb"', '["\\udc00"]', '{"k": "\\ud83d"}']))
+JSON_ROUTES = ["/v1/completions", "/v1/chat/completions", "/tokenize", "/kvtui/v1/mode", "/kvtui/v1/defenses",
+               "/kvtui/v1/reset"]
+
+
+def test_fuzzed_unreadable_literals_on_every_json_route(fuzz_server: ThreadServer) -> None:
+    srv = fuzz_server
+    with httpx.Client(timeout=30.0, trust_env=False) as client:
+
+        @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+        @given(st.sampled_from(JSON_ROUTES), st.sampled_from(GEN_KEYS + DEFENSE_KEYS + ["engine"]), UNREADABLE)
+        def one(route: str, key: str, literal: str) -> None:
+            raw = '{"prompt": "hi", "max_tokens": 2, "%s": %s}' % (key, literal)  # noqa: UP031 -- raw JSON text
+            r = client.post(srv.root + route, content=raw.encode(), headers={"content-type": "application/json"})
+            _check(r)
+            assert r.status_code == 400, (route, key, literal[:20], r.text[:200])
+
+        one()
+        _idle_and_free(srv, client)

@@ -171,3 +171,55 @@ def test_half_sent_requests_are_dropped_and_health_stays_up(client):
         server.should_exit = True
         thread.join(5)
         sock.close()
+
+
+HUGE = "9" * 4301
+
+
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions", "/tokenize", CONTROL + "/mode",
+                                  CONTROL + "/defenses", CONTROL + "/reset"])
+def test_an_integer_of_4301_digits_is_400_on_every_json_route(server, client, path):
+    raw = f'{{"prompt": "hi", "max_tokens": {HUGE}, "backlog_limit": {HUGE}}}'
+    r = client.post(server.root + path, content=raw, headers={"content-type": "application/json"})
+    assert r.status_code == 400, r.text
+    assert "4301 digits" in r.json()["error"]["message"]
+
+
+@pytest.mark.parametrize(("path", "raw"), [
+    ("/v1/completions", '{"prompt": "hi", "stop": ["\\ud800"], "max_tokens": 2}'),
+    ("/v1/chat/completions", '{"messages": [{"role": "user", "content": "a \\udc00"}], "max_tokens": 2}'),
+    ("/tokenize", '{"prompt": "\\ud800"}'),
+])
+def test_a_lone_surrogate_anywhere_is_400_naming_its_field(server, client, path, raw):
+    r = client.post(server.root + path, content=raw, headers={"content-type": "application/json"})
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["param"] in ("stop", "messages", "prompt")
+
+
+def test_health_answers_while_a_huge_prompt_is_tokenized(server, client, monkeypatch):
+    """The tokenizer is held inside ``encode`` until /health has answered: were tokenizing on the
+    event loop, /health could not answer and the client's timeout would fail the test."""
+    tokenizer = server.app.state.serve.info.tokenizer
+    entered, release = threading.Event(), threading.Event()
+    real_encode = tokenizer.encode
+
+    def held_encode(text: str) -> list[int]:
+        entered.set()
+        release.wait(60)
+        return real_encode(text)
+
+    monkeypatch.setattr(tokenizer, "encode", held_encode)
+    result: list[httpx.Response] = []
+    big = threading.Thread(target=lambda: result.append(httpx.post(
+        server.base_url + "/completions", json={"prompt": "x" * (6 * 1024 * 1024), "max_tokens": 2},
+        timeout=120, trust_env=False)))
+    big.start()
+    try:
+        assert entered.wait(60), "the huge prompt never reached the tokenizer"
+        for _ in range(3):
+            assert client.get(server.root + "/health", timeout=20).status_code == 200
+    finally:
+        release.set()
+        big.join(120)
+    assert result and result[0].status_code == 400  # longer than max_model_len, said once it is counted
+    assert result[0].json()["error"]["param"] == "prompt"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -39,6 +40,18 @@ def test_the_shipped_profile_has_its_own_configuration_and_31_seeded_grid_points
     knobs = dict(c.knobs)
     assert c.profile.record.modes == (knobs["mode"],) and c.profile.engine.mode == knobs["mode"]
     assert c.profile.engine.max_num_seqs == knobs["max_num_seqs"] and c.profile.tune is None
+
+
+def test_a_grid_of_a_billion_points_is_drawn_without_building_it():
+    """Three 1,000-value knobs: the grid was built before the draw and OOM-killed after 49 s."""
+    assert SHIPPED.tune is not None
+    huge = dataclasses.replace(SHIPPED.tune, mode=(), enable_chunked_prefill=(), preemption_mode=(),
+                               max_num_seqs=tuple(range(1, 1001)), max_num_batched_tokens=tuple(range(8192, 9192)),
+                               backlog_limit=tuple(range(1, 1001)), max_candidates=8)
+    cands = make_candidates(dataclasses.replace(SHIPPED, tune=huge))
+    assert len(cands) == 8 and len({c.knobs for c in cands}) == 8
+    assert [c.knobs for c in make_candidates(dataclasses.replace(SHIPPED, tune=huge))] == [c.knobs for c in cands]
+    assert all(1 <= dict(c.knobs)["backlog_limit"] <= 1000 for c in cands[1:])
 
 
 def _outcome(name: str, edge: float | None) -> Outcome:

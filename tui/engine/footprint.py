@@ -20,6 +20,11 @@ MIB = 1 << 20
 HEADROOM_FRACTION = 0.10  # of the machine's memory, kept free beyond the estimate
 MIN_HEADROOM_BYTES = 512 * MIB
 SCORE_BYTES = 4  # attention scores are float32 on CPU
+# Attention's peak is several copies of one layer's scores: the product, the product with the mask
+# added, softmax's output. Measured peaks were 2.4-2.8x the single-copy estimate, which let configs
+# through that then took the engine down; 3 copies covers them.
+ATTENTION_PEAK_COPIES = 3
+UNLIMITED = 1 << 60  # cgroup v1 writes "no limit" as a huge number (9223372036854771712)
 
 
 class DoesNotFit(ValueError):
@@ -39,7 +44,7 @@ def estimate_host_bytes(config: EngineConfig, on_cpu: bool) -> dict[str, int]:
     step_tokens = config.max_model_len
     if config.enable_chunked_prefill:
         step_tokens = min(step_tokens, config.max_num_batched_tokens)
-    parts["attention scores"] = step_tokens * config.max_model_len * heads * SCORE_BYTES
+    parts["attention scores"] = step_tokens * config.max_model_len * heads * SCORE_BYTES * ATTENTION_PEAK_COPIES
     return parts
 
 
@@ -60,22 +65,57 @@ def _checkpoint_bytes(model_path: str) -> int:
         return 0
 
 
-def available_bytes() -> tuple[int, int] | None:
-    """(memory available now, the machine's or the container's total), or None when unknown."""
+def available_bytes(root: Path = Path("/")) -> tuple[int, int] | None:
+    """(memory available now, the machine's or the tightest cgroup's total), or None when unknown.
+    ``root``: where ``/proc`` and ``/sys`` are (a fake tree in the tests)."""
     try:
-        info = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines() if ":" in line)
+        text = (root / "proc/meminfo").read_text()
+        info = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
         avail = int(info["MemAvailable"].split()[0]) * 1024
         total = int(info["MemTotal"].split()[0]) * 1024
     except (OSError, KeyError, ValueError):
         return None
-    try:  # a container's own limit (cgroup v2), when it has one
-        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
-        if limit != "max":
-            used = int(Path("/sys/fs/cgroup/memory.current").read_text())
-            avail, total = min(avail, int(limit) - used), min(total, int(limit))
-    except (OSError, ValueError):
-        pass
+    for limit, used in cgroup_limits(root):
+        avail, total = min(avail, max(0, limit - used)), min(total, limit)
     return avail, total
+
+
+def cgroup_limits(root: Path = Path("/")) -> list[tuple[int, int]]:
+    """(limit, usage) of every memory cgroup this process is in that has a limit: its own and each
+    one above it, cgroup v2 or v1.
+
+    Why all of them: only ``/sys/fs/cgroup/memory.max`` was read, which is the process's own cgroup
+    only inside a container's namespace; a limit set on a parent (a systemd slice, a job's cgroup with
+    the process in a child) or a cgroup-v1 host went unseen, and ``kv_budget_mb = 12000`` passed in a
+    2.5 GB cgroup and the engine was killed."""
+    try:
+        lines = (root / "proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return []
+    out: list[tuple[int, int]] = []
+    for line in lines:
+        _, controllers, path = [*line.split(":", 2), "", ""][:3]
+        if controllers == "":  # v2: "0::/path"
+            out += _walk(root / "sys/fs/cgroup", path, "memory.max", "memory.current")
+        elif "memory" in controllers.split(","):  # v1: "4:memory:/path"
+            out += _walk(root / "sys/fs/cgroup/memory", path, "memory.limit_in_bytes", "memory.usage_in_bytes")
+    return out
+
+
+def _walk(mount: Path, path: str, limit_file: str, usage_file: str) -> list[tuple[int, int]]:
+    """The limited cgroups from ``path`` up to the mount's root (a path the namespace hides is skipped)."""
+    out = []
+    here = mount / path.strip("/")
+    while True:
+        try:
+            limit_text = (here / limit_file).read_text().strip()
+            if limit_text != "max" and int(limit_text) < UNLIMITED:
+                out.append((int(limit_text), int((here / usage_file).read_text().strip())))
+        except (OSError, ValueError):
+            pass
+        if here == mount or mount not in here.parents:
+            return out
+        here = here.parent
 
 
 def check_fits(config: EngineConfig, on_cpu: bool) -> None:

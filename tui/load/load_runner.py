@@ -386,7 +386,8 @@ class LoadRunner:
                 yielded = loop.time()
 
     def _new_record(self, index: int, scheduled_t: float, warmup: bool = False) -> RequestRecord:
-        stage = "warmup" if warmup else self.stage
+        # A warm-up's id carries its stage: "warmup" alone repeated across stages and repeats.
+        stage = f"{self.stage}-warmup" if warmup else self.stage
         rid = f"{self.run_id + '-' if self.run_id else ''}{stage}-{self.mode or 'target'}-{index}"
         return RequestRecord(request_id=rid, index=index, stage=self.stage, mode=self.mode,
                              scheduled_t=scheduled_t, run_id=self.run_id, warmup=warmup)

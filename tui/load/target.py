@@ -40,8 +40,11 @@ from tui.base.errors import (
     root_url,
     unauthorized_message,
 )
+from tui.load.capped_read import capped_request
 from tui.load.workload import RequestSpec
 from tui.records.request import RequestRecord
+
+PREFLIGHT_MAX_BYTES = 4 * 1024 * 1024  # a /models list or a /tokenize answer; an endless body is cut here
 
 
 class PreflightError(Exception):
@@ -338,11 +341,13 @@ class OpenAITarget:
         models_url = api_url(self.base_url, "models")
         models: list[str] = []
         try:
-            resp = await self.client.get(models_url, timeout=min(self.timeout_s, 15.0))
+            resp = await capped_request(self.client, "GET", models_url, max_bytes=PREFLIGHT_MAX_BYTES,
+                                        total_s=min(self.timeout_s, 15.0))
         except httpx.ConnectError as e:
             raise PreflightError(self._connect_message(e)) from None
         except httpx.TimeoutException:
-            raise PreflightError(f"{models_url} did not answer within {min(self.timeout_s, 15.0):g} s") from None
+            raise PreflightError(f"{models_url} did not answer in full within {min(self.timeout_s, 15.0):g} s") \
+                from None
         except httpx.HTTPError as e:
             raise PreflightError(f"cannot reach {models_url}: {self.scrub(one_line(e, 160))}") from None
         text = resp.text[:65536]
@@ -396,8 +401,8 @@ class OpenAITarget:
         else:
             body["prompt"] = prompt
         with contextlib.suppress(httpx.HTTPError, ValueError, TypeError, AttributeError):
-            resp = await self.client.post(f"{root_url(self.base_url)}/tokenize", json=body,
-                                          timeout=min(self.timeout_s, 15.0))
+            resp = await capped_request(self.client, "POST", f"{root_url(self.base_url)}/tokenize", json=body,
+                                        max_bytes=PREFLIGHT_MAX_BYTES, total_s=min(self.timeout_s, 15.0))
             if resp.status_code == 200:
                 count = resp.json().get("count")
                 return count if isinstance(count, int) and not isinstance(count, bool) else None

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal, TextIO, get_args
+from typing import IO, Any, Literal, TextIO, get_args
 
 from tui.profile import ProfileError
 
@@ -31,6 +31,11 @@ TraceFormat = Literal["mooncake", "azure", "burstgpt", "sharegpt"]
 FORMATS: tuple[TraceFormat, ...] = get_args(TraceFormat)
 
 MOONCAKE_BLOCK_TOKENS = 512  # one Mooncake hash id covers this many prompt tokens (the trace's own block size)
+# Bounds checked as a record is parsed, so a hostile number never sizes memory: a row with
+# ``input_length: 1e300`` grew a replay's memory without limit (2.5 GB in 30 s).
+MAX_TRACE_TOKENS = 10_000_000  # no model serves a longer prompt or answer
+MAX_TRACE_SECONDS = 1e11  # about 3,000 years: past any epoch time a trace's clock starts at
+MAX_LINE_CHARS = 16 * 1024 * 1024  # a JSONL or CSV record; a longer line is refused, never read whole
 
 
 class TraceError(ProfileError):
@@ -71,24 +76,35 @@ def _length(path: Path, line: int, field: str, value: Any) -> int:
             try:
                 value = float(text)
             except ValueError:
-                raise _fail(path, line, field, f"{value!r} is not a token count") from None
+                raise _fail(path, line, field, f"{_short(value)} is not a token count") from None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise _fail(path, line, field, f"{value!r} is not a token count")
+        raise _fail(path, line, field, f"{_short(value)} is not a token count")
     if isinstance(value, float) and (not math.isfinite(value) or not value.is_integer()):
-        raise _fail(path, line, field, f"{value!r} is not a whole number of tokens")
+        raise _fail(path, line, field, f"{_short(value)} is not a whole number of tokens")
     if value < 0:
-        raise _fail(path, line, field, f"{int(value)} is negative")
+        raise _fail(path, line, field, f"{_short(int(value))} is negative")
+    if value > MAX_TRACE_TOKENS:
+        raise _fail(path, line, field, f"{_short(value)} tokens is more than {MAX_TRACE_TOKENS:,}")
     return max(1, int(value))
+
+
+def _short(value: Any) -> str:
+    """A value as an error quotes it: never a 4,000-digit integer (str() of one raises)."""
+    if isinstance(value, int) and value.bit_length() > 64:
+        return f"a {value.bit_length()}-bit integer"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _seconds(path: Path, line: int, field: str, value: Any, scale: float = 1.0) -> float:
     """A number of seconds (``value`` × ``scale``), finite and non-negative."""
     try:
         t = float(value) * scale if not isinstance(value, bool) else math.nan
-    except (TypeError, ValueError):
-        raise _fail(path, line, field, f"{value!r} is not a number") from None
-    if not math.isfinite(t) or t < 0:
-        raise _fail(path, line, field, f"{value!r} is not a finite, non-negative time")
+    except (TypeError, ValueError, OverflowError):
+        raise _fail(path, line, field, f"{_short(value)} is not a number") from None
+    if not math.isfinite(t) or t < 0 or t > MAX_TRACE_SECONDS:
+        raise _fail(path, line, field, f"{_short(value)} is not a finite, non-negative time "
+                    f"(at most {MAX_TRACE_SECONDS:g} s)")
     return t
 
 
@@ -120,15 +136,31 @@ class _Ordered:
         return t
 
 
+def _lines(path: Path, f: IO[str]) -> Iterator[str]:
+    """``f``'s lines, each read with a bound: a line over :data:`MAX_LINE_CHARS` is a TraceError
+    before it is held whole (a single-line 200 MB file peaked at 398 MB)."""
+    n = 0
+    while True:
+        text = f.readline(MAX_LINE_CHARS + 1)
+        if not text:
+            return
+        n += 1
+        if len(text) > MAX_LINE_CHARS:
+            raise _fail(path, n, "line", f"longer than {MAX_LINE_CHARS:,} characters (one record per line?)")
+        yield text
+
+
 def _json_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     with path.open(encoding="utf-8") as f:
-        for n, text in enumerate(f, 1):
+        for n, text in enumerate(_lines(path, f), 1):
             if not text.strip():
                 continue
             try:
                 obj = json.loads(text)
             except json.JSONDecodeError as e:
                 raise _fail(path, n, "line", f"not JSON ({e.msg})") from None
+            except (ValueError, RecursionError) as e:  # an integer over 4,300 digits; nesting
+                raise _fail(path, n, "line", f"not JSON kvtui reads ({type(e).__name__})") from None
             if not isinstance(obj, dict):
                 raise _fail(path, n, "line", "not a JSON object")
             yield n, obj
@@ -163,40 +195,50 @@ class MooncakeReader(TraceReader):
 
 def _csv_rows(path: Path, columns: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
     with path.open(encoding="utf-8", newline="") as f:
-        rows = csv.reader(f)
-        header = next(rows, None)
-        if header is None:
-            raise _fail(path, 1, "header", "the file is empty")
-        header = [h.strip() for h in header]
-        for col in columns:
-            if col not in header:
-                raise _fail(path, 1, col, f"missing from the header (columns: {', '.join(header)})")
-        where = {col: header.index(col) for col in columns}
-        for row in rows:
-            n = rows.line_num
-            if not any(cell.strip() for cell in row):
-                continue
-            if len(row) < len(header):
-                missing = next(col for col, i in where.items() if i >= len(row))
-                raise _fail(path, n, missing, "missing (the row is short)")
-            yield n, {col: row[i] for col, i in where.items()}
+        rows = csv.reader(_lines(path, f))
+        try:
+            yield from _csv_records(path, rows, columns)
+        except csv.Error as e:  # a NUL byte, a field over csv's size limit, a stray quote
+            raise _fail(path, rows.line_num, "row", f"not CSV ({e})") from None
+
+
+def _csv_records(path: Path, rows: Any, columns: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
+    header = next(rows, None)
+    if header is None:
+        raise _fail(path, 1, "header", "the file is empty")
+    header = [h.strip() for h in header]
+    for col in columns:
+        if col not in header:
+            raise _fail(path, 1, col, f"missing from the header (columns: {', '.join(header)[:200]})")
+    where = {col: header.index(col) for col in columns}
+    for row in rows:
+        n = rows.line_num
+        if not any(cell.strip() for cell in row):
+            continue
+        if len(row) < len(header):
+            missing = next((col for col, i in where.items() if i >= len(row)), "row")
+            raise _fail(path, n, missing, "missing (the row is short)")
+        yield n, {col: row[i] for col, i in where.items()}
 
 
 def _azure_time(path: Path, line: int, text: str) -> float:
     """Azure's TIMESTAMP: ``2023-11-16 18:15:46.6805900`` (seven fractional digits), or plain seconds."""
     text = text.strip()
     try:
-        return float(text)
+        seconds = float(text)
     except ValueError:
         pass
+    else:
+        return _seconds(path, line, "TIMESTAMP", seconds)
     head, dot, frac = text.partition(".")
     try:
         stamp = datetime.fromisoformat(head)
     except ValueError:
-        raise _fail(path, line, "TIMESTAMP", f"{text!r} is not a date-time such as 2023-11-16 18:15:46.680") from None
-    if dot and not frac.isdigit():
-        raise _fail(path, line, "TIMESTAMP", f"{text!r} has a malformed fraction of a second")
-    return stamp.replace(tzinfo=UTC).timestamp() + (int(frac) / 10 ** len(frac) if frac else 0.0)
+        raise _fail(path, line, "TIMESTAMP", f"{_short(text)} is not a date-time such as 2023-11-16 18:15:46.680") from None
+    if dot and not (frac.isascii() and frac.isdigit()):
+        raise _fail(path, line, "TIMESTAMP", f"{_short(text)} has a malformed fraction of a second")
+    # float("0." + frac), not int(frac): a 5,000-digit fraction is a ValueError for int()
+    return stamp.replace(tzinfo=UTC).timestamp() + (float("0." + frac) if frac else 0.0)
 
 
 class AzureReader(TraceReader):
@@ -243,9 +285,10 @@ class _JsonText:
         self.buf, self.line, self.pos, self.eof = "", 1, 0, False
         self.decoder = json.JSONDecoder()
 
-    def more(self) -> bool:
-        """Read the next chunk (dropping what the cursor has passed); False at the end of the file."""
-        data = self.f.read(self.chunk)
+    def more(self, size: int = 0) -> bool:
+        """Read the next ``size`` characters (a chunk at least; dropping what the cursor has passed);
+        False at the end of the file."""
+        data = self.f.read(max(self.chunk, size))
         if not data:
             self.eof = True
             return False
@@ -268,17 +311,23 @@ class _JsonText:
 
     def value(self, path: Path) -> Any:
         """The JSON value at the cursor, the cursor and line moved past it."""
+        # A record that runs past the buffer is decoded again from its start once more is read: reading
+        # as much again as is held keeps that linear (a fixed 64 KiB step made one 50 MB record
+        # quadratic: 118 s).
         while True:
             try:
                 obj, end = self.decoder.raw_decode(self.buf, self.pos)
-                if end == len(self.buf) and not self.eof and self.more():  # a number may go on in the next chunk
+                held = len(self.buf) - self.pos
+                if end == len(self.buf) and not self.eof and self.more(held):  # a number may go on
                     continue
                 break
             except json.JSONDecodeError as e:
-                if not self.eof and self.more():
+                if not self.eof and self.more(len(self.buf) - self.pos):
                     continue
                 raise _fail(path, self.line + self.buf.count("\n", self.pos, e.pos), "record",
                             f"not JSON ({e.msg})") from None
+            except (ValueError, RecursionError) as e:  # an integer over 4,300 digits; nesting
+                raise _fail(path, self.line, "record", f"not JSON kvtui reads ({type(e).__name__})") from None
         self.line += self.buf.count("\n", self.pos, end)
         self.pos = end
         return obj
@@ -343,7 +392,11 @@ class ShareGPTReader(TraceReader):
                         raise _fail(path, n, f"conversations[{j}].value", "missing, or not text")
                 if ask.get("from") not in ("human", "user") or answer.get("from") not in ("gpt", "assistant", "chatgpt"):
                     continue
-                ask_len, answer_len = self.count(ask["value"]), self.count(answer["value"])
+                try:
+                    ask_len, answer_len = self.count(ask["value"]), self.count(answer["value"])
+                except UnicodeError:
+                    raise _fail(path, n, f"conversations[{k}]", "text that is not valid Unicode (a lone surrogate?)") \
+                        from None
                 if ask_len == 0 or answer_len == 0:
                     so_far += ask_len + answer_len
                     continue
@@ -356,12 +409,17 @@ READERS: dict[TraceFormat, Callable[[], TraceReader]] = {
 }
 
 
-def _first_line(path: Path) -> str:
+def _first_line(path: Path, limit: int = 4096) -> str:
+    """The first ``limit`` characters of the first non-empty line, without reading the rest of it."""
     with path.open(encoding="utf-8", errors="replace") as f:
-        for text in f:
+        while True:
+            text = f.readline(limit)
+            if not text:
+                return ""
             if text.strip():
-                return text[:4096]
-    return ""
+                return text
+            while text and not text.endswith("\n"):  # a long run of blanks: finish that line
+                text = f.readline(limit)
 
 
 def detect_format(path: Path) -> TraceFormat:

@@ -56,11 +56,15 @@ def check_base_url(url: str, where: str) -> str:
             problem = "a URL with a host, such as http://127.0.0.1:8000/v1"
         elif port == 0:
             problem = "a port in 1..65535"
-        elif not parts.hostname.isascii():
-            try:  # as the HTTP client will encode it (IDNA 2008), so a bad name fails here, in one line
-                idna.encode(parts.hostname)
-            except idna.IDNAError as e:
-                problem = f"a valid internationalised host name ({e})"
+        elif not parts.hostname.isascii() or "xn--" in parts.hostname.lower():
+            try:  # as the HTTP client will encode it (IDNA 2008), so a bad name fails here, in one line;
+                # an ASCII name with a punycode label ("xn--a") is decoded too: httpx raised on it
+                if parts.hostname.isascii():
+                    idna.decode(parts.hostname)
+                else:
+                    idna.encode(parts.hostname)
+            except (idna.IDNAError, UnicodeError) as e:
+                problem = f"a valid internationalised host name ({str(e)[:80]})"
     except ValueError as e:
         problem = f"a well-formed http(s) URL ({e})"
     if problem:

@@ -18,8 +18,13 @@ from tui.profile.sections import DefensesConfig, EngineConfig
 def load_profile(path: str | Path) -> Profile:
     """Read and validate a TOML profile; raises :class:`ProfileError` with a one-line message."""
     p = Path(path)
-    if not p.is_file():
-        raise ProfileError(f"{p}: no such profile file")
+    try:
+        found = p.is_file()
+    except OSError:  # a name too long
+        found = False
+    if not found:
+        shown = str(p) if len(str(p)) <= 200 else str(p)[:197] + "..."
+        raise ProfileError(f"{shown}: no such profile file")
     try:
         data = tomllib.loads(p.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as e:

@@ -25,9 +25,9 @@ def find_profile(ref: str | Path) -> Path:
     neither exists.
     """
     path = Path(ref)
-    if path.is_file():
+    if _is_file(path):
         return path
-    if (path / "profile.toml").is_file():
+    if _is_file(path / "profile.toml"):
         return path / "profile.toml"
     shipped = shipped_profiles()
     name = path.name.removesuffix(".toml")
@@ -35,6 +35,15 @@ def find_profile(ref: str | Path) -> Path:
         return shipped[name]
     close = difflib.get_close_matches(name, list(shipped), n=1)
     hint = f"did you mean '{close[0]}'? " if close else ""
-    raise ProfileError(f"{ref}: no such profile file or shipped profile; {hint}shipped: {', '.join(shipped)}")
+    shown = str(ref) if len(str(ref)) <= 200 else str(ref)[:197] + "..."
+    raise ProfileError(f"{shown}: no such profile file or shipped profile; {hint}shipped: {', '.join(shipped)}")
+
+
+def _is_file(path: Path) -> bool:
+    """Whether ``path`` is a file; False, not an OSError traceback, for a name too long (ENAMETOOLONG)."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
 
 

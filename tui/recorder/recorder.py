@@ -19,8 +19,9 @@ import asyncio
 import contextlib
 import math
 import signal
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from rich.console import Console, RenderableType
@@ -32,9 +33,10 @@ from tui.base.errors import api_key_hint, api_url, one_line, root_url
 from tui.base.tokenizer_json import read_tokenizer_json
 from tui.engine.sim.readings import modelled_gpu_samples
 from tui.feasibility import infeasible_cells
+from tui.load.capped_read import capped_request
 from tui.load.headroom import new_timed_loop
 from tui.load.load_runner import ClientStats, LoadRunner, make_target, prompt_sizing
-from tui.load.target import OpenAITarget, PreflightError
+from tui.load.target import PREFLIGHT_MAX_BYTES, OpenAITarget, PreflightError
 from tui.load.workers import WorkerFailed, WorkerRunner
 from tui.load.workload import Workload
 from tui.metrics.prom import parse_server_gauges
@@ -59,6 +61,7 @@ __all__ = ["FatalTargetError", "Recorder", "client_line", "frame_row", "live_sta
            "restore_signal_handlers"]
 
 GRACE_S = 0.25  # how long in-flight requests may finish after Ctrl-C (the whole stop stays under 2 s)
+METRICS_MAX_BYTES = 8 * 1024 * 1024  # a server's /metrics page (vLLM's is a few hundred KiB)
 FLUSH_EVERY_S = 1.0  # records reach disk at least this often
 POLL_EVERY_S = 1.0  # engine steps and GPU samples are fetched this often (local target)
 WATCH_EVERY_S = 0.25  # the local server and its engine are checked this often while load runs
@@ -160,16 +163,8 @@ class Recorder:
         control = ControlClient(root, client=target.client, timeout_s=10.0) if local else None
         flusher = asyncio.create_task(self._flush_loop())
         try:
-            if local:
-                target.model = await self._served_model(target) or target.model
-            try:
-                await target.preflight()
-            except PreflightError as e:
-                raise FatalTargetError(str(e)) from None
-            if control is not None:
-                await self._check_feasible(target, control)
-            else:
-                await self._check_remote_lengths(target)
+            if not await self._unless_stopped(self._prepare(target, control, local)):
+                return 130  # Ctrl-C before any load: nothing was recorded
             modes = [m.label for m in self.profile.record.modes] if local else [REMOTE_MODE]
             plan = self.output.begin(modes)
             while not self._stop.is_set() and (cell := plan.next_cell()) is not None:
@@ -188,11 +183,47 @@ class Recorder:
             raise FatalTargetError(self.output.fatal)
         return 130 if self.output.interrupted else 0
 
+    async def _prepare(self, target: OpenAITarget, control: ControlClient | None, local: bool) -> None:
+        """Everything before the load: the served model, the preflight, the feasibility checks."""
+        if local:
+            target.model = await self._served_model(target) or target.model
+        try:
+            await target.preflight()
+        except PreflightError as e:
+            raise FatalTargetError(str(e)) from None
+        if control is not None:
+            await self._check_feasible(target, control)
+        else:
+            await self._check_remote_lengths(target)
+
+    async def _unless_stopped(self, work: Coroutine[Any, Any, None]) -> bool:
+        """Run ``work`` unless Ctrl-C (or SIGTERM) comes first; False (``work`` cancelled) if it did.
+
+        Why: the preflight and the checks wait on the server, up to their 15 s timeouts; Ctrl-C only set
+        the stop event, which nothing looked at until the load began, so a Ctrl-C during the preflight
+        waited out the timeout and then exited 1."""
+        assert self._stop is not None
+        task = asyncio.ensure_future(work)
+        stopped = asyncio.ensure_future(self._stop.wait())
+        try:
+            await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopped.cancel()
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        if task.cancelled():
+            return False
+        task.result()  # its error (a failed preflight) is the run's
+        return True
+
     @staticmethod
     async def _served_model(target: OpenAITarget) -> str | None:
         """The model id the local server serves (it serves exactly one: the dummy or a checkpoint)."""
         with contextlib.suppress(httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
-            resp = await target.client.get(api_url(target.base_url, "models"), timeout=10.0)
+            resp = await capped_request(target.client, "GET", api_url(target.base_url, "models"),
+                                        max_bytes=PREFLIGHT_MAX_BYTES, total_s=10.0)
             return str(resp.json()["data"][0]["id"])
         return None
 
@@ -392,7 +423,8 @@ class Recorder:
         some is a warning saying how many will be rejected.
         """
         try:
-            resp = await target.client.get(api_url(target.base_url, "models"), timeout=10.0)
+            resp = await capped_request(target.client, "GET", api_url(target.base_url, "models"),
+                                        max_bytes=PREFLIGHT_MAX_BYTES, total_s=10.0)
             max_model_len = int(resp.json()["data"][0]["max_model_len"])
             num_slots = (await control.state()).engine.totals.total_slots
         except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError, ControlError):
@@ -473,7 +505,9 @@ class Recorder:
         try:
             # Stopping (Ctrl-C, a fault): a swamped or dead server must not hold the exit up.
             stopping = self._stop is not None and self._stop.is_set()
-            resp = await target.client.get(api_url(root, "metrics"), timeout=0.25 if stopping else 10.0)
+            # Capped like every remote read: a hostile server's endless /metrics must not fill memory.
+            resp = await capped_request(target.client, "GET", api_url(root, "metrics"), max_bytes=METRICS_MAX_BYTES,
+                                        total_s=0.25 if stopping else 10.0)
         except httpx.HTTPError:
             return ServerGauges()
         if resp.status_code != 200:

@@ -194,7 +194,8 @@ class ClockDriver:
     def _send(self, index: int, spec_index: int, t: float, warmup: bool, sent: float | None = None) -> None:
         """Request ``index``, due at ``t``, sent at ``sent`` (default ``t``: a concurrency slot was free)."""
         spec = self.workload.spec(spec_index)
-        stage = "warmup" if warmup else self.stage.name
+        # A warm-up's id carries its stage: "warmup" alone repeated across stages and repeats.
+        stage = f"{self.stage.name}-warmup" if warmup else self.stage.name
         rid = f"{self.run_id}-{stage}-{self.mode}-{index}"
         wall = self._stamp(sent if sent is not None else t)
         r = RequestRecord(request_id=rid, index=index, stage=self.stage.name, mode=self.mode,

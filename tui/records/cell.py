@@ -11,6 +11,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+from tui.records.parquet import DamagedRecords
+
 
 @dataclass(slots=True)
 class CellNote:
@@ -54,5 +56,11 @@ _OPTIONAL = tuple(f.name for f in fields(CellNote) if f.name not in ("stage", "m
 
 
 def cell_notes(cells: Iterable[CellNote | Mapping[str, Any]]) -> list[CellNote]:
-    """Notes from run.json's ``cells`` (or notes already): the one place a reader turns JSON into notes."""
-    return [c if isinstance(c, CellNote) else CellNote.from_json(c) for c in cells]
+    """Notes from run.json's ``cells`` (or notes already): the one place a reader turns JSON into notes.
+    A damaged ``cells`` (not a list of objects) is a one-line :class:`DamagedRecords`, not a traceback."""
+    if not isinstance(cells, (list, tuple)) or not all(isinstance(c, (CellNote, Mapping)) for c in cells):
+        raise DamagedRecords("run.json: damaged: its cells are not the recorder's notes")
+    try:
+        return [c if isinstance(c, CellNote) else CellNote.from_json(c) for c in cells]
+    except TypeError:  # a key of the wrong kind
+        raise DamagedRecords("run.json: damaged: its cells are not the recorder's notes") from None

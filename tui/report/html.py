@@ -646,7 +646,7 @@ def export_chart(chart: Chart, svg: str, charts_dir: Path) -> list[Path]:
         return []
     charts_dir.mkdir(parents=True, exist_ok=True)
     svg_path, png_path = charts_dir / f"{chart.id}.svg", charts_dir / f"{chart.id}.png"
-    svg_path.write_text(svg, encoding="utf-8")
+    svg_path.write_text(svg, encoding="utf-8", errors="backslashreplace")
     # the SVG's render placed everything (constrained layout, in figure fractions, the same at any dpi):
     # keep those positions rather than lay the figure out again, half of a chart's render time
     chart.figure.set_layout_engine("none")
@@ -845,7 +845,8 @@ def write_report(runs: Sequence[RunData], html_path: Path,
             "named by its id.")
     html_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = html_path.with_name(html_path.name + ".tmp")
-    tmp.write_text(render_html(runs, charts, svgs, note, analyses), encoding="utf-8")
+    tmp.write_text(render_html(runs, charts, svgs, note, analyses), encoding="utf-8",
+                   errors="backslashreplace")  # a lone surrogate from a damaged run.json: escaped
     tmp.replace(html_path)
     return charts, exported
 

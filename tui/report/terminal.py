@@ -81,7 +81,9 @@ def load_run(path: Path) -> RunData:
     if (path / "run.json").is_file():
         try:
             info = json.loads((path / "run.json").read_text(encoding="utf-8"))
-        except ValueError:
+        except (ValueError, RecursionError):  # damaged JSON (a 5,000-digit integer is a ValueError too)
+            info = {}
+        if not isinstance(info, dict):  # was an AttributeError traceback on the first .get
             info = {}
     profile = None
     if (path / "profile.toml").is_file():
@@ -91,6 +93,10 @@ def load_run(path: Path) -> RunData:
             profile = None
     tables = {name: pl.from_arrow(read_records(path, name)) for name in ("requests", "steps", "gpu")}
     run = RunData(path, tables["requests"], tables["steps"], tables["gpu"], info, profile)  # type: ignore[arg-type]
+    try:
+        run.cells  # noqa: B018 -- read once here, so a damaged run.json is refused in one line
+    except (TypeError, AttributeError, ValueError):
+        raise DamagedRecords(f"{path / 'run.json'}: damaged: its cells are not the recorder's notes") from None
     slo = profile.slo if profile is not None else SloConfig()
     run.summary = summary_table(run.requests, run.steps, run.gpu, slo, run.cells)
     run.edges = read_capacity_edges(path)
@@ -197,13 +203,18 @@ def open_runs(dirs: list[Path]) -> list[RunData]:
     if not dirs:
         raise ReportError("give one run directory, or more to compare", 2)
     for d in dirs:
-        if not Path(d).is_dir() or not is_run_dir(Path(d)):
-            raise ReportError(f"{d} is not a recorded run (no requests.parquet); record one with "
+        try:
+            found = Path(d).is_dir() and is_run_dir(Path(d))
+        except OSError:  # a name too long: was an OSError traceback
+            found = False
+        if not found:
+            shown = str(d) if len(str(d)) <= 200 else str(d)[:197] + "..."
+            raise ReportError(f"{shown} is not a recorded run (no requests.parquet); record one with "
                               "kvtui --record --out DIR", 2)
     try:
         return [load_run(Path(d)) for d in dirs]
-    except DamagedRecords as e:
-        raise ReportError(str(e), 1) from None
+    except DamagedRecords as e:  # a damaged run is bad input: exit 2, as every refusal
+        raise ReportError(str(e), 2) from None
 
 
 def report_main(dirs: list[Path], wide: bool = False) -> int:

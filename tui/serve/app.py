@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import hmac
 import logging
 import math
@@ -62,15 +63,17 @@ from tui.serve.engine_loop import (
     EngineUnavailable,
     NotPausedError,
 )
-from tui.serve.errors import ApiError, parse_json
+from tui.serve.errors import ApiError
 from tui.serve.generate import ClientGone, Counters, error_response, generate
 from tui.serve.guard import CONTROL_MAX_BODY_BYTES, GENERATION_MAX_BODY_BYTES, RequestGuard, is_loopback_host
 from tui.serve.heap import settle_heap
 from tui.serve.http_limits import server_config
+from tui.serve.json_body import BadJson, decode_body
 from tui.serve.prom import CONTENT_TYPE, ServerMetrics
 from tui.serve.protocol import parse_completion
 from tui.serve.responses import model_card, models_body
 from tui.serve.state_wire import ENCODING, StateCache, View
+from tui.serve.text_worker import TextWorker
 from tui.serve.throttle import AtMostEvery
 from tui.serve.tokenize import detokenize_body, tokenize_body
 
@@ -122,6 +125,7 @@ class ServeState:
     _gpu_cache: tuple[float, list[dict[str, Any]]] = (0.0, [])
     states: StateCache = dataclasses.field(default_factory=StateCache)  # compact answers, delta bases
     metrics_refresh: AtMostEvery = dataclasses.field(init=False)  # /metrics' engine snapshot, rate-bounded
+    text: TextWorker = dataclasses.field(default_factory=TextWorker)  # tokenizing, off the event loop
 
     def __post_init__(self) -> None:
         self.metrics_refresh = _metrics_refresh(self)
@@ -173,14 +177,22 @@ async def _read_json(request: Request) -> Any:
         if size > MAX_BODY_BYTES:
             raise ApiError(413, f"the request body is larger than {MAX_BODY_BYTES} bytes")
         chunks.append(chunk)
-    return parse_json(b"".join(chunks))
+    return _parse_json(b"".join(chunks))
+
+
+def _parse_json(raw: bytes) -> Any:
+    """A body decoded with :mod:`tui.serve.json_body`'s limits; what it refuses is a 400."""
+    try:
+        return decode_body(raw)
+    except BadJson as e:
+        raise ApiError(400, e.message, param=e.param) from None
 
 
 async def _json_object(request: Request) -> dict[str, Any]:
     raw = await request.body()
     if not raw.strip():
         return {}
-    body = parse_json(raw)
+    body = _parse_json(raw)
     if not isinstance(body, dict):
         raise ApiError(400, "the request body must be a JSON object")
     return body
@@ -210,11 +222,11 @@ async def _generate(request: Request, *, chat: bool) -> Response:
         raise ApiError(503, "the server is shutting down", type="server_error", code="draining")
     body = await _read_json(request)
     info = st.info
-    params = parse_completion(body, chat=chat, served_model=info.model_name, encode=info.tokenizer.encode,
-                              encode_chat=info.tokenizer.encode_chat,
-                              vocab_size=info.vocab_size, max_model_len=info.max_model_len,
-                              sampling_defaults=info.tokenizer.sampling_defaults,
-                              logprobs_available=info.computes_logits, strict_fields=st.strict_fields)
+    params = await st.text.run(functools.partial(
+        parse_completion, body, chat=chat, served_model=info.model_name, encode=info.tokenizer.encode,
+        encode_chat=info.tokenizer.encode_chat, vocab_size=info.vocab_size, max_model_len=info.max_model_len,
+        sampling_defaults=info.tokenizer.sampling_defaults, logprobs_available=info.computes_logits,
+        strict_fields=st.strict_fields))
     if params.ignored_fields:
         st.metrics.ignored_fields.inc(len(params.ignored_fields))
     request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
@@ -227,18 +239,23 @@ async def _generate(request: Request, *, chat: bool) -> Response:
 
 async def tokenize(request: Request) -> Response:
     _check_auth(request)
-    info = _state(request).info
+    st = _state(request)
+    info = st.info
     tok = info.tokenizer
-    return JSONResponse(tokenize_body(await _read_json(request), encode=tok.encode, encode_chat=tok.encode_chat,
-                                      max_model_len=info.max_model_len, served_model=info.model_name,
-                                      token_text=lambda t: tok.decode([t])))
+    body = await _read_json(request)
+    return JSONResponse(await st.text.run(functools.partial(
+        tokenize_body, body, encode=tok.encode, encode_chat=tok.encode_chat, max_model_len=info.max_model_len,
+        served_model=info.model_name, token_text=lambda t: tok.decode([t]))))
 
 
 async def detokenize(request: Request) -> Response:
     _check_auth(request)
-    info = _state(request).info
-    return JSONResponse(detokenize_body(await _read_json(request), decode=info.tokenizer.decode,
-                                        vocab_size=info.vocab_size, served_model=info.model_name))
+    st = _state(request)
+    info = st.info
+    body = await _read_json(request)
+    return JSONResponse(await st.text.run(functools.partial(
+        detokenize_body, body, decode=info.tokenizer.decode, vocab_size=info.vocab_size,
+        served_model=info.model_name)))
 
 
 async def models(request: Request) -> Response:
@@ -471,6 +488,7 @@ def create_app(
             yield
         finally:
             engine.detach()
+            state.text.close()
             await asyncio.to_thread(engine.stop)
 
     table = [

@@ -3,7 +3,6 @@ JSON body decoder that turns every malformed body into one."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 MAX_MESSAGE_CHARS = 500  # an error message's length, however long the value it quotes
@@ -47,14 +46,3 @@ def bad(message: str, param: str | None = None) -> ApiError:
 def type_name(value: Any) -> str:
     """A JSON value's type as an error message names it."""
     return "null" if value is None else type(value).__name__
-
-
-def parse_json(raw: bytes) -> Any:
-    """Decode a request body, turning every failure into a 400."""
-    try:
-        return json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise bad(f"the request body is not valid JSON: {e}") from None
-    except RecursionError:
-        raise bad("the request body is nested too deeply") from None
-

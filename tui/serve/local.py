@@ -9,6 +9,7 @@ lines. ``stop()`` sends SIGTERM (the server drains and exits) and kills it if it
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import re
 import shutil
@@ -102,6 +103,14 @@ class LocalServer:
         self._reader.start()
         try:
             self._wait_healthy()
+        except KeyboardInterrupt:
+            # Ctrl-C during start-up: nothing to drain, and the engine process ignores SIGTERM while it
+            # builds the model (it holds our log pipe open, so waiting for it took 5 s and more). The
+            # server leads its own process group, the engine in it: end both at once.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self._proc.pid, signal.SIGKILL)
+            self.stop(timeout=5.0)
+            raise
         except BaseException:
             self.stop(timeout=5.0)
             raise

@@ -96,17 +96,50 @@ def make_candidates(base: Profile) -> list[Candidate]:
                            "[tune] max_num_seqs = [64, 128, 256]")
     knobs = searched_knobs(tune)
     own = {k: own_value(base, k) for k in knobs}
-    grid = [dict(zip(knobs, values, strict=True)) for values in itertools.product(*(getattr(tune, k) for k in knobs))]
-    grid = [g for g in grid if g != own]
-    room = tune.max_candidates - 1
-    if len(grid) > room:  # a seeded draw, kept in grid order so names follow the grid
-        keep = sorted(random.Random(tune.seed).sample(range(len(grid)), room))
-        grid = [grid[i] for i in keep]
+    grid = [_grid_point(tune, knobs, i) for i in _drawn_indices(tune, knobs, own)]
     width = max(2, len(str(len(grid))))
     out = [Candidate(PROFILE_CANDIDATE, tuple(own.items()), candidate_profile(base, PROFILE_CANDIDATE, {}))]
     for i, settings in enumerate(grid, 1):
         name = f"c{i:0{width}d}"
         out.append(Candidate(name, tuple(settings.items()), candidate_profile(base, name, settings)))
+    return out
+
+
+def _grid_point(tune: TuneConfig, knobs: list[str], index: int) -> dict[str, Any]:
+    """The ``index``-th point of the grid in ``itertools.product`` order (the last knob varies fastest)."""
+    point: dict[str, Any] = {}
+    for knob in reversed(knobs):
+        values = getattr(tune, knob)
+        index, digit = divmod(index, len(values))
+        point[knob] = values[digit]
+    return {k: point[k] for k in knobs}
+
+
+def _drawn_indices(tune: TuneConfig, knobs: list[str], own: dict[str, Any]) -> list[int]:
+    """The grid indices of the candidates, in grid order, without the profile's own point; at most
+    ``max_candidates - 1`` of them.
+
+    Why not build the grid and sample it: three 1,000-value ranges are a billion points, and building
+    them was OOM-killed after 49 s. The draw is the same one (``sample`` over the indices of the grid
+    without its own points), taken over a ``range`` and decoded one index at a time, so memory and time
+    follow ``max_candidates``, never the grid's size."""
+    sizes = [len(getattr(tune, k)) for k in knobs]
+    total = math.prod(sizes)
+    # Where the profile's own point sits (more than once only if a knob lists a value twice).
+    matches = [[i for i, v in enumerate(getattr(tune, k)) if v == own[k]] for k in knobs]
+    owns: list[int] = []
+    for digits in itertools.product(*matches):
+        owns.append(sum(d * math.prod(sizes[j + 1:]) for j, d in enumerate(digits)))
+    owns.sort()
+    kept = total - len(owns)
+    room = tune.max_candidates - 1
+    picked = range(kept) if kept <= room else sorted(random.Random(tune.seed).sample(range(kept), room))
+    out = []
+    skip = 0  # own points before the current index (picked is ascending)
+    for i in picked:
+        while skip < len(owns) and owns[skip] <= i + skip:
+            skip += 1
+        out.append(i + skip)
     return out
 
 

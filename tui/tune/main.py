@@ -13,6 +13,7 @@ from tui.report.terminal import wide_console
 from tui.tune.candidates import make_candidates, searched_knobs
 from tui.tune.executors import make_executor
 from tui.tune.search import TUNE_CSV, successive_halving, write_results
+from tui.tune.trial import log_path
 from tui.tune.view import TuneProgress, print_results
 
 
@@ -57,6 +58,7 @@ def tune_main(profile: Profile, out: Path, *, executor: str = "local", workers: 
         with TuneProgress(err) as progress:
             ranked = successive_halving(profile, candidates, ex, out, progress)
     except KeyboardInterrupt:
+        ex.interrupt()
         err.print("kvtui tune: interrupted; the runs so far are in " + str(out / "runs"), highlight=False)
         return 130
     finally:
@@ -71,6 +73,10 @@ def tune_main(profile: Profile, out: Path, *, executor: str = "local", workers: 
     err.print(f"kvtui tune: {len(ranked)} candidates, {trials} trials in {wall:.1f} s wall; best {best.candidate.name} "
               f"at {best.outcome.edge_req_s or 0:.4g} req/s; {path} written; the best's runs: "
               f"{best.outcome.run_dir} (kvtui report {best.outcome.run_dir} --html tune.html)", highlight=False)
-    return 0 if all(r.outcome.code == 0 for r in ranked) else 1
+    failed = [r.outcome for r in ranked if r.outcome.code != 0]
+    for o in failed:
+        err.print(f"kvtui: tune: {o.candidate} failed at rung {o.rung + 1} ({o.status}); its log: "
+                  f"{log_path(Path(o.run_dir))}", highlight=False)
+    return 0 if not failed else 1
 
 

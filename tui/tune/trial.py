@@ -11,6 +11,7 @@ it crosses a process or a Ray cluster unchanged.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import time
 import tomllib
@@ -32,10 +33,16 @@ class Trial:
     rung: int
     profile_toml: str
     run_dir: str
+    retry: bool = False  # the second and last attempt, after the first one's worker died
 
     @classmethod
     def of(cls, candidate: str, rung: int, profile: Profile, run_dir: Path) -> Trial:
         return cls(candidate, rung, dump_profile(profile), str(run_dir))
+
+    def retried(self) -> Trial:
+        """The same trial in a fresh run directory (``rung-N-retry``): never the killed attempt's files,
+        which the recorder refuses and whose partial ``sweep.json`` is not this trial's edge."""
+        return dataclasses.replace(self, run_dir=self.run_dir + "-retry", retry=True)
 
 
 @dataclass(frozen=True)
@@ -61,6 +68,11 @@ class Outcome:
         if price_per_gpu_hour is None or self.edge_req_s is None or not self.output_tok_per_s:
             return None
         return price_per_gpu_hour * gpus / (self.output_tok_per_s * 3600) * 1e6
+
+
+def lost_outcome(trial: Trial, why: str) -> Outcome:
+    """The result of a trial whose worker died on both attempts: failed, no edge, the reason as status."""
+    return Outcome(trial.candidate, trial.rung, trial.run_dir, 1, None, why, 0, None, None, None, 0.0)
 
 
 def record_run(profile: Profile, run_dir: Path) -> int:
@@ -96,7 +108,11 @@ def run_trial(trial: Trial) -> Outcome:
 
 
 def read_outcome(trial: Trial, code: int, wall_s: float) -> Outcome:
-    """The edge of a recorded sweep (the sweep's rule) and the tails at its probe."""
+    """The edge of a recorded sweep (the sweep's rule) and the tails at its probe; none from a recorder
+    that failed (its directory may hold another attempt's partial sweep, or half of its own)."""
+    if code not in (0, 130):
+        return Outcome(trial.candidate, trial.rung, trial.run_dir, code, None, f"failed (recorder exit {code})", 0,
+                       None, None, None, wall_s)
     edges = read_capacity_edges(Path(trial.run_dir))
     edge = edges[0] if edges else None
     ttft = tpot = tok = None

@@ -151,9 +151,19 @@ class Recording:
     def open(cls, path: Path) -> Recording:
         """Read ``path``; raises :class:`ReplayError` (one line) when it has nothing to replay."""
         path = Path(path)
-        if not path.is_dir() or not (path / "run.json").is_file():
-            raise ReplayError(f"{path}: not a recorded run (no run.json); record one with kvtui --record --out DIR")
-        info = json.loads((path / "run.json").read_text(encoding="utf-8"))
+        shown = str(path) if len(str(path)) <= 200 else str(path)[:197] + "..."
+        try:
+            found = path.is_dir() and (path / "run.json").is_file()
+        except OSError:  # a name too long
+            found = False
+        if not found:
+            raise ReplayError(f"{shown}: not a recorded run (no run.json); record one with kvtui --record --out DIR")
+        try:
+            info = json.loads((path / "run.json").read_text(encoding="utf-8"))
+        except (ValueError, RecursionError):
+            info = None
+        if not isinstance(info, dict):  # damaged: was a JSONDecodeError or AttributeError traceback
+            raise ReplayError(f"{shown}/run.json: damaged: not the recorder's JSON object")
         frames = read_records(path, "frames", columns=[n for n in FRAME_SCHEMA.names if n != "state"])
         if frames.num_rows == 0:
             if info.get("target", "local") != "local":
