@@ -156,9 +156,9 @@ def test_a_sweeps_report_opens_with_what_was_measured_and_draws_rates_on_a_log_a
     assert facts["Modes"] == "static+contiguous, continuous+paged"
     assert facts["Load"].startswith("sweep: from 1 req/s") and "8 probes run" in facts["Load"]
     assert facts["SLOs"].startswith("TTFT ≤ 2000 ms, TPOT ≤ 100 ms")
-    assert (f"continuous+paged holds at least {edges['continuous+paged']:.3g} req/s within the SLOs" in header
-            and f"(the baseline, {edges['static+contiguous']:.3g} req/s)" in header)
-    assert "<h4>Capacity edge (sweep)</h4>" in header and "Capacity edge ratio continuous+paged / static+contiguous" in header
+    assert (f"continuous+paged &gt;= {edges['continuous+paged']:.3g} req/s" in header
+            and f"static+contiguous (the baseline) {edges['static+contiguous']:.3g} req/s" in header)
+    assert "<h4>Capacity edge (sweep)</h4>" in header and "Capacity edge continuous+paged / static+contiguous" in header
 
     ids = re.findall(r'<figure id="chart-([^"]+)"', page)
     assert ids == ["load-ttft", "load-tpot", "load-goodput", "cdf-ttft", "cdf-tpot", "timeseries-static-contiguous",
@@ -389,7 +389,8 @@ def test_the_analysis_files_are_read_when_present_drawn_and_make_the_headline(tm
         (3, "c", (("max_num_seqs", "64"), ("block_size", "16")), 1)]
     assert headline(run, a)[0] == ("continuous+paged holds 12× the capacity of static+contiguous (the baseline) at edge: "
                                    "reservation 1.5× (static+contiguous → static+paged), batching 8× "
-                                   "(static+paged → continuous+paged).")
+                                   "(static+paged → continuous+paged); against static batching it mostly measures "
+                                   "the TTFT SLO until the SLO is longer than one static batch (see slo_sensitivity.csv).")
     charts = build_charts(review([review_of(run)]), [(run.name, a)])
     assert [c.id for c in charts if c.drawn][-3:] == ["decomposition", "slo-sensitivity", "tune"]
     assert _chart(charts, "slo-sensitivity").figure.axes[0].get_xscale() == "linear"  # type: ignore[union-attr]
@@ -410,10 +411,12 @@ def test_without_a_decomposition_or_sweep_the_headline_compares_goodput_with_the
     run = _tiny_run(tmp_path)
     hi = {r["mode"]: r["goodput_req_per_s"] for r in run.summary.filter(pl.col("stage") == "hi").iter_rows(named=True)}
     base, cont = hi["static+contiguous"], hi["continuous+paged"]
-    assert headline(run, Analyses()) == [
-        "At the highest load level, hi (target 8 req/s), goodput (requests meeting every SLO per second): "
-        f"continuous+paged {cont:.3g} req/s, {cont / base:.3g}× the baseline's; static+contiguous (the baseline) "
-        f"{base:.3g} req/s."]
+    [line] = headline(run, Analyses())
+    assert line.startswith("At the highest load level, hi (target 8 req/s): Goodput (requests meeting every SLO per second)")
+    assert f"continuous+paged {cont:.3g} req/s, static+contiguous (the baseline) {base:.3g} req/s" in line
+    # the tiny run offers 8 req/s to a baseline that serves about half: its goodput measures the overload
+    assert "no multiple: static+contiguous (the baseline) is overloaded there (served" in line
+    assert f"{cont / base:.3g}x" not in line
 
 
 def test_a_time_series_panel_that_is_zero_throughout_is_left_out_and_named(tmp_path) -> None:

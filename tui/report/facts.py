@@ -29,7 +29,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import tui
 from tui.base.provenance import kvtui_commit
-from tui.metrics.capacity import RATIO_MODES, edge_ratio
+from tui.metrics.capacity import RATIO_MODES, edge_figure, edge_ratio_of
+from tui.metrics.ratio import Figure, Ratio, caveat, ratio_text
 from tui.profile import Profile
 from tui.report.terminal import RunData
 
@@ -326,28 +327,38 @@ def _decomposition_sentences(steps: Sequence[DecompositionStep]) -> list[str]:
         parts = ", ".join(f"{s.change} {_x(s.capacity_factor)} ({s.from_mode} → {s.to_mode})" for s in chain)
         linked = all(a.to_mode == b.from_mode for a, b in itertools.pairwise(chain))
         where = f" at {stage}" if stage else ""
+        # the batching step's factor is mostly the TTFT SLO's doing: say so beside the product
+        batching = next((s for s in chain if s.change == "batching"), None)
+        why = f"; {caveat(batching.to_mode, batching.from_mode)}" if batching else ""
         if linked:
             total = math.prod(s.capacity_factor for s in chain)
             out.append(f"{chain[-1].to_mode} holds {_x(total)} the capacity of {chain[0].from_mode} (the baseline)"
-                       f"{where}: {parts}.")
+                       f"{where}: {parts}{why}.")
         else:
-            out.append(f"Capacity{where} by change, each against the mode it starts from: {parts}.")
+            out.append(f"Capacity{where} by change, each against the mode it starts from: {parts}{why}.")
     return out
 
 
 def _edge_sentences(run: RunData) -> list[str]:
-    by_mode = {e.mode: e for e in run.edges}
-    ratio = edge_ratio(run.edges)
-    num, den = by_mode.get(RATIO_MODES[0]), by_mode.get(RATIO_MODES[1])
-    if ratio is not None and num is not None and den is not None:
-        least = "at least " if num.status == "above" else ""  # never missed: the edge is a floor
-        return [f"{num.mode} holds {least}{num.edge_rate:.3g} req/s within the SLOs, {least}{_x(ratio)} the capacity "
-                f"of {den.mode} (the baseline, {den.edge_rate:.3g} req/s)."]
+    modes = {e.mode for e in run.edges}
+    if set(RATIO_MODES) <= modes:
+        return [ratio_text(edge_ratio_of(run.edges))]
     found = [e for e in run.edges if e.edge_rate is not None]
     if found:
-        return ["No baseline edge to compare with (" + BASELINE_MODE + " has none in this run); edges: "
-                + ", ".join(f"{e.mode} {e.edge_rate:.3g} req/s" for e in found) + "."]
+        return ["Capacity edges (" + BASELINE_MODE + ", the baseline, was not swept, so no multiple): "
+                + ", ".join(f"{e.mode} {edge_figure(e).text()}" for e in found) + "."]
     return ["The sweep found no capacity edge (every mode missed the SLOs at the lowest rate probed)."]
+
+
+def _goodput_figure(row: dict) -> Figure:
+    """A mode's goodput at one stage; overloaded when it served under 90 % of the rate offered (its
+    goodput then measures the overload, not the mode)."""
+    served, offered = row.get("req_per_s"), row.get("offered_rate")
+    bound = None
+    if served is not None and offered and served < 0.9 * offered:
+        bound = f"overloaded there (served {served:.3g} of {offered:.3g} req/s offered)"
+    g = row.get("goodput_req_per_s")
+    return Figure(str(row["mode"]), None if g is None else float(g), bound=bound)
 
 
 def _goodput_sentences(run: RunData) -> list[str]:
@@ -364,17 +375,13 @@ def _goodput_sentences(run: RunData) -> list[str]:
     base = at.filter(at["mode"] == BASELINE_MODE)
     if not base.height or base["goodput_req_per_s"][0] is None:
         return [f"{BASELINE_MODE} (the baseline) has no goodput at {top['stage']}."]
-    b = float(base["goodput_req_per_s"][0])
-    parts = []
-    for row in at.filter(at["mode"] != BASELINE_MODE).iter_rows(named=True):
-        g = row["goodput_req_per_s"]
-        if g is None:
-            continue
-        versus = f", {_x(g / b)} the baseline's" if b > 0 else ""
-        parts.append(f"{row['mode']} {g:.3g} req/s{versus}")
+    den = _goodput_figure(base.row(0, named=True))
     rate = f" (target {top['target_rate']:g} req/s)" if top.get("target_rate") is not None else ""
-    return [f"At the highest load level, {top['stage']}{rate}, goodput (requests meeting every SLO per second): "
-            + "; ".join(parts) + f"; {BASELINE_MODE} (the baseline) {b:.3g} req/s."]
+    where = f"At the highest load level, {top['stage']}{rate}: "
+    return [where + " ".join(ratio_text(Ratio("goodput (requests meeting every SLO per second)",
+                                              _goodput_figure(row), den))
+                             for row in at.filter(at["mode"] != BASELINE_MODE).iter_rows(named=True)
+                             if row["goodput_req_per_s"] is not None)]
 
 
 def headline(run: RunData, analyses: Analyses) -> list[str]:
