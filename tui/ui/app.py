@@ -192,9 +192,28 @@ class KVTuiApp(App[int]):
             return
         method = getattr(self.backend, entry.op)
         if inspect.iscoroutinefunction(method):
-            self._controls.put_nowait(partial(method, *entry.args))
+            # Echo the key at once: an engine control takes a round trip (0.6-2 s under load), and a key
+            # that shows nothing for that long gets pressed again.
+            echo = entry.title.split(": ", 1)[-1] + "…"
+            self.backend.set_status(echo)
+            self._controls.put_nowait(partial(self._run_echoed, method, entry.args, echo))
         else:
             method(*entry.args)
+
+    async def _run_echoed(self, method: Callable[..., Awaitable[object]], args: tuple[object, ...], echo: str) -> None:
+        """Run one queued control; clear its echo if the control said nothing of its own (no stale notice)."""
+        try:
+            await method(*args)
+        finally:
+            if self.backend.latest.status == echo:
+                self.backend.set_status("")
+
+    async def action_quit(self) -> None:
+        """Leave at once with a word on screen: the status line says so before the frame goes, and the
+        local engine is stopped without draining (:meth:`LiveBackend.close`)."""
+        self.backend.set_status("quitting…")
+        self.panes[-1].apply(self.backend.latest)
+        self.call_after_refresh(self.exit)
 
     def action_focus_next(self) -> None:
         """Tab from nowhere lands on the request table (arrows and enter there select a request and

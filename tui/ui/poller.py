@@ -172,7 +172,9 @@ class LiveBackend(Backend):
         server, self.server = self.server, None
         if server is not None:
             with contextlib.suppress(Exception):
-                await asyncio.to_thread(server.stop, 5.0)
+                # Quitting must not wait on open requests (4-5 s of blank screen before): abort them,
+                # and kill the server if it has not gone within a second.
+                await asyncio.to_thread(server.stop, 1.0, drain=False)
 
     # -- polling -----------------------------------------------------------------------------------
 

@@ -1,0 +1,95 @@
+"""Nothing the keyboard can focus changes the experiment, keys echo at once, and quitting says so."""
+
+from __future__ import annotations
+
+import pytest
+
+from tui.profile import Profile
+from tui.ui.app import KVTuiApp
+from tui.ui.backend import FixedBackend
+from tui.ui.status_line import StatusLine
+
+pytestmark = pytest.mark.slow  # each test drives the whole app
+
+SIZES = [(80, 24), (120, 40), (200, 55)]
+
+
+class CountingBackend(FixedBackend):
+    """A fixed backend that counts every engine control it is asked for (a fixed one ignores them)."""
+
+    def __init__(self, profile: Profile) -> None:
+        super().__init__(profile)
+        self.controls: list[str] = []
+
+    async def set_mode(self, batching: str | None, kv: str | None) -> None:
+        self.controls.append(f"mode {batching} {kv}")
+
+    async def set_preemption_mode(self, mode: str) -> None:
+        self.controls.append(f"preemption {mode}")
+
+    async def toggle_pause(self) -> None:
+        self.controls.append("pause")
+
+    async def step(self) -> None:
+        self.controls.append("step")
+
+    async def restart_engine(self) -> None:
+        self.controls.append("restart")
+
+    async def toggle_defense(self, name) -> None:  # type: ignore[no-untyped-def]
+        self.controls.append(f"defense {name}")
+
+
+@pytest.mark.parametrize("size", SIZES)
+async def test_tab_then_enter_never_changes_the_experiment(size: tuple[int, int]) -> None:
+    backend = CountingBackend(Profile())
+    app = KVTuiApp(backend, live=False)
+    async with app.run_test(size=size) as pilot:
+        before = (backend.load, backend.defenses)
+        for tabs in range(1, 10):  # every focus stop the keyboard can reach, and around again
+            app.screen.set_focus(None)
+            await pilot.press(*["tab"] * tabs, "enter")
+            await pilot.pause()
+            while app.screen is not app.screen_stack[0]:  # enter on the request table opens a timeline
+                await pilot.press("escape")
+                await pilot.pause()
+            assert (backend.load, backend.defenses) == before, (size, tabs, app.focused)
+            assert backend.controls == [], (size, tabs, app.focused)
+
+
+async def test_an_engine_key_echoes_at_once_and_its_echo_does_not_go_stale() -> None:
+    backend = CountingBackend(Profile())
+    app = KVTuiApp(backend, live=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.action_act("toggle_pause")  # as the key does, but read the status before the queue runs
+        assert backend.latest.status == "pause / resume…"
+        await pilot.pause()
+        await pilot.pause()
+        assert backend.controls == ["pause"] and backend.latest.status == ""
+
+
+async def test_quit_says_so_and_leaves() -> None:
+    app = KVTuiApp(FixedBackend(Profile()), live=False)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("q")
+        assert app.backend.latest.status == "quitting…"
+        assert "quitting…" in "".join(str(line) for line in app.query_one(StatusLine).lines)  # drawn at once
+        await pilot.pause()
+    assert not app.is_running
+
+
+class _Server:
+    def __init__(self) -> None:
+        self.stops: list[tuple[float, bool]] = []
+
+    def stop(self, timeout: float = 15.0, *, drain: bool = True) -> None:
+        self.stops.append((timeout, drain))
+
+
+async def test_closing_the_dashboard_aborts_the_local_engine_rather_than_draining_it() -> None:
+    from tui.ui.poller import LiveBackend
+
+    server = _Server()
+    backend = LiveBackend(Profile(), server=server)
+    await backend.close()
+    assert server.stops == [(1.0, False)]  # open requests are aborted: quitting never waits on them
