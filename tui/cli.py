@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import secrets
 import sys
 from collections.abc import Sequence
@@ -326,6 +327,18 @@ def replay_cli(dirs: list[Path]) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``kvtui`` console script; returns the exit code."""
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # here, not at exit, so a reader that left is caught below
+        return code
+    except BrokenPipeError:
+        # `kvtui profiles | head -1`: the reader left, which is no error of ours. Point stdout at
+        # /dev/null so the interpreter's own flush at exit does not print a traceback either.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # as a shell reports a process ended by SIGPIPE
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
