@@ -383,13 +383,40 @@ def edges_markdown(edges: Sequence[CapacityEdge]) -> str:
     return "\n".join(out) + "\n"
 
 
-def edges_rich(edges: Sequence[CapacityEdge], title: str = "capacity edge (sweep)"):
-    """The edge table for the terminal (a ``rich`` table)."""
+# The edge table's headers on two lines (the statistic, then its unit), narrow enough for 80 columns.
+EDGE_SHORT_HEADERS = ("mode", "edge\nreq/s", "achieved\nreq/s", "SLO met\nat edge", "missed\nat req/s",
+                      "SLO met\nthere", "queue\nthere", "probes", "status")
+
+
+def edges_rich(edges: Sequence[CapacityEdge], title: str = "capacity edge (sweep)", *, narrow: bool = False):
+    """The edge table for the terminal (a ``rich`` table). ``narrow``: two-line headers, modes
+    abbreviated (``S+C``), no borders: 80 columns hold it whole. Numbers never wrap, so rich can never
+    cut one to an ellipsis."""
     from rich.table import Table
 
-    t = Table(title=title, header_style="bold", title_justify="left")
-    for h in EDGE_HEADERS:
-        t.add_column(h, justify="left" if h in ("mode", "status") else "right")
+    from tui.metrics.table_view import mode_abbrev
+
+    headers = EDGE_SHORT_HEADERS if narrow else EDGE_HEADERS
+    t = (Table(title=title, header_style="bold", title_justify="left", title_style="bold", box=None, padding=(0, 1),
+               collapse_padding=True, pad_edge=False, show_edge=False) if narrow
+         else Table(title=title, header_style="bold", title_justify="left"))
+    for h in headers:
+        text = h in ("mode", "status")
+        t.add_column(h, justify="left" if text else "right", no_wrap=not text, overflow="fold")
     for r in edge_rows(edges):
-        t.add_row(*r)
+        t.add_row(*([mode_abbrev(r[0])] if narrow else r[:1]), *r[1:])
     return t
+
+
+def edges_renderable(console: Any, edges: Sequence[CapacityEdge], title: str = "capacity edge (sweep)"):
+    """The edge table for ``console``: whole where it fits, else the narrow form and its mode legend."""
+    from rich.console import Group
+    from rich.text import Text
+
+    from tui.metrics.table_view import fits, mode_abbrev
+
+    full = edges_rich(edges, title)
+    if fits(console, full):
+        return full
+    legend = " · ".join(dict.fromkeys(f"{mode_abbrev(e.mode)} {e.mode}" for e in edges if mode_abbrev(e.mode) != e.mode))
+    return Group(edges_rich(edges, title, narrow=True), Text(f"modes: {legend}" if legend else "", style="dim"))

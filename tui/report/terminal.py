@@ -18,7 +18,7 @@ import polars as pl
 from rich.console import Console
 from rich.table import Table
 
-from tui.metrics.capacity import CapacityEdge, edge_summary_lines, edges_rich, read_capacity_edges
+from tui.metrics.capacity import CapacityEdge, edge_summary_lines, edges_renderable, read_capacity_edges
 from tui.metrics.decomposition import decomposition_rich, read_tables
 from tui.metrics.repeats import collapse_repeats
 from tui.metrics.review import RunReview, review_run
@@ -122,7 +122,7 @@ def _print_run(console: Console, run: RunData) -> None:
     else:
         console.print(f"{title}: no requests recorded")
     if run.edges:  # a sweep's capacity edge per mode
-        console.print(edges_rich(run.edges))
+        console.print(edges_renderable(console, run.edges))
         for line in edge_summary_lines(run.edges):
             console.print(line, markup=False, highlight=False)
     for item in decomposition_rich(*read_tables(run.path)):  # a decomposition's tables (tui.recorder.decompose)
