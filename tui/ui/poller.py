@@ -328,6 +328,7 @@ class LiveBackend(Backend):
             self.set_status("load stopped")
             return
         if not self.local:
+            from tui.load.length_check import check_lengths
             from tui.load.runner import make_target
             from tui.load.target import PreflightError
 
@@ -335,11 +336,18 @@ class LiveBackend(Backend):
             try:
                 self.set_status(f"checking {self.root_url} with one tiny request…")
                 await probe.preflight()
+                # as the recorder does: prompts sized here in words may be over the server's limit in
+                # its tokens (half the default requests were refused before this check)
+                self.set_status(f"checking the workload's lengths against {self.root_url}…")
+                problem = await check_lengths(self.profile, probe, self.presets[self.load.workload])
             except PreflightError as e:
                 self.set_status(str(e), "error")
                 return
             finally:
                 await probe.aclose()
+            if problem is not None:
+                self.set_status(problem.message(f"workload {self.load.workload!r}"), "error")
+                return
         warning = ""
         if self.local:
             ok, warning = await self._feasible()
