@@ -346,7 +346,7 @@ def _main(argv: Sequence[str] | None) -> int:
             return replay_cli(args.dirs)
         if args.command == "report":
             if args.html is not None:
-                from tui.report.html import html_main
+                from tui.report.page import html_main
 
                 return html_main(args.dirs, args.html, args.charts_dir)
             if args.table or args.wide or not sys.stdout.isatty():  # pipes and scripts get the printed table

@@ -23,7 +23,8 @@ from tui.metrics.review import review, review_run
 from tui.profile import Profile, find_profile, load_profile, profile_from_dict
 from tui.recorder.virtual import VirtualClockRecorder
 from tui.report.facts import Analyses
-from tui.report.html import Chart, _markdown_notes_html, _run_section, build_charts, inline_svg, render_svg
+from tui.report.charts import Chart, build_charts, inline_svg, render_svg
+from tui.report.page import _markdown_notes_html, _run_section
 from tui.report.terminal import RunData, load_run, review_of
 
 CHART_IDS = ("load-ttft", "load-tpot", "load-goodput", "cdf-ttft", "cdf-tpot", "timeseries-low",
@@ -332,7 +333,8 @@ def test_every_panel_of_a_cdf_chart_has_one_scale(tmp_path) -> None:
 
 
 def test_a_chart_with_nothing_to_draw_is_a_sentence_with_no_file(tmp_path) -> None:
-    from tui.report.html import export_chart, render_html
+    from tui.report.charts import export_chart
+    from tui.report.page import render_html
 
     run = _tiny_run(tmp_path)  # every request succeeded
     charts = build_charts(review([review_of(run)]))
