@@ -103,5 +103,9 @@ def test_a_decomposition_writes_its_tables_and_the_report_prints_them(
     page = tmp_path / "report.html"
     assert main(["report", str(out), "--html", str(page)]) == 0
     html = page.read_text(encoding="utf-8")
-    assert '<figure id="chart-decomposition">' in html and '<figure id="chart-slo-sensitivity">' in html
+    assert '<figure id="chart-decomposition">' in html and '<figure id="chart-slo-sensitivity-small-gpu">' in html
+    # it leads with the chain, and its header names the preset's own GPU, not only the run's first engine
+    assert html.index("<h2>What each change bought (the gain chain)</h2>") < html.index('<dl class="facts">')
+    assert "small-gpu: llama-3.1-8b on 1 x H100-SXM" in html
+    assert '<figure id="chart-load-ttft-small-gpu">' in html  # the load charts per preset
     assert "missing" not in html.lower()

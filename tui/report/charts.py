@@ -39,7 +39,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter
 
 from tui.metrics.review import Cdf, CellSeries, LoadCurve, Review
-from tui.report.facts import BASELINE_MODE, Analyses
+from tui.report.facts import BASELINE_MODE, Analyses, SloPoint
 
 # A mode keeps its colour on every chart; the headline pair first (matplotlib's tab10 colours).
 _MODE_COLOURS = {"static+contiguous": "#d62728", "continuous+paged": "#1f77b4",
@@ -242,10 +242,16 @@ def build_charts(rv: Review, analyses: Sequence[tuple[str, Analyses]] = ()) -> l
     style = _Style(rv)
     sim = " (simulated)" if any(r.simulated for r in rv.runs) else ""
     per = "mode" if style.by_mode else "stage"
-    charts = [
-        _latency_chart(rv, style, "ttft", "TTFT against offered load" + sim),
-        _latency_chart(rv, style, "tpot", "TPOT against offered load" + sim),
-        _goodput_chart(rv, style, "Goodput and throughput against offered load" + sim),
+    charts = []
+    for preset in presets(rv) or [""]:  # a decomposition: one set per preset, never a line joining two
+        part = only_preset(rv, preset) if preset else rv
+        tag = f" · {preset}" if preset else ""
+        charts += [
+            _latency_chart(part, style, "ttft", f"TTFT against offered load{tag}{sim}", preset),
+            _latency_chart(part, style, "tpot", f"TPOT against offered load{tag}{sim}", preset),
+            _goodput_chart(part, style, f"Goodput and throughput against offered load{tag}{sim}", preset),
+        ]
+    charts += [
         _cdf_chart(rv, style, "ttft", f"TTFT distribution per {per} (CDF){sim}"),
         _cdf_chart(rv, style, "tpot", f"TPOT distribution per {per} (CDF){sim}"),
     ]
@@ -261,9 +267,11 @@ def build_charts(rv: Review, analyses: Sequence[tuple[str, Analyses]] = ()) -> l
         if a.decomposition:
             charts.append(_decomposition_chart(a, style, chart_id("decomposition", name if several else ""),
                                                f"What each change bought{tag}{sim}"))
-        if a.slo_sensitivity:
-            charts.append(_slo_sensitivity_chart(a, style, chart_id("slo-sensitivity", name if several else ""),
-                                                 f"Capacity edge against the TTFT SLO{tag}{sim}"))
+        for stage in dict.fromkeys(p.stage for p in a.slo_sensitivity):  # one chart per preset
+            points = [p for p in a.slo_sensitivity if p.stage == stage]
+            where = f" · {stage}" if stage else ""
+            charts.append(_slo_sensitivity_chart(points, style, chart_id("slo-sensitivity", " ".join(
+                x for x in (name if several else "", stage) if x)), f"Capacity edge against the TTFT SLO{tag}{where}{sim}"))
         if a.tune:
             charts.append(_tune_chart(a, chart_id("tune", name if several else ""), f"Tuned candidates{tag}{sim}"))
     if sim:  # the exported SVG/PNG travels without the page's title, so the drawing itself says it
@@ -276,6 +284,25 @@ def build_charts(rv: Review, analyses: Sequence[tuple[str, Analyses]] = ()) -> l
                 chart.figure.text(0.995, 0.005, "SIMULATED GPU backend: modelled step times", ha="right",
                                   va="bottom", fontsize=7, color="#8a6d00")
     return charts
+
+
+def presets(rv: Review) -> list[str]:
+    """A decomposition's presets, in run order: the ``<preset>`` of its ``<preset>:<cell>`` stages
+    ([] for a run whose stages carry no preset)."""
+    stages = [st for c in rv.curves for st in c.stages]
+    return list(dict.fromkeys(st.split(":", 1)[0] for st in stages if ":" in st))
+
+
+def only_preset(rv: Review, preset: str) -> Review:
+    """``rv`` with each load curve cut to one preset's stages (the other charts are per cell already)."""
+    def cut(c: LoadCurve) -> LoadCurve:
+        keep = [i for i, st in enumerate(c.stages) if st.split(":", 1)[0] == preset]
+        fields = ("stages", "target", "offered", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms",
+                  "goodput", "throughput")
+        cut_fields: dict[str, Any] = {f: tuple(getattr(c, f)[i] for i in keep) for f in fields}
+        return dataclasses.replace(c, **cut_fields)
+
+    return Review(tuple(dataclasses.replace(r, curves=tuple(cut(c) for c in r.curves)) for r in rv.runs))
 
 
 def chart_id(kind: str, name: str = "") -> str:
@@ -302,8 +329,8 @@ def _no_load_levels(rv: Review) -> bool:
 _NO_LOAD = "No chart: no load level with a known target rate was recorded, so there is no load axis to draw on."
 
 
-def _latency_chart(rv: Review, style: _Style, metric: str, title: str) -> Chart:
-    cid = chart_id("load", metric)
+def _latency_chart(rv: Review, style: _Style, metric: str, title: str, preset: str = "") -> Chart:
+    cid = chart_id(f"load-{metric}", preset)
     values = [v for c in rv.curves for q in ("p50", "p99") for v in getattr(c, f"{metric}_{q}_ms")]
     if _no_load_levels(rv) or not _positive(values).size:
         return _no_data(cid, title, _NO_LOAD if _no_load_levels(rv) else
@@ -329,9 +356,10 @@ def _latency_chart(rv: Review, style: _Style, metric: str, title: str) -> Chart:
                  f"{slo_text}; a dotted line in a mode's colour is its capacity edge.", fig)
 
 
-def _goodput_chart(rv: Review, style: _Style, title: str) -> Chart:
+def _goodput_chart(rv: Review, style: _Style, title: str, preset: str = "") -> Chart:
+    cid = chart_id("load-goodput", preset)
     if _no_load_levels(rv):
-        return _no_data("load-goodput", title, _NO_LOAD)
+        return _no_data(cid, title, _NO_LOAD)
     fig = Figure(figsize=(FIG_WIDTH, 4.8), layout="constrained")
     ax = fig.add_subplot()
     for c in rv.curves:
@@ -358,7 +386,7 @@ def _goodput_chart(rv: Review, style: _Style, title: str) -> Chart:
     ax.set_ylabel("req/s" + (", log scale" if scale == "log" else ""))
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
     zero = scale == "log" and any(v == 0 for c in rv.curves for v in c.goodput)
-    return Chart("load-goodput", title,
+    return Chart(cid, title,
                  "Goodput (requests meeting every SLO, per second; filled) and throughput (all successful requests; "
                  "open) against the target rate; x marks the rate each stage's drawn schedule actually offered."
                  + (" A goodput of zero has no place on the log axis and is not drawn (the table has it)." if zero
@@ -500,8 +528,7 @@ def _decomposition_chart(a: Analyses, style: _Style, cid: str, title: str) -> Ch
                  "a bar right of the line bought capacity, one left of it cost some.", fig)
 
 
-def _slo_sensitivity_chart(a: Analyses, style: _Style, cid: str, title: str) -> Chart:
-    points = a.slo_sensitivity
+def _slo_sensitivity_chart(points: Sequence[SloPoint], style: _Style, cid: str, title: str) -> Chart:
     modes = list(dict.fromkeys(p.mode for p in points))
     ratios = [p for p in points if p.ratio_vs_baseline is not None and p.mode != BASELINE_MODE]
     cols = 2 if ratios else 1
@@ -538,6 +565,25 @@ def _slo_sensitivity_chart(a: Analyses, style: _Style, cid: str, title: str) -> 
                  "SLO chosen.", fig)
 
 
+def _label(ax, points: Sequence[tuple[str, float | None, float | None]], spacing: float = 0.07) -> list[str]:
+    """Name points (best first) without printing names over each other: a point closer than ``spacing``
+    (a share of the axes, on their scales) to one already named keeps its dot but not its name.
+    Returns the names placed."""
+    placed: list[tuple[float, float]] = []
+    names = []
+    for name, x, y in points:
+        if x is None or y is None:
+            continue
+        ax.autoscale_view()  # the limits as drawn, so the distances are those on the page
+        fx, fy = ax.transLimits.transform(ax.transScale.transform((x, y)))  # 0..1 across the axes
+        if any(abs(fx - px) < spacing * 2.5 and abs(fy - py) < spacing for px, py in placed):
+            continue
+        placed.append((fx, fy))
+        names.append(name)
+        ax.annotate(name, (x, y), fontsize=7, xytext=(4, 3), textcoords="offset points")
+    return names
+
+
 def _tune_chart(a: Analyses, cid: str, title: str) -> Chart:
     rows = [t for t in a.tune if t.capacity_edge_req_s is not None]
     if not rows:
@@ -555,11 +601,9 @@ def _tune_chart(a: Analyses, cid: str, title: str) -> Chart:
         xs = np.array([t.capacity_edge_req_s for t in costed], dtype=float)
         ys = np.array([t.cost_per_mtok for t in costed], dtype=float)
         ax.scatter(xs, ys, color="#1f77b4", zorder=3)
-        for t in costed[:10]:
-            ax.annotate(f"#{t.rank} {t.candidate}", (t.capacity_edge_req_s, t.cost_per_mtok), fontsize=7,
-                        xytext=(4, 3), textcoords="offset points")
         _rate_axis(ax, xs.tolist())
         _rate_axis(ax, ys.tolist(), axis="y")
+        _label(ax, [(f"#{t.rank} {t.candidate}", t.capacity_edge_req_s, t.cost_per_mtok) for t in costed[:10]])
         ax.set_ylabel("cost per million tokens")
         what = "each candidate's capacity edge against its cost per million tokens (the ten best ranks named)"
     else:
@@ -573,10 +617,9 @@ def _tune_chart(a: Analyses, cid: str, title: str) -> Chart:
         ax2 = fig.add_subplot(1, 2, 2)
         xs = np.array([t.capacity_edge_req_s for t in tails], dtype=float)
         ax2.scatter(xs, np.array([t.ttft_p99_ms for t in tails], dtype=float), color="#ff7f0e", zorder=3)
-        for t in tails[:5]:
-            ax2.annotate(f"#{t.rank} {t.candidate}", (t.capacity_edge_req_s, t.ttft_p99_ms), fontsize=7,
-                         xytext=(4, 3), textcoords="offset points")
         _rate_axis(ax2, xs.tolist())
+        ax2.autoscale_view()
+        _label(ax2, [(f"#{t.rank} {t.candidate}", t.capacity_edge_req_s, t.ttft_p99_ms) for t in tails[:5]])
         ax2.set_xlabel("throughput: capacity edge (req/s)")
         ax2.set_ylabel("TTFT P99 at the edge (ms)")
         what += "; and each one's TTFT P99 at its edge against that throughput"

@@ -18,6 +18,7 @@ file that cannot be used is named in :attr:`Analyses.notes` rather than failing 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import itertools
 import math
 import re
@@ -65,6 +66,7 @@ class SloPoint:
     mode: str
     capacity_edge_req_s: float | None
     ratio_vs_baseline: float | None
+    stage: str = ""  # a decomposition's preset ("" where the file has no stage column)
 
 
 @dataclass(frozen=True)
@@ -133,7 +135,8 @@ def read_analyses(run_dir: Path) -> Analyses:
     for r in _rows(run_dir / SLO_SENSITIVITY_FILE, ("ttft_slo_ms", "mode", "capacity_edge_req_s"), notes):
         slo = _num(r["ttft_slo_ms"])
         if slo is not None and slo > 0:
-            points.append(SloPoint(slo, r["mode"], _num(r["capacity_edge_req_s"]), _num(r.get("ratio_vs_baseline"))))
+            points.append(SloPoint(slo, r["mode"], _num(r["capacity_edge_req_s"]), _num(r.get("ratio_vs_baseline")),
+                                   r.get("stage") or ""))
     tuned = []
     fixed = ("rank", "candidate", "capacity_edge_req_s", "cost_per_mtok", "ttft_p99_ms", "tpot_p99_ms", "rungs_reached")
     for r in _rows(run_dir / TUNE_FILE, ("rank", "candidate", "capacity_edge_req_s"), notes):
@@ -212,6 +215,38 @@ def _gib(n: float) -> str:
     return f"{n / (1 << 30):.1f} GiB"
 
 
+def _presets(run: RunData) -> list[dict]:
+    """A decomposition's presets as run.json lists them (each chain's own simulated engine); [] otherwise."""
+    dec = run.info.get("decompose")
+    presets = dec.get("presets") if isinstance(dec, dict) else None
+    return [p for p in presets if isinstance(p, dict) and p.get("name")] if isinstance(presets, list) else []
+
+
+def _preset_profile(name: str) -> Profile | None:
+    """A shipped (or findable) preset profile by name; None where it cannot be read here."""
+    from tui.profile import ProfileError, find_profile, load_profile
+
+    try:
+        return load_profile(find_profile(name))
+    except (ProfileError, OSError, ValueError):
+        return None
+
+
+def _preset_targets(presets: Sequence[dict]) -> str:
+    return "SIMULATED GPUs, one chain each (roofline step times, nothing measured on a GPU), virtual clock: " + "; ".join(
+        f"{p['name']}: {name_only(str(p.get('model')))} on {p.get('tensor_parallel_size', 1)} x {p.get('hardware')}"
+        for p in presets)
+
+
+def _preset_kv(presets: Sequence[dict], run: RunData) -> str:
+    parts = []
+    for p in presets:
+        prof = _preset_profile(str(p["name"]))
+        kv = _kv_cache(dataclasses.replace(run, profile=prof, info={})) if prof is not None else "not known here"
+        parts.append(f"{p['name']}: {kv}")
+    return "; ".join(parts)
+
+
 def _kv_cache(run: RunData) -> str:
     """The KV cache: its size (a byte budget, or vLLM's split of the GPU's memory) and block size."""
     profile = run.profile
@@ -238,7 +273,7 @@ def _kv_cache(run: RunData) -> str:
 
 
 def _modes(run: RunData) -> str:
-    if run.profile is not None and run.info.get("target") in (None, "local"):
+    if run.profile is not None and run.info.get("target") in (None, "local") and not _presets(run):
         return ", ".join(m.label for m in run.profile.record.modes)
     modes = run.summary["mode"].unique(maintain_order=True).to_list() if run.summary.height else []
     return ", ".join(modes) or "none recorded"
@@ -298,18 +333,51 @@ def _version(run: RunData) -> str:
 def run_facts(run: RunData) -> list[tuple[str, str]]:
     """The header of one run: (label, value) pairs, in the order the page shows them."""
     status = "partial (stopped or crashed before the end)" if run.partial else "complete"
+    presets = _presets(run)
     return [
         ("Run id", str(run.info.get("run_id") or run.path.name)),
         ("Recorded", _date(run)),
         ("Measured by", _version(run)),
-        ("Target", _target(run)),
-        ("Model", _model(run)),
-        ("KV cache", _kv_cache(run)),
+        # a decomposition runs one chain per preset: name every GPU, model and KV size, not the first's
+        ("Target", _preset_targets(presets) if presets else _target(run)),
+        ("Model", ", ".join(dict.fromkeys(name_only(str(p.get("model"))) for p in presets)) if presets else _model(run)),
+        ("KV cache", _preset_kv(presets, run) if presets else _kv_cache(run)),
         ("Modes", _modes(run)),
         ("Load", _load(run)),
         ("SLOs", _slos(run)),
         ("Status", status),
     ]
+
+
+def _flat(d: object, prefix: str = "") -> dict[str, str]:
+    if isinstance(d, dict):
+        out: dict[str, str] = {}
+        for k, v in d.items():
+            out.update(_flat(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    return {prefix: str(d)}
+
+
+# what a run's settings are beyond its profile, as run.json records them
+_INFO_SETTINGS = ("target", "hardware", "engine_model", "tensor_parallel_size", "clock", "simulated", "kvtui_version")
+
+
+def settings_diff(a: RunData, b: RunData) -> list[list[str]]:
+    """The settings that differ between two runs, as (setting, A, B) rows: every profile key (dotted,
+    ``engine.max_num_seqs``), then what run.json records beside it (hardware, model, clock, version).
+    The name and description are left out: they label a run, they do not change it."""
+    from tui.profile import to_dict
+
+    def settings(run: RunData) -> dict[str, str]:
+        # profile.toml was written without credentials (the recorder strips them), so none can show here
+        flat = _flat(to_dict(run.profile)) if run.profile is not None else {}
+        flat = {k: v for k, v in flat.items() if k not in ("name", "description", "source")}
+        flat.update({f"run.{k}": str(run.info[k]) for k in _INFO_SETTINGS if k in run.info})
+        return flat
+
+    sa, sb = settings(a), settings(b)
+    return [[k, sa.get(k, "(not set)"), sb.get(k, "(not set)")] for k in sorted(sa.keys() | sb.keys())
+            if sa.get(k) != sb.get(k)]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -384,10 +452,21 @@ def _goodput_sentences(run: RunData) -> list[str]:
                              if row["goodput_req_per_s"] is not None)]
 
 
+def _tune_sentences(tuned: Sequence[TuneResult]) -> list[str]:
+    """The tune's answer: the first-ranked candidate, its knobs and what it holds."""
+    best = min(tuned, key=lambda t: t.rank)
+    knobs = ", ".join(f"{k} = {v}" for k, v in best.knobs) or "the profile's own settings"
+    edge = "no capacity edge" if best.capacity_edge_req_s is None else f"a capacity edge of {best.capacity_edge_req_s:.3g} req/s"
+    cost = "" if best.cost_per_mtok is None else f" at {best.cost_per_mtok:.3g} per million output tokens"
+    return [f"{best.candidate} ranks first of {len(tuned)} candidates ({knobs}): {edge}{cost}, within the SLOs."]
+
+
 def headline(run: RunData, analyses: Analyses) -> list[str]:
     """The run's result in words, each comparison naming its baseline; a simulated run says so."""
     if analyses.decomposition:
         out = _decomposition_sentences(analyses.decomposition)
+    elif analyses.tune:
+        out = _tune_sentences(analyses.tune)
     elif run.edges:
         out = _edge_sentences(run)
     else:

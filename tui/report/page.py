@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import html
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,7 @@ from tui.report.facts import (
     read_analyses,
     report_provenance,
     run_facts,
+    settings_diff,
     without_local_paths,
 )
 from tui.report.terminal import (
@@ -161,15 +162,101 @@ def _edges_html(run: RunData) -> str:
             + "".join(f"<p>{html.escape(line)}</p>" for line in edge_summary_lines(run.edges)) + "</div>")
 
 
-def _header_html(i: int, run: RunData, analyses: Analyses, several: bool) -> str:
-    """What one run measured (its facts), its headline against the baseline, and its capacity edges."""
+def _header_html(i: int, run: RunData, analyses: Analyses, several: bool, kind: str) -> str:
+    """What one run measured (its facts); for several runs its own headline too, and its capacity edges
+    where the answer above did not already show them."""
     title = f"Run {i + 1}: {run_title(run)}" if several else run_title(run)
     out = [f'<section id="run-{i + 1}"><h2>{html.escape(title)}</h2><dl class="facts">']
     out += [f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in run_facts(run)]
     out.append("</dl>")
-    out.append('<p class="headline">' + html.escape(" ".join(headline(run, analyses))) + "</p>")
-    out.append(_edges_html(run))
+    if several:
+        out.append('<p class="headline">' + html.escape(" ".join(headline(run, analyses))) + "</p>")
+    if kind != "sweep" or several:
+        out.append(_edges_html(run))
     out += [f'<p class="notes">{html.escape(n)}</p>' for n in analyses.notes]
+    out.append("</section>")
+    return "".join(out)
+
+
+# ---------------------------------------------------------------------------------------------------
+# The answer: what the page leads with, by the kind of run
+
+ANSWER_TITLES = {"ab": "What differs between A and B", "tune": "The ranking (kvtui tune)",
+                 "decompose": "What each change bought (the gain chain)", "sweep": "The capacity edge per mode",
+                 "compare": "The answer"}
+
+
+def page_kind(runs: Sequence[RunData], analyses: Sequence[Analyses]) -> str:
+    """What the page answers: ``ab`` (several runs), ``tune``, ``decompose``, ``sweep`` or ``compare``."""
+    if len(runs) > 1:
+        return "ab"
+    a = analyses[0] if analyses else Analyses()
+    if a.decomposition:
+        return "decompose"
+    if a.tune:
+        return "tune"
+    return "sweep" if runs and runs[0].edges else "compare"
+
+
+def _ab_html(a: RunData, b: RunData) -> str:
+    """The settings that differ between A and B, then the differences that are significant, then the
+    figures that moved: the page's first screen, not 9,000 px down."""
+    out = [f"<p>A = {html.escape(a.name)}, B = {html.escape(b.name)}.</p>"]
+    diff = settings_diff(a, b)
+    if diff:
+        out += ["<h3>Settings that differ</h3>", _table_html(("setting", "A", "B"), diff, text_cols=3)]
+    else:
+        out.append("<p>The same settings (profile, target, model): any difference below is the run's own noise "
+                   "or the machine's.</p>")
+    sig = [r for r in significance_rows(a, b) if r[-1] == "yes"]
+    out.append(f"<h3>Significant differences, B vs A ({len(sig)})</h3>")
+    out.append(_table_html(SIGNIFICANCE_HEADERS, sig, text_cols=3) if sig
+               else "<p>None: no latency of any cell differs significantly.</p>")
+    moved = [r for r in compare_rows(a, b) if r[-1] not in ("-", "+0.0%", "-0.0%")]
+    out.append(f"<h3>Figures that moved ({len(moved)}; every row in the tables below)</h3>")
+    out.append(_table_html(COMPARE_HEADERS, moved, text_cols=3) if moved else "<p>None.</p>")
+    return "".join(out)
+
+
+TUNE_HEADERS = ("rank", "candidate", "knobs", "edge req/s", "$/Mtok", "TTFT P99 ms", "TPOT P99 ms", "rungs")
+
+
+def _tune_html(a: Analyses) -> str:
+    def num(x: float | None, fmt: str = ".4g") -> str:
+        return "-" if x is None else format(x, fmt)
+
+    rows = [[str(t.rank), t.candidate, ", ".join(f"{k}={v}" for k, v in t.knobs), num(t.capacity_edge_req_s),
+             num(t.cost_per_mtok, ".3g"), num(t.ttft_p99_ms, ".0f"), num(t.tpot_p99_ms, ".0f"),
+             "-" if t.rungs_reached is None else str(t.rungs_reached)] for t in sorted(a.tune, key=lambda t: t.rank)]
+    return _table_html(TUNE_HEADERS, rows[:20], text_cols=3)
+
+
+def _decomposition_html(a: Analyses) -> str:
+    def num(x: float | None) -> str:
+        return "-" if x is None else f"{x:.3g}×"
+
+    rows = [[s.stage, s.change, f"{s.from_mode} → {s.to_mode}", num(s.capacity_factor), num(s.goodput_factor),
+             num(s.throughput_factor)] for s in a.decomposition]
+    return _table_html(("preset", "change", "from → to", "capacity", "goodput", "throughput"), rows, text_cols=3)
+
+
+def _answer_html(kind: str, runs: Sequence[RunData], analyses: Sequence[Analyses],
+                 lead: Sequence[tuple[Chart, str]]) -> str:
+    """The first section: the answer of the page's kind in one sentence (with its caveat) and the table
+    that holds it; ``lead``: the charts that belong to the answer (tune's Pareto chart)."""
+    run, a = runs[0], analyses[0]
+    out = [f'<section id="answer"><h2>{html.escape(ANSWER_TITLES[kind])}</h2>']
+    if kind == "ab":
+        out.append(_ab_html(run, runs[1]))
+    else:
+        out.append('<p class="headline">' + html.escape(" ".join(headline(run, a))) + "</p>")
+    if kind == "sweep":
+        out.append(_edges_html(run))
+    elif kind == "decompose":
+        out.append(_decomposition_html(a))
+    elif kind == "tune":
+        out.append(_tune_html(a))
+    out += [_figure_html(c, svg) for c, svg in lead]
     out.append("</section>")
     return "".join(out)
 
@@ -197,7 +284,12 @@ def render_html(runs: Sequence[RunData], charts: Sequence[Chart], svgs: Sequence
         out.append('<p class="simulated">Simulated: ' + html.escape(", ".join(r.name for r in sims))
                    + (" was" if len(sims) == 1 else " were") + " recorded on the simulated GPU backend (each step's"
                    " time from a roofline model, not measured on a GPU).</p>")
-    out += [_header_html(i, r, a, len(runs) > 1) for i, (r, a) in enumerate(zip(runs, analyses, strict=True))]
+    kind = page_kind(runs, analyses)
+    # tune's Pareto chart is part of its answer; every other chart follows the runs' headers
+    leading = [(c, svg) for c, svg in zip(charts, svgs, strict=True) if kind == "tune" and c.id.startswith("tune")]
+    rest = [(c, svg) for c, svg in zip(charts, svgs, strict=True) if (c, svg) not in leading]
+    out.append(_answer_html(kind, runs, analyses, leading))
+    out += [_header_html(i, r, a, len(runs) > 1, kind) for i, (r, a) in enumerate(zip(runs, analyses, strict=True))]
     out.append('<nav><ul>' + "".join(f'<li><a href="#chart-{c.id}">{html.escape(c.title)}</a></li>' for c in charts)
                + '<li><a href="#tables">Tables and reconciliation</a></li></ul></nav>')
     no_steps = [r.name for r in runs if r.steps.height == 0]
@@ -205,7 +297,7 @@ def render_html(runs: Sequence[RunData], charts: Sequence[Chart], svgs: Sequence
         out.append("<p>No engine steps recorded for " + html.escape(", ".join(no_steps)) + " (a remote target "
                    "reports none), so no time series for them.</p>")
     out.append('<h2 id="charts">Charts</h2>')
-    out += [_figure_html(c, svg) for c, svg in zip(charts, svgs, strict=True)]
+    out += [_figure_html(c, svg) for c, svg in rest]
     out.append('<h2 id="tables">Tables and reconciliation</h2>')
     out += [_run_section(i, r) for i, r in enumerate(runs)]
     out += [_compare_section(runs[0], other, i + 1) for i, other in enumerate(runs[1:])]
@@ -229,16 +321,24 @@ def _shown_path(path: Path, html_path: Path) -> str:
         return f"a folder named {path.name}/"
 
 
-def write_report(runs: Sequence[RunData], html_path: Path,
-                 charts_dir: Path | None = None) -> tuple[list[Chart], list[Path]]:
+def _quiet(_line: str) -> None:
+    """No progress lines (a caller that does not print them)."""
+
+
+def write_report(runs: Sequence[RunData], html_path: Path, charts_dir: Path | None = None,
+                 say: Callable[[str], None] = _quiet) -> tuple[list[Chart], list[Path]]:
     """Write the page to ``html_path`` and each chart as SVG and PNG to ``charts_dir``; returns the
-    charts and the exported files."""
+    charts and the exported files. ``say``: one line per step, as it starts."""
     charts_dir = charts_dir or default_charts_dir(html_path)
     rv = review(review_of(r) for r in runs)
     analyses = [read_analyses(r.path) for r in runs]
+    say("drawing the charts…")
     charts = build_charts(rv, [(r.name, a) for r, a in zip(runs, analyses, strict=True)])
-    svgs = [render_svg(c) for c in charts]
-    exported = [p for c, svg in zip(charts, svgs, strict=True) for p in export_chart(c, svg, charts_dir)]
+    svgs, exported = [], []
+    for i, c in enumerate(charts):  # rendering is the slow part (minutes for a long run): say where it is
+        say(f"chart {i + 1}/{len(charts)}: {c.title}")
+        svgs.append(render_svg(c))
+        exported += export_chart(c, svgs[-1], charts_dir)
     note = (f"Each drawn chart is also in {_shown_path(charts_dir, html_path)} as SVG and PNG ({PNG_DPI} dpi), "
             "named by its id.")
     html_path.parent.mkdir(parents=True, exist_ok=True)
@@ -258,7 +358,10 @@ def html_main(dirs: Sequence[Path], html_path: Path, charts_dir: Path | None = N
     except ReportError as e:
         print(f"kvtui report: {e}", file=sys.stderr)
         return e.code
-    charts, exported = write_report(runs, html_path, charts_dir)
+    def say(line: str) -> None:
+        print(f"kvtui report: {line}", file=sys.stderr, flush=True)
+
+    charts, exported = write_report(runs, html_path, charts_dir, say)
     print(f"wrote {html_path} ({len(charts)} charts) and {len(exported)} chart files in "
           f"{charts_dir or default_charts_dir(html_path)}")
     return 0
