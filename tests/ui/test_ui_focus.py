@@ -93,3 +93,14 @@ async def test_closing_the_dashboard_aborts_the_local_engine_rather_than_drainin
     backend = LiveBackend(Profile(), server=server)
     await backend.close()
     assert server.stops == [(1.0, False)]  # open requests are aborted: quitting never waits on them
+
+
+def test_a_client_that_cannot_send_the_asked_rate_is_named_and_a_ladder_rate_offered() -> None:
+    from tui.metrics.types import Percentiles, WindowStats
+    from tui.ui.backend import drivable_rate
+
+    late = WindowStats(window_s=10.0, sent=500, achieved_rate=28.2, dispatch_lag=Percentiles(p99=3.6))
+    assert drivable_rate(late, 60.0) == 25.0  # the simulated H100 at its default: 28 of 60 sent, lag 3.6 s
+    assert drivable_rate(WindowStats(window_s=10.0, sent=500, achieved_rate=28.2, dispatch_lag=Percentiles(p99=0.01)), 60.0) is None
+    assert drivable_rate(WindowStats(window_s=10.0, sent=500, achieved_rate=59.0, dispatch_lag=Percentiles(p99=3.6)), 60.0) is None
+    assert drivable_rate(WindowStats(window_s=10.0, sent=5, achieved_rate=1.0, dispatch_lag=Percentiles(p99=3.6)), 60.0) is None
