@@ -44,3 +44,4 @@ def test_zero_floor_and_missing_baselines_are_never_divided_by() -> None:
 def test_the_caveat_follows_the_axis_the_modes_differ_on() -> None:
     assert "TTFT SLO" in caveat("continuous+paged", "static+contiguous")
     assert "KV" in caveat("continuous+paged", "continuous+contiguous")
+
