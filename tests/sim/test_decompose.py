@@ -47,6 +47,7 @@ def test_each_change_gets_the_factor_of_its_own_step() -> None:
     assert t.get_column("ttft_p99_factor").to_list() == [0.75, 0.1, 1.0]
     md = decomposition_markdown(t, None)
     assert "| gpu | batching | b -> c | 5 (5) -> 20 (20) | 4x | 4x | 2x | 0.1x | 0.1x | 1x | 1x | 1x |" in md
+    assert "gpu: batching's capacity x: the modes differ in scheduling" in md  # every factor carries its caveat
 
 
 def test_the_slo_ladder_is_each_edge_over_the_baseline_at_the_same_slo() -> None:

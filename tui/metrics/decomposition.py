@@ -28,6 +28,8 @@ from pathlib import Path
 
 import polars as pl
 
+from tui.metrics.ratio import caveat
+
 CHANGES = ("reservation", "batching", "paging")
 DECOMPOSITION_FILE = "decomposition.csv"
 MODES_FILE = "decomposition_modes.csv"
@@ -196,6 +198,8 @@ def gain_notes(table: pl.DataFrame) -> list[str]:
                      f"brackets); goodput at each mode's edge; throughput (output tok/s) and KV use at saturation "
                      f"({_num(r['saturation_rate_req_s'])} req/s offered to every mode); TTFT/TPOT at a common "
                      f"{_num(r['latency_rate_req_s'])} req/s (the chain's lowest edge).")
+    for r in table.filter(pl.col("change") == "batching").iter_rows(named=True):  # each factor's caveat
+        lines.append(f"{r['stage']}: batching's capacity x: {caveat(r['to_mode'], r['from_mode'])}.")
     return lines
 
 
