@@ -6,7 +6,9 @@ import argparse
 import dataclasses
 import os
 import secrets
+import shutil
 import sys
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -280,8 +282,17 @@ def print_profiles() -> int:
     """``kvtui profiles``: every shipped profile's name and one-line description."""
     shipped = {name: load_profile(path) for name, path in shipped_profiles().items()}
     width = max(map(len, shipped), default=0)
+    # on a terminal the descriptions wrap between words under their column (the terminal's own wrap
+    # cut them mid-word at 80 columns); into a pipe, one line per profile for grep and head
+    columns = shutil.get_terminal_size().columns if sys.stdout.isatty() else 0
     for name, prof in shipped.items():
-        print(f"{name:<{width}}  {prof.description}")
+        if columns > width + 20:
+            lines = textwrap.wrap(prof.description, columns - width - 3) or [""]
+            print(f"{name:<{width}}  {lines[0]}")
+            for line in lines[1:]:
+                print(f"{'':<{width}}  {line}")
+        else:
+            print(f"{name:<{width}}  {prof.description}")
     print("\nuse: kvtui --profile NAME ...   see one in full: kvtui profiles show NAME")
     return 0
 

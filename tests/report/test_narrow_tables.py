@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 from pathlib import Path
 
 import pytest
@@ -60,3 +61,18 @@ def test_tune_results_fit_80_columns() -> None:
     text = console.file.getvalue()  # type: ignore[attr-defined]
     _check(text)
     assert "1235" in text and "0.123" in text  # the figures, whole
+
+
+def test_tunes_progress_bar_keeps_its_bar_at_80_columns() -> None:
+    from tui.tune.view import TuneProgress
+
+    console = _narrow()
+    bars = TuneProgress(console)
+    bars.rung_started(0, 3, [object()] * 32, 100)  # type: ignore[list-item]
+    bars.trial_done(Outcome("c17-max-num-seqs-256", 0, "", 0, 1234.5678, "found", 7, 1.0, 1.0, 1.0, 1.0))
+    console.print(bars.progress.get_renderable())
+    text = console.file.getvalue()  # type: ignore[attr-defined]
+    _check(text)
+    bar = next(line for line in text.splitlines() if line.startswith("rung 1/3"))
+    assert re.match(r"rung 1/3 ╸ {15} +1/32 ", bar)  # a 16-cell bar, 1/32 of it drawn: not "━ … …"
+    assert "best 1235 req/s" in bar
