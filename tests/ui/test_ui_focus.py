@@ -104,3 +104,12 @@ def test_a_client_that_cannot_send_the_asked_rate_is_named_and_a_ladder_rate_off
     assert drivable_rate(WindowStats(window_s=10.0, sent=500, achieved_rate=28.2, dispatch_lag=Percentiles(p99=0.01)), 60.0) is None
     assert drivable_rate(WindowStats(window_s=10.0, sent=500, achieved_rate=59.0, dispatch_lag=Percentiles(p99=3.6)), 60.0) is None
     assert drivable_rate(WindowStats(window_s=10.0, sent=5, achieved_rate=1.0, dispatch_lag=Percentiles(p99=3.6)), 60.0) is None
+
+
+def test_an_old_info_notice_is_stale_but_a_warning_stays() -> None:
+    backend = FixedBackend(Profile())
+    backend.set_status("load started")
+    assert not backend.stale_status(backend.status_t + 1.0)
+    assert backend.stale_status(backend.status_t + 60.0)
+    backend.set_status("the client is late", "warn")
+    assert not backend.stale_status(backend.status_t + 60.0)

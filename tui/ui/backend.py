@@ -9,6 +9,7 @@ no timers, no network) and ``tui.ui.poller.LiveBackend`` (the local engine or a 
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import get_args
@@ -39,6 +40,7 @@ def nudge_rate(rate: float, up: bool) -> float:
 # under CLIENT_SHORT of the asked rate: the server cannot make the client send late, so the figures
 # then measure this machine's client (the simulated H100 at 60 req/s: 28 of 60 achieved, lag P99 3.6 s).
 CLIENT_LAG_S = 0.5
+STALE_NOTICE_S = 15.0
 CLIENT_SHORT = 0.8
 CLIENT_MIN_SENT = 30  # enough sends for the lag's P99 to mean something
 
@@ -115,6 +117,7 @@ class Backend:
         self.on_update: Callable[[], None] | None = None
         # The requests the scheduler table shows (None: all): the poller asks for those in detail.
         self.request_view: View | None = None
+        self.status_t = time.monotonic()  # when the status line's notice was set
 
     # -- publishing ------------------------------------------------------------------------------
 
@@ -126,7 +129,14 @@ class Backend:
             self.on_update()
 
     def set_status(self, text: str, level: StatusLevel = "info") -> None:
+        self.status_t = time.monotonic()
         self.publish(status=text, status_level=level)
+
+    def stale_status(self, now: float | None = None) -> bool:
+        """Whether the notice is an info line older than :data:`STALE_NOTICE_S` (warnings and errors stay
+        until something replaces them): "load started" a minute later only hides what is true now."""
+        now = time.monotonic() if now is None else now
+        return bool(self.latest.status) and self.latest.status_level == "info" and now - self.status_t > STALE_NOTICE_S
 
     @property
     def load(self) -> LoadState:

@@ -244,6 +244,8 @@ class LiveBackend(Backend):
         stats = self.window.stats()  # the window's own clock: the one the records' times are on
         changes["stats"] = stats
         changes.update(self._client_limit(stats))
+        if "status" not in changes and self.stale_status():
+            changes["status"] = ""  # an old info notice goes: the line says what is true now
         if now_loop >= self._next_history:
             self._next_history = now_loop + HISTORY_EVERY_S
             self._history.append(
