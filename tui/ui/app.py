@@ -217,8 +217,8 @@ class KVTuiApp(App[int]):
 
     def action_focus_next(self) -> None:
         """Tab from nowhere lands on the request table (arrows and enter there select a request and
-        open its timeline); the mode and defense buttons take no focus, so an enter meant for the
-        table can never press one."""
+        open its timeline); the mode, defense and load buttons take no focus, so an enter meant for the
+        table can never press one (tests/ui/test_ui_focus.py tabs through every stop at three sizes)."""
         if self.focused is None and self.screen is self.screen_stack[0]:
             tables = [t for t in self.screen.query(RequestTable) if t.region.area]  # on screen now
             if tables:
