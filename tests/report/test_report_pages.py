@@ -12,9 +12,9 @@ import pytest
 from matplotlib.figure import Figure
 
 from tui.report.charts import _label
-from tui.report.facts import read_analyses, settings_diff
+from tui.report.facts import read_analyses
 from tui.report.page import page_kind, render_html
-from tui.report.terminal import load_run
+from tui.report.terminal import load_run, settings_diff
 from tui.testing.synthetic_run import write_run
 
 
@@ -89,3 +89,14 @@ def test_tune_chart_labels_are_never_printed_over_each_other(crowded: bool) -> N
     ax.scatter(xs, xs)
     names = _label(ax, [(f"#{i}", x, x) for i, x in enumerate(xs)])
     assert names == (["#0", "#1"] if crowded else ["#0", "#1", "#2", "#3"])
+
+
+def test_report_a_b_in_the_terminal_says_what_differs_first(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    from tui.report.terminal import report_main
+
+    a = write_run(tmp_path / "a", name="base")
+    b = write_run(tmp_path / "b", seed=1, name="base", rates=(2.0, 6.0, 14.0))
+    assert report_main([a, b]) == 0
+    out = capsys.readouterr().out
+    assert out.index("Settings that differ: A = a (base)") < out.index("B vs A")

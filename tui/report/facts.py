@@ -349,37 +349,6 @@ def run_facts(run: RunData) -> list[tuple[str, str]]:
     ]
 
 
-def _flat(d: object, prefix: str = "") -> dict[str, str]:
-    if isinstance(d, dict):
-        out: dict[str, str] = {}
-        for k, v in d.items():
-            out.update(_flat(v, f"{prefix}.{k}" if prefix else str(k)))
-        return out
-    return {prefix: str(d)}
-
-
-# what a run's settings are beyond its profile, as run.json records them
-_INFO_SETTINGS = ("target", "hardware", "engine_model", "tensor_parallel_size", "clock", "simulated", "kvtui_version")
-
-
-def settings_diff(a: RunData, b: RunData) -> list[list[str]]:
-    """The settings that differ between two runs, as (setting, A, B) rows: every profile key (dotted,
-    ``engine.max_num_seqs``), then what run.json records beside it (hardware, model, clock, version).
-    The name and description are left out: they label a run, they do not change it."""
-    from tui.profile import to_dict
-
-    def settings(run: RunData) -> dict[str, str]:
-        # profile.toml was written without credentials (the recorder strips them), so none can show here
-        flat = _flat(to_dict(run.profile)) if run.profile is not None else {}
-        flat = {k: v for k, v in flat.items() if k not in ("name", "description", "source")}
-        flat.update({f"run.{k}": str(run.info[k]) for k in _INFO_SETTINGS if k in run.info})
-        return flat
-
-    sa, sb = settings(a), settings(b)
-    return [[k, sa.get(k, "(not set)"), sb.get(k, "(not set)")] for k in sorted(sa.keys() | sb.keys())
-            if sa.get(k) != sb.get(k)]
-
-
 # ---------------------------------------------------------------------------------------------------
 # The headline
 

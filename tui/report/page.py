@@ -39,7 +39,6 @@ from tui.report.facts import (
     read_analyses,
     report_provenance,
     run_facts,
-    settings_diff,
     without_local_paths,
 )
 from tui.report.terminal import (
@@ -51,6 +50,7 @@ from tui.report.terminal import (
     open_runs,
     review_of,
     run_title,
+    settings_diff,
     significance_rows,
 )
 
