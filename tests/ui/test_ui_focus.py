@@ -68,14 +68,31 @@ async def test_an_engine_key_echoes_at_once_and_its_echo_does_not_go_stale() -> 
         assert backend.controls == ["pause"] and backend.latest.status == ""
 
 
-async def test_quit_says_so_and_leaves() -> None:
-    app = KVTuiApp(FixedBackend(Profile()), live=False)
+class ClosingBackend(FixedBackend):
+    """Notes whether the screen was still up when it was closed."""
+
+    def __init__(self, profile: Profile) -> None:
+        super().__init__(profile)
+        self.closed_with_screen: list[bool] = []
+        self.app: KVTuiApp | None = None
+
+    async def close(self) -> None:
+        assert self.app is not None
+        self.closed_with_screen.append(self.app.panes[-1].is_attached)
+
+
+async def test_quit_says_so_stops_the_load_first_and_leaves() -> None:
+    backend = ClosingBackend(Profile())
+    app = backend.app = KVTuiApp(backend, live=False)
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.press("q")
         assert app.backend.latest.status == "quitting…"
         assert "quitting…" in "".join(str(line) for line in app.query_one(StatusLine).lines)  # drawn at once
         await pilot.pause()
     assert not app.is_running
+    # the load and the engine stop while "quitting…" is on screen, before Textual takes the widgets down
+    # (a load client still sending at 200 req/s made that teardown take seconds)
+    assert backend.closed_with_screen[0] is True
 
 
 class _Server:
