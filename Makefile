@@ -48,6 +48,7 @@ bench: $(DEV_STAMP)
 	$(BIN)/python bench/write_docs.py engine --quick
 	$(BIN)/python bench/write_docs.py serve --quick
 	$(BIN)/python bench/write_docs.py sim --quick
+	$(BIN)/python bench/write_docs.py ux --quick
 
 clean:
 	rm -rf $(VENV)
