@@ -99,4 +99,4 @@ def test_report_a_b_in_the_terminal_says_what_differs_first(tmp_path: Path,
     b = write_run(tmp_path / "b", seed=1, name="base", rates=(2.0, 6.0, 14.0))
     assert report_main([a, b]) == 0
     out = capsys.readouterr().out
-    assert out.index("Settings that differ: A = a (base)") < out.index("B vs A")
+    assert out.index("Settings that differ, b (base) (B) against a (base) (A)") < out.index("B vs A")

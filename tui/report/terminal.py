@@ -186,7 +186,8 @@ def settings_diff(a: RunData, b: RunData) -> list[list[str]]:
 
 def _print_compare(console: Console, a: RunData, b: RunData) -> None:
     diff = settings_diff(a, b)  # what was changed between the runs, before what it changed
-    table = Table(title=f"Settings that differ: A = {a.name}   B = {b.name}", header_style="bold", title_justify="left")
+    table = Table(title=f"Settings that differ, {b.name} (B) against {a.name} (A)", header_style="bold",
+                  title_justify="left")
     for col in ("setting", "A", "B"):
         table.add_column(col, overflow="fold")
     for row in diff:
