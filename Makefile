@@ -1,5 +1,6 @@
 # Two commands: `make run` opens the dashboard on the local engine, `make test` runs every test.
-# Both create .venv on first use. TORCH picks the torch to install: the default is the CPU
+# Both create .venv on first use; `make run` installs only what running needs, `make test` adds the
+# developer tools. TORCH picks the torch to install: the default is the CPU
 # build that ships on these machines; on a GPU machine keep your CUDA build with
 #   make run TORCH=torch        (or any spec pip understands)
 PYTHON ?= python3.11
@@ -7,23 +8,31 @@ TORCH ?= torch==2.13.0
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+DEV_STAMP := $(VENV)/.installed-dev
 
 .PHONY: run test test-fast test-loaded lint bench clean setup
 
 setup: $(STAMP)
 
+# What running needs: torch (the build TORCH names) and kvtui with its runtime dependencies; no test
+# or lint tool and no ray, so `make run` on a fresh clone is minutes shorter and gigabytes smaller.
 $(STAMP): pyproject.toml Makefile
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (set PYTHON=...)"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q "$(TORCH)"
-	$(BIN)/python -m pip install -q -e ".[dev]"
+	$(BIN)/python -m pip install -q -e .
 	touch $(STAMP)
+
+# The developer tools on top (pytest, ruff, mypy, import-linter, transformers, ray): what `make test` runs.
+$(DEV_STAMP): $(STAMP)
+	$(BIN)/python -m pip install -q -e ".[dev]"
+	touch $(DEV_STAMP)
 
 run: $(STAMP)
 	$(BIN)/kvtui
 
-test: $(STAMP)
+test: $(DEV_STAMP)
 	$(BIN)/ruff check tui tests bench
 	$(BIN)/lint-imports
 	$(BIN)/mypy
@@ -31,24 +40,25 @@ test: $(STAMP)
 
 # The quick loop while editing: everything but the tests marked slow (servers, whole-app UI runs,
 # recorded runs, checkpoints built with transformers). `make test` still runs everything.
-test-fast: $(STAMP)
+test-fast: $(DEV_STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow"
 
 # `make test` on a busy machine: one busy-loop process per core for the whole run (killed however the
 # run ends). No test may depend on the machine being quiet; timings belong in bench/ (bench/timing.py).
-test-loaded: $(STAMP)
+test-loaded: $(DEV_STAMP)
 	@hogs=""; for i in $$(seq $$(nproc)); do $(BIN)/python -c "while True: pass" & hogs="$$hogs $$!"; done; \
 	trap 'kill $$hogs 2>/dev/null' EXIT INT TERM; \
 	$(MAKE) --no-print-directory test
 
 # Every benchmark's --quick figures, written to docs/benchmarks.md with date, host and commit.
-bench: $(STAMP)
+bench: $(DEV_STAMP)
 	$(BIN)/python bench/write_docs.py engine --quick
 	$(BIN)/python bench/write_docs.py serve --quick
 	$(BIN)/python bench/write_docs.py sim --quick
 	$(BIN)/python bench/write_docs.py timing --quick
 	$(BIN)/python bench/write_docs.py sim_step --quick
 	$(BIN)/python bench/write_docs.py harden --quick
+	$(BIN)/python bench/write_docs.py ux --quick
 
 clean:
 	rm -rf $(VENV)

@@ -7,8 +7,10 @@ import contextlib
 import dataclasses
 import os
 import secrets
+import shutil
 import signal
 import sys
+import textwrap
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -285,8 +287,17 @@ def print_profiles() -> int:
     """``kvtui profiles``: every shipped profile's name and one-line description."""
     shipped = {name: load_profile(path) for name, path in shipped_profiles().items()}
     width = max(map(len, shipped), default=0)
+    # on a terminal the descriptions wrap between words under their column (the terminal's own wrap
+    # cut them mid-word at 80 columns); into a pipe, one line per profile for grep and head
+    columns = shutil.get_terminal_size().columns if sys.stdout.isatty() else 0
     for name, prof in shipped.items():
-        print(f"{name:<{width}}  {prof.description}")
+        if columns > width + 20:
+            lines = textwrap.wrap(prof.description, columns - width - 3) or [""]
+            print(f"{name:<{width}}  {lines[0]}")
+            for line in lines[1:]:
+                print(f"{'':<{width}}  {line}")
+        else:
+            print(f"{name:<{width}}  {prof.description}")
     print("\nuse: kvtui --profile NAME ...   see one in full: kvtui profiles show NAME")
     return 0
 
@@ -357,7 +368,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     honour_ctrl_c()
     _print_anything()
     try:
-        return _main(argv)
+        code = _main(argv)
+        sys.stdout.flush()  # here, not at exit, so a reader that left is caught below
+        return code
+    except BrokenPipeError:
+        # `kvtui profiles | head -1`: the reader left, which is no error of ours. Point stdout at
+        # /dev/null so the interpreter's own flush at exit does not print a traceback either.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # as a shell reports a process ended by SIGPIPE
     except Exception as e:  # a bug, or an input no check foresaw: one line, never a traceback
         if os.environ.get("KVTUI_TRACEBACK"):
             raise
@@ -384,7 +402,7 @@ def _report(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if args.replay:
         return replay_cli(args.dirs)
     if args.html is not None:
-        from tui.report.html import html_main
+        from tui.report.page import html_main
 
         return html_main(args.dirs, args.html, args.charts_dir)
     if args.table or args.wide or not sys.stdout.isatty():  # pipes and scripts get the printed table

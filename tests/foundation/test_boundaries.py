@@ -87,7 +87,7 @@ def test_the_recorder_and_the_report_load_no_torch(tmp_path: Path) -> None:
     simulated profile's memory split in run.json included) and the report stay small."""
     code = (
         "import sys\n"
-        "import tui.recorder.recorder, tui.recorder.run_output, tui.report.html\n"
+        "import tui.recorder.recorder, tui.recorder.run_output, tui.report.page\n"
         "from tui.engine.sim.sizing import kv_cache\n"
         "from tui.profile import EngineConfig\n"
         "kv_cache(EngineConfig(backend='simulated', model='llama-3.1-8b', gpu_memory_utilization=0.9))\n"

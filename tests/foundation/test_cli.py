@@ -98,3 +98,20 @@ def test_a_key_given_as_a_variable_name_is_refused_unechoed(capsys: pytest.Captu
     assert main([*argv, secret]) == 2
     out = capsys.readouterr()
     assert "NAME of an environment variable" in out.err and "Zq81x0" not in out.err + out.out
+
+
+def test_a_reader_that_leaves_the_pipe_early_gets_no_traceback() -> None:
+    """``kvtui profiles | head -1``: the reader is gone before kvtui writes; no BrokenPipeError trace."""
+    import os
+    import subprocess
+    import sys
+
+    read, write = os.pipe()
+    os.close(read)  # the reader left
+    try:
+        done = subprocess.run([sys.executable, "-m", "tui", "profiles"], stdout=write, stderr=subprocess.PIPE,
+                              text=True, timeout=60, check=False)
+    finally:
+        os.close(write)
+    assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
+    assert done.returncode == 141

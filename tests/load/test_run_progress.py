@@ -42,3 +42,29 @@ def test_bars_count_each_cell_and_the_whole_run_with_an_eta():
 def test_a_sweep_has_no_run_total():
     profile = Profile(stages=(Stage("s", 1.0, num_requests=5),), sweep=SweepConfig())
     assert run_total(profile, modes=2) is None
+
+
+def test_the_eta_only_counts_down_even_when_the_pace_slows():
+    from rich.progress import Progress
+
+    from tui.recorder.progress import CountdownColumn
+
+    now = [0.0]
+    col = CountdownColumn()
+    progress = Progress(col, get_time=lambda: now[0])
+    task_id = progress.add_task("cell", total=100)
+    task = progress.tasks[0]
+
+    def shown(t: float, completed: int) -> str:
+        now[0] = t
+        progress.update(task_id, completed=completed)
+        return col.render(task).plain
+
+    assert shown(0.0, 0) == "-:--"  # no pace yet
+    shown(5.0, 25)
+    assert shown(10.0, 50) == "0:10"  # 5 a second: 50 left, 10 s
+    assert shown(15.0, 51) == "0:05"  # the pace fell (rich would now say minutes): the clock keeps counting
+    assert task.time_remaining is not None and task.time_remaining > 10
+    assert shown(25.0, 53) == "soon"  # past its deadline it never counts up
+    progress.reset(task_id, total=10, completed=0)
+    assert col.render(progress.tasks[0]).plain == "-:--"  # a new cell, a new countdown

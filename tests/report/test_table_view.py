@@ -88,3 +88,13 @@ def test_client_lag_is_one_warning_per_run_and_only_where_it_matters():
     warning = text[text.index("warning:"):]
     assert "baseline / S+C, baseline / C+P" in warning and "2 of 6 cells" in warning
     assert "Lower the rate, raise --workers" in warning
+
+
+def test_a_token_mismatch_names_its_cause() -> None:
+    from tui.metrics.summary import mismatch_cause
+
+    assert mismatch_cause({"failures": "timeout:3 stream_cut:1"}).startswith(
+        "3 requests timed out on the client (target.timeout_s)")
+    assert "1 requests had their stream cut" in mismatch_cause({"failures": "timeout:3 stream_cut:1"})
+    assert mismatch_cause({"failures": "none"}) == "no failed request explains it: lost or truncated streams?"
+    assert mismatch_cause({"failures": "http_500:2"}) == "other failures: http_500 2"

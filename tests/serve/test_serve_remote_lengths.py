@@ -54,3 +54,18 @@ def test_a_workload_that_fits_runs_with_no_request_refused(server, tmp_path):
     assert record_main(prof, tmp_path / "short") == 0
     reqs = pl.read_parquet(tmp_path / "short" / "requests.parquet")
     assert reqs.height == 4 and set(reqs.get_column("status").to_list()) == {"ok"}
+
+
+async def test_the_dashboard_refuses_the_same_workload_before_any_load(server, tmp_path):
+    """The dashboard asks the recorder's check (tui.load.length_check) before it starts the load."""
+    from tui.ui.live_backend import LiveBackend
+
+    backend = LiveBackend(load_profile(_profile(tmp_path / "long.toml", server.base_url, 80)))
+    try:
+        await backend.toggle_load()
+        assert backend.latest.status_level == "error"
+        assert "exceed the server's max_model_len 256" in backend.latest.status
+        assert "by the server's /tokenize" in backend.latest.status
+        assert not backend.load.running and backend.runner is None
+    finally:
+        await backend.close()

@@ -47,6 +47,7 @@ def test_each_change_gets_the_factor_of_its_own_step() -> None:
     assert t.get_column("ttft_p99_factor").to_list() == [0.75, 0.1, 1.0]
     md = decomposition_markdown(t, None)
     assert "| gpu | batching | b -> c | 5 (5) -> 20 (20) | 4x | 4x | 2x | 0.1x | 0.1x | 1x | 1x | 1x |" in md
+    assert "gpu: batching's capacity x: the modes differ in scheduling" in md  # every factor carries its caveat
 
 
 def test_the_slo_ladder_is_each_edge_over_the_baseline_at_the_same_slo() -> None:
@@ -103,5 +104,9 @@ def test_a_decomposition_writes_its_tables_and_the_report_prints_them(
     page = tmp_path / "report.html"
     assert main(["report", str(out), "--html", str(page)]) == 0
     html = page.read_text(encoding="utf-8")
-    assert '<figure id="chart-decomposition">' in html and '<figure id="chart-slo-sensitivity">' in html
+    assert '<figure id="chart-decomposition">' in html and '<figure id="chart-slo-sensitivity-small-gpu">' in html
+    # it leads with the chain, and its header names the preset's own GPU, not only the run's first engine
+    assert html.index("<h2>What each change bought (the gain chain)</h2>") < html.index('<dl class="facts">')
+    assert "small-gpu: llama-3.1-8b on 1 x H100-SXM" in html
+    assert '<figure id="chart-load-ttft-small-gpu">' in html  # the load charts per preset
     assert "missing" not in html.lower()

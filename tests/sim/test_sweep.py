@@ -108,7 +108,7 @@ def test_the_ratio_is_continuous_paged_over_static_contiguous() -> None:
     assert edge_ratio(edges[:1]) is None
     text = edges_markdown(edges)
     assert "| continuous+paged | 10 | - | 1.00 | 10.5 | 0.10 | - | 2 | found |" in text
-    assert "Capacity edge ratio continuous+paged / static+contiguous: 5.00x" in text
+    assert "Capacity edge continuous+paged / static+contiguous (the baseline): 5x" in text
 
 
 # -- profile validation -------------------------------------------------------------------------------
@@ -222,8 +222,8 @@ def test_the_sweep_edge_is_within_tolerance_of_a_brute_force_scan(swept: tuple[P
             assert _probe(prof, mode, p.rate, p.duration_s) == (p.attainment, p.steady)
         brute, brute_miss = _brute_force_edge(prof, mode, step=1 + tol)
         assert abs(edge.edge_rate - brute) <= tol * max(edge.edge_rate, brute), (mode, edge.probes, brute, brute_miss)
-    ratio = edge_ratio(edges)
-    assert ratio is not None and ratio > 1  # continuous batching holds more load than static, as designed
+    by_mode = {e.mode: e for e in edges}  # continuous batching holds more load than static, as designed
+    assert by_mode["continuous+paged"].edge_rate > by_mode["static+contiguous"].edge_rate  # type: ignore[operator]
 
 
 @pytest.mark.slow
@@ -241,11 +241,11 @@ def test_every_probe_is_a_stage_and_the_table_shows_the_edges(swept: tuple[Profi
     assert len(rows) >= sum(len(e.probes) for e in edges)  # and the undecided probes run again, longer
     md = (out / "summary.md").read_text()
     assert "## Capacity edge (sweep)" in md and "| goodput/s | SLO met |" in md
-    assert "Capacity edge ratio continuous+paged / static+contiguous:" in md
+    assert "static+contiguous (the baseline)" in md  # the ratio's line names its baseline (tui.metrics.ratio)
     assert "slo_attainment" in (out / "summary.csv").read_text().splitlines()[0]
     assert main(["report", str(out)]) == 0
     shown = capsys.readouterr().out
-    assert "capacity edge (sweep)" in shown and "Capacity edge ratio continuous+paged / static+contiguous" in shown
+    assert "capacity edge (sweep)" in shown and "static+contiguous (the baseline)" in shown
     for e in edges:
         assert f"{e.edge_rate:.3g}" in shown
 

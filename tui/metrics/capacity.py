@@ -27,6 +27,7 @@ from typing import Any, Literal, NamedTuple
 
 import polars as pl
 
+from tui.metrics.ratio import Figure, Ratio, ratio_text, ratio_value
 from tui.metrics.steady import GROWTH_LIMIT, QueueTest
 from tui.metrics.summary import summary_table  # the table is the one place a probe's attainment is made
 from tui.profile import MAX_RATE, SloConfig, SweepConfig
@@ -291,14 +292,35 @@ def read_capacity_edges(run_dir: Path) -> list[CapacityEdge]:
 # Rendering: the edge table under the comparison table (terminal, summary.md, report)
 
 
-def edge_ratio(edges: Sequence[CapacityEdge], modes: tuple[str, str] = RATIO_MODES) -> float | None:
-    """``modes[0]``'s edge over ``modes[1]``'s (continuous+paged / static+contiguous by default);
-    None unless both were swept and both edges exist."""
+def edge_figure(edge: CapacityEdge | None, mode: str = "") -> Figure:
+    """A mode's capacity edge as one side of a ratio: a floor when it never missed; ``bound`` when the
+    edge is not its own capacity. A missed probe whose queue held steady (and served what was offered)
+    failed on latency alone: the SLO, not the mode's throughput, set the edge (SLO-bound)."""
+    if edge is None:
+        return Figure(mode, None, bound="not swept")
+    bound = None
+    fail = next((p for p in edge.probes if p.rate == edge.fail_rate and not probe_passes(p, edge.target)), None)
+    if edge.status == "below":
+        bound = f"below every rate probed (missed the SLOs at {edge.fail_rate:.3g} req/s)"
+    elif edge.status == "incomplete":
+        bound = "not bracketed to the tolerance (incomplete sweep)"
+    elif fail is not None and fail.steady and fail.growth is not None:
+        bound = (f"SLO-bound (at {fail.rate:.3g} req/s it missed the SLOs with a steady queue, "
+                 f"{fail.attainment:.0%} met them: the SLO, not its throughput, sets its edge)")
+    return Figure(edge.mode, edge.edge_rate, floor=edge.status == "above", bound=bound)
+
+
+def edge_ratio_of(edges: Sequence[CapacityEdge], modes: tuple[str, str] = RATIO_MODES) -> Ratio:
+    """``modes[0]``'s capacity edge over ``modes[1]``'s (continuous+paged / static+contiguous by default)."""
     by_mode = {e.mode: e for e in edges}
-    num, den = by_mode.get(modes[0]), by_mode.get(modes[1])
-    if num is None or den is None or num.edge_rate is None or not den.edge_rate:
-        return None
-    return num.edge_rate / den.edge_rate
+    return Ratio("capacity edge", edge_figure(by_mode.get(modes[0]), modes[0]),
+                 edge_figure(by_mode.get(modes[1]), modes[1]))
+
+
+def edge_ratio(edges: Sequence[CapacityEdge], modes: tuple[str, str] = RATIO_MODES) -> float | None:
+    """``modes[0]``'s edge over ``modes[1]``'s; None unless both were swept, both edges exist and the
+    baseline's is a real capacity (not SLO-bound, a floor or incomplete: :func:`tui.metrics.ratio.why_not`)."""
+    return ratio_value(edge_ratio_of(edges, modes))
 
 
 EDGE_HEADERS = ("mode", "capacity edge req/s", "achieved req/s", "SLO met at edge", "missed at req/s",
@@ -341,9 +363,9 @@ def edge_summary_lines(edges: Sequence[CapacityEdge]) -> list[str]:
              f"every SLO and the queue did not grow (steady state: requests in the system over the probe's second "
              f"half against its first grew by at most {GROWTH_LIMIT:.0%} of the arrivals), bracketed to "
              f"{e0.tolerance:.0%} (the next rate up missed it). Achieved: the throughput the edge's probe served."]
-    ratio = edge_ratio(edges)
-    if ratio is not None:
-        lines.append(f"Capacity edge ratio {RATIO_MODES[0]} / {RATIO_MODES[1]}: {ratio:.2f}x")
+    modes = {e.mode for e in edges}
+    if set(RATIO_MODES) <= modes:
+        lines.append(ratio_text(edge_ratio_of(edges)))
     for e in edges:
         if e.status != "found":
             lines.append(f"{e.mode}: {e.status}: {STATUS_MEANING[e.status]}")
@@ -361,13 +383,40 @@ def edges_markdown(edges: Sequence[CapacityEdge]) -> str:
     return "\n".join(out) + "\n"
 
 
-def edges_rich(edges: Sequence[CapacityEdge], title: str = "capacity edge (sweep)"):
-    """The edge table for the terminal (a ``rich`` table)."""
+# The edge table's headers on two lines (the statistic, then its unit), narrow enough for 80 columns.
+EDGE_SHORT_HEADERS = ("mode", "edge\nreq/s", "achieved\nreq/s", "SLO met\nat edge", "missed\nat req/s",
+                      "SLO met\nthere", "queue\nthere", "probes", "status")
+
+
+def edges_rich(edges: Sequence[CapacityEdge], title: str = "capacity edge (sweep)", *, narrow: bool = False):
+    """The edge table for the terminal (a ``rich`` table). ``narrow``: two-line headers, modes
+    abbreviated (``S+C``), no borders: 80 columns hold it whole. Numbers never wrap, so rich can never
+    cut one to an ellipsis."""
     from rich.table import Table
 
-    t = Table(title=title, header_style="bold", title_justify="left")
-    for h in EDGE_HEADERS:
-        t.add_column(h, justify="left" if h in ("mode", "status") else "right")
+    from tui.metrics.table_view import mode_abbrev
+
+    headers = EDGE_SHORT_HEADERS if narrow else EDGE_HEADERS
+    t = (Table(title=title, header_style="bold", title_justify="left", title_style="bold", box=None, padding=(0, 1),
+               collapse_padding=True, pad_edge=False, show_edge=False) if narrow
+         else Table(title=title, header_style="bold", title_justify="left"))
+    for h in headers:
+        text = h in ("mode", "status")
+        t.add_column(h, justify="left" if text else "right", no_wrap=not text, overflow="fold")
     for r in edge_rows(edges):
-        t.add_row(*r)
+        t.add_row(*([mode_abbrev(r[0])] if narrow else r[:1]), *r[1:])
     return t
+
+
+def edges_renderable(console: Any, edges: Sequence[CapacityEdge], title: str = "capacity edge (sweep)"):
+    """The edge table for ``console``: whole where it fits, else the narrow form and its mode legend."""
+    from rich.console import Group
+    from rich.text import Text
+
+    from tui.metrics.table_view import fits, mode_abbrev
+
+    full = edges_rich(edges, title)
+    if fits(console, full):
+        return full
+    legend = " · ".join(dict.fromkeys(f"{mode_abbrev(e.mode)} {e.mode}" for e in edges if mode_abbrev(e.mode) != e.mode))
+    return Group(edges_rich(edges, title, narrow=True), Text(f"modes: {legend}" if legend else "", style="dim"))

@@ -28,6 +28,8 @@ from pathlib import Path
 
 import polars as pl
 
+from tui.metrics.ratio import caveat
+
 CHANGES = ("reservation", "batching", "paging")
 DECOMPOSITION_FILE = "decomposition.csv"
 MODES_FILE = "decomposition_modes.csv"
@@ -79,12 +81,12 @@ DECOMPOSITION_COLUMNS = ("stage", "change", "from_mode", "to_mode", *FACTORS, "f
                          "from_achieved_req_s", "to_achieved_req_s", "ttft_slo_ms", "latency_rate_req_s",
                          "saturation_rate_req_s")
 SLO_COLUMNS = ("stage", "slo_factor", "ttft_slo_ms", "mode", "capacity_edge_req_s", "achieved_req_s", "edge_status",
-               "ratio_vs_baseline")
+               "ratio_vs_baseline", "baseline_mode")  # every ratio's file names its baseline
 
 _FLOAT = pl.Float64
 _DECOMPOSITION_SCHEMA = {c: (pl.Utf8 if c in ("stage", "change", "from_mode", "to_mode") else _FLOAT)
                          for c in DECOMPOSITION_COLUMNS}
-_SLO_SCHEMA = {c: (pl.Utf8 if c in ("stage", "mode", "edge_status") else _FLOAT) for c in SLO_COLUMNS}
+_SLO_SCHEMA = {c: (pl.Utf8 if c in ("stage", "mode", "edge_status", "baseline_mode") else _FLOAT) for c in SLO_COLUMNS}
 
 
 def factor(before: float | None, after: float | None) -> float | None:
@@ -136,7 +138,8 @@ def slo_table(edges: Sequence[LadderEdge], baseline_mode: str) -> pl.DataFrame:
     base = {(e.stage, e.slo_factor): e.edge_req_s for e in edges if e.mode == baseline_mode}
     rows = [{"stage": e.stage, "slo_factor": e.slo_factor, "ttft_slo_ms": e.ttft_slo_ms, "mode": e.mode,
              "capacity_edge_req_s": e.edge_req_s, "achieved_req_s": e.achieved_req_s, "edge_status": e.status,
-             "ratio_vs_baseline": factor(base.get((e.stage, e.slo_factor)), e.edge_req_s)} for e in edges]
+             "ratio_vs_baseline": factor(base.get((e.stage, e.slo_factor)), e.edge_req_s),
+             "baseline_mode": baseline_mode} for e in edges]
     return pl.DataFrame(rows, schema=_SLO_SCHEMA)
 
 
@@ -196,6 +199,8 @@ def gain_notes(table: pl.DataFrame) -> list[str]:
                      f"brackets); goodput at each mode's edge; throughput (output tok/s) and KV use at saturation "
                      f"({_num(r['saturation_rate_req_s'])} req/s offered to every mode); TTFT/TPOT at a common "
                      f"{_num(r['latency_rate_req_s'])} req/s (the chain's lowest edge).")
+    for r in table.filter(pl.col("change") == "batching").iter_rows(named=True):  # each factor's caveat
+        lines.append(f"{r['stage']}: batching's capacity x: {caveat(r['to_mode'], r['from_mode'])}.")
     return lines
 
 

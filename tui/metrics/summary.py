@@ -278,13 +278,29 @@ def display_rows(df: pl.DataFrame) -> tuple[list[str], list[list[str]]]:
     return headers, rows
 
 
+# What a failed request's status says about its tokens: the client stopped counting, the server may not have.
+_UNCOUNTED = {"timeout": "timed out on the client (target.timeout_s) while the server may have kept generating",
+              "stream_cut": "had their stream cut before its end"}
+
+
+def mismatch_cause(row: dict[str, Any]) -> str:
+    """Why a cell's client token totals can differ from the server's, from its failures by kind
+    (``timeout:3 stream_cut:1``): client timeouts first, as they are the common cause."""
+    kinds = dict(part.split(":", 1) for part in str(row.get("failures") or "").split() if ":" in part)
+    causes = [f"{kinds[k]} requests {why}" for k, why in _UNCOUNTED.items() if k in kinds]
+    others = [f"{k} {n}" for k, n in kinds.items() if k not in _UNCOUNTED]
+    if others:
+        causes.append("other failures: " + ", ".join(others))
+    return "; ".join(causes) if causes else "no failed request explains it: lost or truncated streams?"
+
+
 def reconciliation_lines(df: pl.DataFrame) -> list[str]:
     """One line per cell comparing client token totals with the server's counters."""
     lines = []
     for row in df.iter_rows(named=True):
         if row.get("server_completion_tokens") is None or row.get("repeats") is not None:
             continue  # a repeated cell's row holds means: each repeat is reconciled on its own row
-        flag = "MISMATCH (lost or truncated streams?)" if row["tokens_mismatch"] else "match"
+        flag = f"MISMATCH ({mismatch_cause(row)})" if row["tokens_mismatch"] else "match"
         lines.append(
             f"{row['stage']} / {row['mode']}: client prompt {row['prompt_tokens']} vs server "
             f"{row['server_prompt_tokens']} (diff {row['prompt_token_diff']:+d}); client completion "

@@ -4,7 +4,8 @@ Both recorders (the real-time one on the torch engine or a remote target, and th
 count finished requests here from their one ``on_record`` path, so the bars mean the same on each.
 A cell's total is its planned requests (``num_requests``, or rate x duration for a timed stage, an
 estimate); the run's total is the sum over its cells, unknown for a sweep (its probes adapt), where
-the run's bar counts requests without an end. ETAs are rich's, from the recent wall-clock pace.
+the run's bar counts requests without an end. ETAs are rich's estimate from the recent
+wall-clock pace, shown as a countdown that never goes up (:class:`CountdownColumn`).
 """
 
 from __future__ import annotations
@@ -16,10 +17,13 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
+    ProgressColumn,
+    Task,
+    TaskID,
     TextColumn,
     TimeElapsedColumn,
-    TimeRemainingColumn,
 )
+from rich.text import Text
 
 from tui.profile import Profile, Stage
 from tui.records.request import RequestRecord
@@ -42,16 +46,46 @@ def run_total(profile: Profile, modes: int) -> int | None:
     return None if any(t is None for t in totals) else modes * sum(t for t in totals if t is not None)
 
 
+class CountdownColumn(ProgressColumn):
+    """An ETA that only counts down. Rich's own follows the recent pace, so it jumps both ways as the
+    pace changes (a torch compare run showed 05:21 -> 28:56 -> 02:50 -> 15:28); a user reads a clock that
+    jumps as no clock at all. Here each bar keeps a deadline, lowered when the pace says sooner and never
+    raised; past it (the pace slowed), the column says "soon" rather than count up."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._deadline: dict[tuple[TaskID, float | None], float] = {}
+
+    def render(self, task: Task) -> Text:
+        if task.finished:
+            return Text("0:00")
+        remaining = task.time_remaining
+        key = (task.id, task.start_time)  # a reset bar (a new cell) starts a new countdown
+        now = task.get_time()
+        if remaining is not None:
+            deadline = min(self._deadline.get(key, float("inf")), now + remaining)
+            self._deadline[key] = deadline
+        deadline = self._deadline.get(key, float("inf"))
+        if deadline == float("inf"):
+            return Text("-:--")
+        left = deadline - now
+        if left <= 0:
+            return Text("soon")
+        minutes, seconds = divmod(int(left + 0.999), 60)
+        hours, minutes = divmod(minutes, 60)
+        return Text(f"{hours}:{minutes:02d}:{seconds:02d}" if hours else f"{minutes}:{seconds:02d}")
+
+
 class RunProgress:
     """Two bars: ``cell`` (the cell running now) and ``run`` (every cell so far and to come)."""
 
     def __init__(self, total: int | None):
         self.progress = Progress(
             TextColumn("{task.description:<22}", markup=False),
-            BarColumn(bar_width=20),
+            BarColumn(bar_width=16),
             MofNCompleteColumn(),
             TextColumn("ETA"),
-            TimeRemainingColumn(compact=True),
+            CountdownColumn(),
             TextColumn("elapsed"),
             TimeElapsedColumn(),
             auto_refresh=False,

@@ -30,15 +30,14 @@ from rich.text import Text
 
 from tui.base.clock import now
 from tui.base.errors import api_key_hint, api_url, one_line, root_url
-from tui.base.tokenizer_json import read_tokenizer_json
 from tui.engine.sim.readings import modelled_gpu_samples
 from tui.feasibility import infeasible_cells
 from tui.load.capped_read import capped_request
 from tui.load.headroom import new_timed_loop
-from tui.load.load_runner import ClientStats, LoadRunner, make_target, prompt_sizing
+from tui.load.length_check import check_lengths
+from tui.load.load_runner import ClientStats, LoadRunner, make_target
 from tui.load.target import PREFLIGHT_MAX_BYTES, OpenAITarget, PreflightError
 from tui.load.workers import WorkerFailed, WorkerRunner
-from tui.load.workload import Workload
 from tui.metrics.prom import parse_server_gauges
 from tui.metrics.types import ServerGauges, WindowStats
 from tui.metrics.window import RollingWindow
@@ -67,7 +66,6 @@ POLL_EVERY_S = 1.0  # engine steps and GPU samples are fetched this often (local
 WATCH_EVERY_S = 0.25  # the local server and its engine are checked this often while load runs
 DEAD_AFTER_CONNECT_ERRORS = 5  # this many connection failures in a row, none ok between: the server is gone
 REMOTE_MODE = "remote"
-REMOTE_LENGTH_SAMPLE = 32  # requests of a remote run counted against the server's max_model_len
 
 
 class FatalTargetError(Exception):
@@ -435,35 +433,13 @@ class Recorder:
             self.err.print(f"kvtui: warning: {problem.message(self.profile.source)}", markup=False, highlight=False)
 
     async def _check_remote_lengths(self, target: OpenAITarget) -> None:
-        """Before any load on a remote target: the first requests of the workload, counted by the
-        server's own tokenizer where it answers vLLM's ``/tokenize`` (``kvtui serve`` does), else as
-        sized here, against the ``max_model_len`` its ``/v1/models`` lists. One that cannot fit is a
-        profile error (exit 2, naming max_model_len): the server would refuse it as too long."""
-        limit = target.max_model_len
-        if limit is None:
-            return
-        unit, ref = prompt_sizing(self.profile)
-        tokenizer = read_tokenizer_json(ref) if unit == "token" and ref else None
-        workload = Workload(self.profile.workload, unit, tokenizer=tokenizer)
+        """Before any load on a remote target: the first requests of the workload against the server's
+        ``max_model_len`` (:func:`tui.load.length_check.check_lengths`, which the dashboard asks too).
+        One that cannot fit is a profile error (exit 2, naming max_model_len)."""
         n = max((s.num_requests or math.ceil(s.rate * (s.duration_s or 0)) or 1) for s in self.profile.run_stages())
-        too_long, counted_by = [], "as sized here"
-        for i in range(min(n, REMOTE_LENGTH_SAMPLE)):
-            spec = workload.spec(i)
-            count = await target.count_tokens(spec.prompt)
-            if count is not None:
-                counted_by = "by the server's /tokenize"
-            tokens = count if count is not None else spec.prompt_len
-            if tokens + spec.max_tokens > limit:
-                too_long.append((tokens + spec.max_tokens, tokens, spec.max_tokens))
-        if too_long:
-            total, tokens, out = max(too_long)
-            sample = min(n, REMOTE_LENGTH_SAMPLE)
-            raise ProfileError(
-                f"{self.profile.source}: {len(too_long)} of the first {sample} requests exceed the server's "
-                f"max_model_len {limit} (the longest: {tokens} prompt tokens {counted_by} + {out} output "
-                f"tokens = {total}); the server would refuse them: lower workload.prompt_len / "
-                "workload.output_len, or set target.tokenizer to the served model's so prompts are sized "
-                "in its tokens")
+        problem = await check_lengths(self.profile, target, requests=n)
+        if problem is not None:
+            raise ProfileError(problem.message(str(self.profile.source)))
 
     async def _engine_step(self, control: ControlClient, default: int) -> int:
         with contextlib.suppress(ControlError):

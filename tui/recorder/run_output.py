@@ -33,7 +33,7 @@ from tui.load.load_runner import prompt_sizing
 from tui.load.trace_replay import make_arrivals
 from tui.load.workload import UNIT_MEANING
 from tui.metrics import stats
-from tui.metrics.capacity import edge_summary_lines, edges_markdown, edges_rich
+from tui.metrics.capacity import edge_summary_lines, edges_markdown, edges_renderable
 from tui.metrics.summary import to_markdown
 from tui.metrics.table_view import print_summary
 from tui.profile import Profile, Stage, dump_profile, stage_profile
@@ -62,7 +62,7 @@ class RunOutput:
         self.seed_drawn = seed_drawn
         self.run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
         self.started_t, self.started_wall = anchor()  # the run's start on the records' and the wall clock
-        self.err = console_err or Console(stderr=True, soft_wrap=True)
+        self.err = console_err or err_console()
         self.console = console_out or wide_console()
         self.cells: list[CellNote] = []
         self.interrupted = False
@@ -245,10 +245,18 @@ class RunOutput:
         if table.height:
             print_summary(self.console, table, title)
         if edges:
-            self.console.print(edges_rich(edges))
+            self.console.print(edges_renderable(self.console, edges))
             for line in edge_summary_lines(edges):
                 self.console.print(line, markup=False, highlight=False)
         self.err.print(f"records written to {self.out} ({read_records(self.out).num_rows} requests)", highlight=False)
+
+
+def err_console() -> Console:
+    """The recorder's stderr: on a terminal, long lines wrap between words (the terminal's own wrap
+    cut them mid-word); into a file or pipe, one line each, as a log wants them."""
+    console = Console(stderr=True)
+    console.soft_wrap = not console.is_terminal
+    return console
 
 
 def frame_row(snap: EngineSnapshot, stage: str, mode: str, t: float) -> dict[str, Any]:

@@ -18,6 +18,7 @@ file that cannot be used is named in :attr:`Analyses.notes` rather than failing 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import itertools
 import math
 import re
@@ -29,7 +30,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import tui
 from tui.base.provenance import kvtui_commit
-from tui.metrics.capacity import RATIO_MODES, edge_ratio
+from tui.metrics.capacity import RATIO_MODES, edge_figure, edge_ratio_of
+from tui.metrics.ratio import Figure, Ratio, caveat, ratio_text
 from tui.profile import Profile
 from tui.report.terminal import RunData
 
@@ -64,6 +66,7 @@ class SloPoint:
     mode: str
     capacity_edge_req_s: float | None
     ratio_vs_baseline: float | None
+    stage: str = ""  # a decomposition's preset ("" where the file has no stage column)
 
 
 @dataclass(frozen=True)
@@ -132,7 +135,8 @@ def read_analyses(run_dir: Path) -> Analyses:
     for r in _rows(run_dir / SLO_SENSITIVITY_FILE, ("ttft_slo_ms", "mode", "capacity_edge_req_s"), notes):
         slo = _num(r["ttft_slo_ms"])
         if slo is not None and slo > 0:
-            points.append(SloPoint(slo, r["mode"], _num(r["capacity_edge_req_s"]), _num(r.get("ratio_vs_baseline"))))
+            points.append(SloPoint(slo, r["mode"], _num(r["capacity_edge_req_s"]), _num(r.get("ratio_vs_baseline")),
+                                   r.get("stage") or ""))
     tuned = []
     fixed = ("rank", "candidate", "capacity_edge_req_s", "cost_per_mtok", "ttft_p99_ms", "tpot_p99_ms", "rungs_reached")
     for r in _rows(run_dir / TUNE_FILE, ("rank", "candidate", "capacity_edge_req_s"), notes):
@@ -211,6 +215,38 @@ def _gib(n: float) -> str:
     return f"{n / (1 << 30):.1f} GiB"
 
 
+def _presets(run: RunData) -> list[dict]:
+    """A decomposition's presets as run.json lists them (each chain's own simulated engine); [] otherwise."""
+    dec = run.info.get("decompose")
+    presets = dec.get("presets") if isinstance(dec, dict) else None
+    return [p for p in presets if isinstance(p, dict) and p.get("name")] if isinstance(presets, list) else []
+
+
+def _preset_profile(name: str) -> Profile | None:
+    """A shipped (or findable) preset profile by name; None where it cannot be read here."""
+    from tui.profile import ProfileError, find_profile, load_profile
+
+    try:
+        return load_profile(find_profile(name))
+    except (ProfileError, OSError, ValueError):
+        return None
+
+
+def _preset_targets(presets: Sequence[dict]) -> str:
+    return "SIMULATED GPUs, one chain each (roofline step times, nothing measured on a GPU), virtual clock: " + "; ".join(
+        f"{p['name']}: {name_only(str(p.get('model')))} on {p.get('tensor_parallel_size', 1)} x {p.get('hardware')}"
+        for p in presets)
+
+
+def _preset_kv(presets: Sequence[dict], run: RunData) -> str:
+    parts = []
+    for p in presets:
+        prof = _preset_profile(str(p["name"]))
+        kv = _kv_cache(dataclasses.replace(run, profile=prof, info={})) if prof is not None else "not known here"
+        parts.append(f"{p['name']}: {kv}")
+    return "; ".join(parts)
+
+
 def _kv_cache(run: RunData) -> str:
     """The KV cache: its size (a byte budget, or vLLM's split of the GPU's memory) and block size."""
     profile = run.profile
@@ -237,7 +273,7 @@ def _kv_cache(run: RunData) -> str:
 
 
 def _modes(run: RunData) -> str:
-    if run.profile is not None and run.info.get("target") in (None, "local"):
+    if run.profile is not None and run.info.get("target") in (None, "local") and not _presets(run):
         return ", ".join(m.label for m in run.profile.record.modes)
     modes = run.summary["mode"].unique(maintain_order=True).to_list() if run.summary.height else []
     return ", ".join(modes) or "none recorded"
@@ -297,13 +333,15 @@ def _version(run: RunData) -> str:
 def run_facts(run: RunData) -> list[tuple[str, str]]:
     """The header of one run: (label, value) pairs, in the order the page shows them."""
     status = "partial (stopped or crashed before the end)" if run.partial else "complete"
+    presets = _presets(run)
     return [
         ("Run id", str(run.info.get("run_id") or run.path.name)),
         ("Recorded", _date(run)),
         ("Measured by", _version(run)),
-        ("Target", _target(run)),
-        ("Model", _model(run)),
-        ("KV cache", _kv_cache(run)),
+        # a decomposition runs one chain per preset: name every GPU, model and KV size, not the first's
+        ("Target", _preset_targets(presets) if presets else _target(run)),
+        ("Model", ", ".join(dict.fromkeys(name_only(str(p.get("model"))) for p in presets)) if presets else _model(run)),
+        ("KV cache", _preset_kv(presets, run) if presets else _kv_cache(run)),
         ("Modes", _modes(run)),
         ("Load", _load(run)),
         ("SLOs", _slos(run)),
@@ -326,28 +364,38 @@ def _decomposition_sentences(steps: Sequence[DecompositionStep]) -> list[str]:
         parts = ", ".join(f"{s.change} {_x(s.capacity_factor)} ({s.from_mode} → {s.to_mode})" for s in chain)
         linked = all(a.to_mode == b.from_mode for a, b in itertools.pairwise(chain))
         where = f" at {stage}" if stage else ""
+        # the batching step's factor is mostly the TTFT SLO's doing: say so beside the product
+        batching = next((s for s in chain if s.change == "batching"), None)
+        why = f"; {caveat(batching.to_mode, batching.from_mode)}" if batching else ""
         if linked:
             total = math.prod(s.capacity_factor for s in chain)
             out.append(f"{chain[-1].to_mode} holds {_x(total)} the capacity of {chain[0].from_mode} (the baseline)"
-                       f"{where}: {parts}.")
+                       f"{where}: {parts}{why}.")
         else:
-            out.append(f"Capacity{where} by change, each against the mode it starts from: {parts}.")
+            out.append(f"Capacity{where} by change, each against the mode it starts from: {parts}{why}.")
     return out
 
 
 def _edge_sentences(run: RunData) -> list[str]:
-    by_mode = {e.mode: e for e in run.edges}
-    ratio = edge_ratio(run.edges)
-    num, den = by_mode.get(RATIO_MODES[0]), by_mode.get(RATIO_MODES[1])
-    if ratio is not None and num is not None and den is not None:
-        least = "at least " if num.status == "above" else ""  # never missed: the edge is a floor
-        return [f"{num.mode} holds {least}{num.edge_rate:.3g} req/s within the SLOs, {least}{_x(ratio)} the capacity "
-                f"of {den.mode} (the baseline, {den.edge_rate:.3g} req/s)."]
+    modes = {e.mode for e in run.edges}
+    if set(RATIO_MODES) <= modes:
+        return [ratio_text(edge_ratio_of(run.edges))]
     found = [e for e in run.edges if e.edge_rate is not None]
     if found:
-        return ["No baseline edge to compare with (" + BASELINE_MODE + " has none in this run); edges: "
-                + ", ".join(f"{e.mode} {e.edge_rate:.3g} req/s" for e in found) + "."]
+        return ["Capacity edges (" + BASELINE_MODE + ", the baseline, was not swept, so no multiple): "
+                + ", ".join(f"{e.mode} {edge_figure(e).text()}" for e in found) + "."]
     return ["The sweep found no capacity edge (every mode missed the SLOs at the lowest rate probed)."]
+
+
+def _goodput_figure(row: dict) -> Figure:
+    """A mode's goodput at one stage; overloaded when it served under 90 % of the rate offered (its
+    goodput then measures the overload, not the mode)."""
+    served, offered = row.get("req_per_s"), row.get("offered_rate")
+    bound = None
+    if served is not None and offered and served < 0.9 * offered:
+        bound = f"overloaded there (served {served:.3g} of {offered:.3g} req/s offered)"
+    g = row.get("goodput_req_per_s")
+    return Figure(str(row["mode"]), None if g is None else float(g), bound=bound)
 
 
 def _goodput_sentences(run: RunData) -> list[str]:
@@ -364,23 +412,30 @@ def _goodput_sentences(run: RunData) -> list[str]:
     base = at.filter(at["mode"] == BASELINE_MODE)
     if not base.height or base["goodput_req_per_s"][0] is None:
         return [f"{BASELINE_MODE} (the baseline) has no goodput at {top['stage']}."]
-    b = float(base["goodput_req_per_s"][0])
-    parts = []
-    for row in at.filter(at["mode"] != BASELINE_MODE).iter_rows(named=True):
-        g = row["goodput_req_per_s"]
-        if g is None:
-            continue
-        versus = f", {_x(g / b)} the baseline's" if b > 0 else ""
-        parts.append(f"{row['mode']} {g:.3g} req/s{versus}")
+    den = _goodput_figure(base.row(0, named=True))
     rate = f" (target {top['target_rate']:g} req/s)" if top.get("target_rate") is not None else ""
-    return [f"At the highest load level, {top['stage']}{rate}, goodput (requests meeting every SLO per second): "
-            + "; ".join(parts) + f"; {BASELINE_MODE} (the baseline) {b:.3g} req/s."]
+    where = f"At the highest load level, {top['stage']}{rate}: "
+    return [where + " ".join(ratio_text(Ratio("goodput (requests meeting every SLO per second)",
+                                              _goodput_figure(row), den))
+                             for row in at.filter(at["mode"] != BASELINE_MODE).iter_rows(named=True)
+                             if row["goodput_req_per_s"] is not None)]
+
+
+def _tune_sentences(tuned: Sequence[TuneResult]) -> list[str]:
+    """The tune's answer: the first-ranked candidate, its knobs and what it holds."""
+    best = min(tuned, key=lambda t: t.rank)
+    knobs = ", ".join(f"{k} = {v}" for k, v in best.knobs) or "the profile's own settings"
+    edge = "no capacity edge" if best.capacity_edge_req_s is None else f"a capacity edge of {best.capacity_edge_req_s:.3g} req/s"
+    cost = "" if best.cost_per_mtok is None else f" at {best.cost_per_mtok:.3g} per million output tokens"
+    return [f"{best.candidate} ranks first of {len(tuned)} candidates ({knobs}): {edge}{cost}, within the SLOs."]
 
 
 def headline(run: RunData, analyses: Analyses) -> list[str]:
     """The run's result in words, each comparison naming its baseline; a simulated run says so."""
     if analyses.decomposition:
         out = _decomposition_sentences(analyses.decomposition)
+    elif analyses.tune:
+        out = _tune_sentences(analyses.tune)
     elif run.edges:
         out = _edge_sentences(run)
     else:

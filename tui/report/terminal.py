@@ -18,14 +18,14 @@ import polars as pl
 from rich.console import Console
 from rich.table import Table
 
-from tui.metrics.capacity import CapacityEdge, edge_summary_lines, edges_rich, read_capacity_edges
+from tui.metrics.capacity import CapacityEdge, edge_summary_lines, edges_renderable, read_capacity_edges
 from tui.metrics.decomposition import decomposition_rich, read_tables
 from tui.metrics.repeats import collapse_repeats
 from tui.metrics.review import RunReview, review_run
 from tui.metrics.significance import METHOD, significance_table
 from tui.metrics.summary import compare_table, format_cell, summary_table
 from tui.metrics.table_view import print_summary
-from tui.profile import Profile, ProfileError, SloConfig, load_profile
+from tui.profile import Profile, ProfileError, SloConfig, load_profile, to_dict
 from tui.records.cell import CellNote, cell_notes
 from tui.records.parquet import DamagedRecords, read_records
 
@@ -128,7 +128,7 @@ def _print_run(console: Console, run: RunData) -> None:
     else:
         console.print(f"{title}: no requests recorded")
     if run.edges:  # a sweep's capacity edge per mode
-        console.print(edges_rich(run.edges))
+        console.print(edges_renderable(console, run.edges))
         for line in edge_summary_lines(run.edges):
             console.print(line, markup=False, highlight=False)
     for item in decomposition_rich(*read_tables(run.path)):  # a decomposition's tables (tui.recorder.decompose)
@@ -161,7 +161,45 @@ def significance_rows(a: RunData, b: RunData) -> list[list[str]]:
             for cell in significance_table(a.requests, b.requests).iter_rows(named=True)]
 
 
+def _flat(d: object, prefix: str = "") -> dict[str, str]:
+    if isinstance(d, dict):
+        out: dict[str, str] = {}
+        for k, v in d.items():
+            out.update(_flat(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    return {prefix: str(d)}
+
+
+# what a run's settings are beyond its profile, as run.json records them
+_INFO_SETTINGS = ("target", "hardware", "engine_model", "tensor_parallel_size", "clock", "simulated", "kvtui_version")
+
+
+def settings_diff(a: RunData, b: RunData) -> list[list[str]]:
+    """The settings that differ between two runs, as (setting, A, B) rows: every profile key (dotted,
+    ``engine.max_num_seqs``), then what run.json records beside it (hardware, model, clock, version).
+    The name and description are left out: they label a run, they do not change it."""
+    def settings(run: RunData) -> dict[str, str]:
+        # profile.toml was written without credentials (the recorder strips them), so none can show here
+        flat = _flat(to_dict(run.profile)) if run.profile is not None else {}
+        flat = {k: v for k, v in flat.items() if k not in ("name", "description", "source")}
+        flat.update({f"run.{k}": str(run.info[k]) for k in _INFO_SETTINGS if k in run.info})
+        return flat
+
+    sa, sb = settings(a), settings(b)
+    return [[k, sa.get(k, "(not set)"), sb.get(k, "(not set)")] for k in sorted(sa.keys() | sb.keys())
+            if sa.get(k) != sb.get(k)]
+
+
 def _print_compare(console: Console, a: RunData, b: RunData) -> None:
+    diff = settings_diff(a, b)  # what was changed between the runs, before what it changed
+    table = Table(title=f"Settings that differ, {b.name} (B) against {a.name} (A)", header_style="bold",
+                  title_justify="left")
+    for col in ("setting", "A", "B"):
+        table.add_column(col, overflow="fold")
+    for row in diff:
+        table.add_row(*row)
+    console.print(table if diff else "A and B ran with the same settings (profile, target, model).",
+                  markup=False, highlight=False)
     table = Table(title=f"A = {a.name}   B = {b.name}", header_style="bold")
     for col in COMPARE_HEADERS:
         table.add_column(col, justify="right" if col in ("A", "B", "B vs A") else "left")

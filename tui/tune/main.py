@@ -6,9 +6,8 @@ import shutil
 import time
 from pathlib import Path
 
-from rich.console import Console
-
 from tui.profile import Profile, ProfileError
+from tui.recorder.run_output import err_console
 from tui.report.terminal import wide_console
 from tui.tune.candidates import make_candidates, searched_knobs
 from tui.tune.executors import make_executor
@@ -45,7 +44,7 @@ def tune_main(profile: Profile, out: Path, *, executor: str = "local", workers: 
             validate(c.profile.engine, f"[tune] candidate {c.name}")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    err = Console(stderr=True, soft_wrap=True)
+    err = err_console()  # long lines wrap between words on a terminal
     sim = profile.engine.backend == "simulated"
     ex = make_executor(executor, workers, ray_address)
     err.print(f"kvtui tune: {len(candidates)} candidates of profile {profile.name!r} "

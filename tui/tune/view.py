@@ -20,7 +20,9 @@ class TuneProgress(RungListener):
 
     def __init__(self, console: Console):
         self.console = console
-        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+        # Short fixed-width columns: at 80 columns a free-width description left the bar no room
+        # (it collapsed to "━ … …"); the rung's probe length goes on a line of its own instead.
+        self.progress = Progress(TextColumn("{task.description:<8}"), BarColumn(bar_width=16), MofNCompleteColumn(),
                                  TimeElapsedColumn(), TextColumn("{task.fields[best]}"), console=console,
                                  disable=not console.is_terminal)
         self._task: Any = None
@@ -36,14 +38,13 @@ class TuneProgress(RungListener):
     def rung_started(self, rung: int, rungs: int, trials: Sequence[Trial], probe_requests: int) -> None:
         self._best = None
         what = f"rung {rung + 1}/{rungs}: {len(trials)} candidates, probes of >= {probe_requests} requests"
-        self._task = self.progress.add_task(what, total=len(trials), best="")
-        if not self.console.is_terminal:
-            self.console.print(f"tune: {what}", highlight=False)
+        self._task = self.progress.add_task(f"rung {rung + 1}/{rungs}", total=len(trials), best="")
+        self.console.print(f"tune: {what}", highlight=False)
 
     def trial_done(self, outcome: Outcome) -> None:
         if outcome.edge_req_s is not None and (self._best is None or outcome.edge_req_s > (self._best.edge_req_s or 0)):
             self._best = outcome
-        best = f"best {self._best.candidate} {self._best.edge_req_s:.4g} req/s" if self._best and self._best.edge_req_s else ""
+        best = f"best {self._best.edge_req_s:.4g} req/s ({self._best.candidate})" if self._best and self._best.edge_req_s else ""
         self.progress.update(self._task, advance=1, best=best)
         if not self.console.is_terminal:
             edge = "-" if outcome.edge_req_s is None else f"{outcome.edge_req_s:.4g} req/s"
@@ -65,17 +66,51 @@ def pareto(points: Sequence[tuple[str, float, float]], *, x_high: bool, y_high: 
     return {p[0] for p in points if not any(better(q, p) for q in points)}
 
 
-def result_table(ranked: Sequence[Ranked], knobs: Sequence[str], title: str, front: set[str], limit: int = 20) -> Table:
-    """The ranked candidates (the best ``limit``, and the profile's own wherever it ranks)."""
-    t = Table(title=title, header_style="bold", title_justify="left")
-    for h in ("rank", "candidate", *knobs, "edge req/s", "$/Mtok", "TTFT P99 ms", "TPOT P99 ms", "rungs", "pareto"):
-        t.add_column(h, justify="left" if h in ("candidate", "mode", "preemption_mode", "reservation", "hardware") else "right")
-    for r in ranked:
-        if r.rank > limit and r.candidate.name != "profile":
-            continue
+_TEXT_COLUMNS = ("candidate", "mode", "preemption_mode", "reservation", "hardware")
+
+
+def _header_lines(name: str, width: int = 8) -> str:
+    """A knob's name as a header of short lines (``max_num\nbatched\ntokens``), broken at underscores."""
+    lines: list[str] = []
+    for word in name.split("_"):
+        if lines and len(lines[-1]) + 1 + len(word) <= width:
+            lines[-1] += "_" + word
+        else:
+            lines.append(word)
+    return "\n".join(lines)
+
+
+def result_table(ranked: Sequence[Ranked], knobs: Sequence[str], title: str, front: set[str], limit: int = 20,
+                 *, narrow: bool = False) -> Table:
+    """The ranked candidates (the best ``limit``, and the profile's own wherever it ranks). ``narrow``:
+    headers on two lines, mode names abbreviated, no borders, so 80 columns hold it; numbers never wrap,
+    so none is ever cut to an ellipsis."""
+    from tui.metrics.table_view import mode_abbrev
+
+    if narrow:
+        t = Table(title=title, header_style="bold", title_justify="left", box=None, padding=(0, 1),
+                  collapse_padding=True, pad_edge=False, show_edge=False)
+        heads = ("rank", "name", *map(_header_lines, knobs), "edge\nreq/s", "$/Mtok", "TTFT\nP99 ms",
+                 "TPOT\nP99 ms", "rungs", "front")
+    else:
+        t = Table(title=title, header_style="bold", title_justify="left")
+        heads = ("rank", "candidate", *knobs, "edge req/s", "$/Mtok", "TTFT P99 ms", "TPOT P99 ms", "rungs", "pareto")
+    shown = [r for r in ranked if r.rank <= limit or r.candidate.name == "profile"]
+    for h, name in zip(heads, ("rank", "candidate", *knobs, "", "", "", "", "", ""), strict=True):
+        text = name in _TEXT_COLUMNS
+        # a name column may fold, but never below its longest value (rich would squeeze it to letters)
+        widest = max((len(dict(r.candidate.knobs).get(name, "") if name != "candidate" else r.candidate.name)
+                      for r in shown), default=0) if text else None
+        if text and narrow and name != "candidate":
+            widest = max((len(mode_abbrev(str(dict(r.candidate.knobs).get(name, "")))) for r in shown), default=0)
+        t.add_column(h, justify="left" if text else "right", no_wrap=not text, overflow="fold", min_width=widest)
+    for r in shown:
         values = dict(r.candidate.knobs)
+        knob_text = [str(values.get(k, "")) for k in knobs]
+        if narrow:
+            knob_text = [mode_abbrev(v) for v in knob_text]
         o = r.outcome
-        t.add_row(str(r.rank), r.candidate.name, *(str(values.get(k, "")) for k in knobs), _num(o.edge_req_s),
+        t.add_row(str(r.rank), r.candidate.name, *knob_text, _num(o.edge_req_s),
                   _num(r.cost_per_mtok, ".3g"), _num(o.ttft_p99_ms, ".0f"), _num(o.tpot_p99_ms, ".0f"), str(r.rungs),
                   "*" if r.candidate.name in front else "")
     return t
@@ -115,7 +150,16 @@ def print_results(console: Console, ranked: Sequence[Ranked], knobs: Sequence[st
     cost_pts = [(r.candidate.name, r.outcome.edge_req_s, r.cost_per_mtok) for r in finalists
                 if r.outcome.edge_req_s is not None and r.cost_per_mtok is not None]
     front = pareto(cost_pts, x_high=True, y_high=False)
-    console.print(result_table(ranked, knobs, f"kvtui tune: candidates by capacity edge{sim}", front))
+    from tui.metrics.table_view import fits
+
+    title = f"kvtui tune: candidates by capacity edge{sim}"
+    table = result_table(ranked, knobs, title, front)
+    if fits(console, table):
+        console.print(table)
+    else:
+        console.print(result_table(ranked, knobs, title, front, narrow=True))
+        console.print("modes: S+C static+contiguous · C+P continuous+paged (and so on); every column: "
+                      "tune.csv, or a wider terminal", markup=False, highlight=False, style="dim")
     console.print(f"\nPareto: capacity edge against cost, the {len(finalists)} candidates of the last rung "
                   f"(* on the front, P the profile's own){sim}", highlight=False)
     for line in text_scatter(cost_pts, front, x_label="capacity edge req/s",

@@ -192,14 +192,40 @@ class KVTuiApp(App[int]):
             return
         method = getattr(self.backend, entry.op)
         if inspect.iscoroutinefunction(method):
-            self._controls.put_nowait(partial(method, *entry.args))
+            # Echo the key at once: an engine control takes a round trip (0.6-2 s under load), and a key
+            # that shows nothing for that long gets pressed again.
+            echo = entry.title.split(": ", 1)[-1] + "…"
+            self.backend.set_status(echo)
+            self._controls.put_nowait(partial(self._run_echoed, method, entry.args, echo))
         else:
             method(*entry.args)
 
+    async def _run_echoed(self, method: Callable[..., Awaitable[object]], args: tuple[object, ...], echo: str) -> None:
+        """Run one queued control; clear its echo if the control said nothing of its own (no stale notice)."""
+        try:
+            await method(*args)
+        finally:
+            if self.backend.latest.status == echo:
+                self.backend.set_status("")
+
+    async def action_quit(self) -> None:
+        """Leave at once with a word on screen: the status line says so before the frame goes. The load
+        and the polling stop first, then the local engine (without draining, :meth:`LiveBackend.close`),
+        and only then does Textual take the screen down: at 200 req/s the load client, still sending in
+        this event loop, made that teardown take seconds of blank screen."""
+        self.backend.set_status("quitting…")
+        self.panes[-1].apply(self.backend.latest)
+        self.workers.cancel_group(self, "poller")
+        self.call_after_refresh(self._close_and_exit)
+
+    async def _close_and_exit(self) -> None:
+        await self.backend.close()  # on_unmount's call finds nothing left to close
+        self.exit()
+
     def action_focus_next(self) -> None:
         """Tab from nowhere lands on the request table (arrows and enter there select a request and
-        open its timeline); the mode and defense buttons take no focus, so an enter meant for the
-        table can never press one."""
+        open its timeline); the mode, defense and load buttons take no focus, so an enter meant for the
+        table can never press one (tests/ui/test_ui_focus.py tabs through every stop at three sizes)."""
         if self.focused is None and self.screen is self.screen_stack[0]:
             tables = [t for t in self.screen.query(RequestTable) if t.region.area]  # on screen now
             if tables:

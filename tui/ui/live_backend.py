@@ -24,10 +24,10 @@ import httpx
 from tui.base.errors import api_url, describe_http_error, one_line, root_url
 from tui.engine.control import Control, Toggle
 from tui.engine.snapshot import EngineSnapshot
-from tui.metrics.types import ServerGauges
+from tui.metrics.types import ServerGauges, WindowStats
 from tui.profile import Batching, DefensesConfig, EngineMode, KVLayout, PreemptionMode, Profile
 from tui.serve.control_client import ControlClient, ControlError, EngineState
-from tui.ui.backend import DashboardBackend
+from tui.ui.backend import DashboardBackend, drivable_rate
 from tui.ui.messages import DefenseName
 from tui.ui.model import HistoryPoint, ServerPoint, server_point
 
@@ -92,6 +92,7 @@ class LiveBackend(DashboardBackend):
         self._next_metrics = 0.0
         self._poll_error: str | None = None
         self._restarting = False
+        self._client_warned: float | None = None  # the asked rate the client-limit notice was given for
         self._tasks: set[asyncio.Task] = set()
         self.polls = 0
 
@@ -172,7 +173,9 @@ class LiveBackend(DashboardBackend):
         server, self.server = self.server, None
         if server is not None:
             with contextlib.suppress(Exception):
-                await asyncio.to_thread(server.stop, 5.0)
+                # Quitting must not wait on open requests (4-5 s of blank screen before): abort them,
+                # and kill the server if it has not gone within a second.
+                await asyncio.to_thread(server.stop, 1.0, drain=False)
 
     # -- polling -----------------------------------------------------------------------------------
 
@@ -240,6 +243,9 @@ class LiveBackend(DashboardBackend):
                 changes.update(status=msg, status_level="error")
         stats = self.window.stats()  # the window's own clock: the one the records' times are on
         changes["stats"] = stats
+        changes.update(self._client_limit(stats))
+        if "status" not in changes and self.stale_status():
+            changes["status"] = ""  # an old info notice goes: the line says what is true now
         if now_loop >= self._next_history:
             self._next_history = now_loop + HISTORY_EVERY_S
             self._history.append(
@@ -326,6 +332,7 @@ class LiveBackend(DashboardBackend):
             self.set_status("load stopped")
             return
         if not self.local:
+            from tui.load.length_check import check_lengths
             from tui.load.load_runner import make_target
             from tui.load.target import PreflightError
 
@@ -333,11 +340,18 @@ class LiveBackend(DashboardBackend):
             try:
                 self.set_status(f"checking {self.root_url} with one tiny request…")
                 await probe.preflight()
+                # as the recorder does: prompts sized here in words may be over the server's limit in
+                # its tokens (half the default requests were refused before this check)
+                self.set_status(f"checking the workload's lengths against {self.root_url}…")
+                problem = await check_lengths(self.profile, probe, self.presets[self.load.workload])
             except PreflightError as e:
                 self.set_status(str(e), "error")
                 return
             finally:
                 await probe.aclose()
+            if problem is not None:
+                self.set_status(problem.message(f"workload {self.load.workload!r}"), "error")
+                return
         warning = ""
         if self.local:
             ok, warning = await self._feasible()
@@ -355,6 +369,27 @@ class LiveBackend(DashboardBackend):
             self.set_status(f"load started; {warning}", "warn")
         else:
             self.set_status("load started")
+
+    def _client_limit(self, stats: WindowStats) -> dict[str, Any]:
+        """When this machine's client cannot send at the asked rate, say so in the status line (only ITL
+        said it before); on a simulated engine, whose speed is a model's and not this machine's, lower
+        the rate to what the client can drive. Once per asked rate."""
+        load = self.load
+        if not load.running or self._client_warned == load.rate:
+            return {}
+        drivable = drivable_rate(stats, load.rate)
+        if drivable is None:
+            return {}
+        self._client_warned = load.rate
+        lag = stats.dispatch_lag.p99 or 0.0
+        what = (f"this machine's load client sends {stats.achieved_rate:.3g} of the {load.rate:g} req/s asked "
+                f"(dispatch lag P99 {lag:.1f} s): the figures measure the client, not the target")
+        if self.local and self.profile.engine.backend == "simulated":
+            self.set_rate(drivable)
+            self._client_warned = drivable
+            return {"status": f"{what}; rate lowered to {drivable:g} req/s", "status_level": "warn",
+                    "load": self.latest.load}
+        return {"status": f"{what}; lower the rate (-) or add client workers", "status_level": "warn"}
 
     async def _feasible(self) -> tuple[bool, str]:
         """Before load on the local engine: can it serve the chosen workload in its current mode?

@@ -16,6 +16,14 @@ from tui.ui.model import LoadState
 from tui.ui.paint import fmt_rate
 
 
+def _button(label: str, id: str, **kw: str) -> Button:
+    """A load button: pressed by a click or its key, never focused, so Tab then Enter (meant for the
+    rate box or the request table) can never start, stop or re-shape the load by accident."""
+    button = Button(label, id=id, compact=True, **kw)  # type: ignore[arg-type]
+    button.can_focus = False
+    return button
+
+
 def parse_rate(text: str) -> float | None:
     """A typed rate, or None when it is not a positive finite number."""
     try:
@@ -92,13 +100,13 @@ class LoadControl(Vertical):
             yield Label("rate")
             yield RateInput(live=self.live, id="rate-input")
             yield Label("req/s")
-            yield Button("▶ start", id="load-toggle", compact=True, variant="success")
+            yield _button("▶ start", "load-toggle", variant="success", tooltip="start or stop the load (space)")
         with Horizontal():
             yield Label("arrival a ")
-            yield Button("poisson", id="arrival", compact=True, tooltip="next arrival process (a)")
+            yield _button("poisson", "arrival", tooltip="next arrival process (a)")
         with Horizontal():
             yield Label("workload w")
-            yield Button("profile", id="workload", compact=True, tooltip="next workload preset (w)")
+            yield _button("profile", "workload", tooltip="next workload preset (w)")
         yield TextLines(id="load-actual", wrap=True)
 
     def on_mount(self) -> None:

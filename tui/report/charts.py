@@ -1,22 +1,17 @@
-"""The HTML report, ``kvtui report DIR [DIR2 ...] --html FILE``: one self-contained file of charts.
+"""The HTML report's charts: the chart data of :mod:`tui.metrics.review` drawn with matplotlib.
 
-It draws the chart data of :mod:`tui.metrics.review` (every number computed there or in the table)
-with matplotlib, which renders offline with no browser, server or JavaScript: each chart is an SVG
-written inline into the page, so the file opens anywhere with nothing fetched (no network, no CDN,
-no script, no external reference of any kind). Beside the page each chart is also written as SVG
-(vector, for editing) and PNG (for slides) into a charts folder: ``--charts-dir DIR``, by default
-``FILE``'s name without ``.html`` plus ``-charts`` (``report.html`` -> ``report-charts/``).
+matplotlib renders offline with no browser, server or JavaScript: each chart becomes an SVG that the
+page (:mod:`tui.report.page`) writes inline, and beside the page an SVG (vector, for editing) and a
+PNG (for slides) in a charts folder.
 
-The page, in order: each run's header (:mod:`tui.report.facts`: run id, date, kvtui version, target,
-model, KV cache, modes, load, SLOs; the headline against its baseline; the capacity edges; a
-simulated engine's run says SIMULATED), latency against offered load per mode (TTFT and TPOT P50/P99
-with the SLO, goodput and throughput, each mode's capacity edge marked where a sweep found one),
-TTFT and TPOT CDFs per stage, each stage's cells over time (KV use and fragmentation, running and
-waiting requests, preemptions, engine tokens/s), failures by kind, the decomposition, SLO
-sensitivity and tune results where the run directory has them, then each run's table with the notes
-``summary.md`` has (definitions, offered load, client delay, token reconciliation) and, for several
-runs, each later run compared with the first. Several runs are overlaid on every chart: colour is
-the mode, the marker and line style the run.
+The charts: latency against offered load per mode (TTFT and TPOT P50/P99 with the SLO, goodput and
+throughput, each mode's capacity edge marked where a sweep found one), TTFT and TPOT CDFs per stage,
+each stage's cells over time (KV use and fragmentation, running and waiting requests, preemptions,
+engine tokens/s), failures by kind, the decomposition, SLO sensitivity and tune results where the run
+directory has them. Several runs are overlaid on every chart: colour is the mode, the marker and line
+style the run. A decomposition's presets (stages named ``<preset>:latency``, ``<preset>:saturation``)
+are different machines and workloads: each gets its own load and SLO charts, never one line joining
+them.
 
 Axes fit the data: a rate axis is logarithmic when its rates span more than 10x, a latency axis when
 they span more than 100x (one scale for every panel of a chart), each scaled to the data with the SLO
@@ -26,10 +21,10 @@ draw is a sentence, not an empty frame. Every figure is one width, shown at the 
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import io
 import re
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,31 +38,8 @@ from matplotlib.layout_engine import ConstrainedLayoutEngine
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter
 
-from tui.metrics.capacity import EDGE_HEADERS, edge_rows, edge_summary_lines
-from tui.metrics.review import Cdf, CellSeries, LoadCurve, Review, review
-from tui.metrics.significance import METHOD
-from tui.metrics.summary import display_rows, reconciliation_lines, to_markdown
-from tui.report.facts import (
-    BASELINE_MODE,
-    Analyses,
-    headline,
-    name_only,
-    read_analyses,
-    report_provenance,
-    run_facts,
-    without_local_paths,
-)
-from tui.report.terminal import (
-    COMPARE_HEADERS,
-    SIGNIFICANCE_HEADERS,
-    ReportError,
-    RunData,
-    compare_rows,
-    open_runs,
-    review_of,
-    run_title,
-    significance_rows,
-)
+from tui.metrics.review import Cdf, CellSeries, LoadCurve, Review
+from tui.report.facts import BASELINE_MODE, Analyses, SloPoint
 
 # A mode keeps its colour on every chart; the headline pair first (matplotlib's tab10 colours).
 _MODE_COLOURS = {"static+contiguous": "#d62728", "continuous+paged": "#1f77b4",
@@ -270,10 +242,16 @@ def build_charts(rv: Review, analyses: Sequence[tuple[str, Analyses]] = ()) -> l
     style = _Style(rv)
     sim = " (simulated)" if any(r.simulated for r in rv.runs) else ""
     per = "mode" if style.by_mode else "stage"
-    charts = [
-        _latency_chart(rv, style, "ttft", "TTFT against offered load" + sim),
-        _latency_chart(rv, style, "tpot", "TPOT against offered load" + sim),
-        _goodput_chart(rv, style, "Goodput and throughput against offered load" + sim),
+    charts = []
+    for preset in presets(rv) or [""]:  # a decomposition: one set per preset, never a line joining two
+        part = only_preset(rv, preset) if preset else rv
+        tag = f" · {preset}" if preset else ""
+        charts += [
+            _latency_chart(part, style, "ttft", f"TTFT against offered load{tag}{sim}", preset),
+            _latency_chart(part, style, "tpot", f"TPOT against offered load{tag}{sim}", preset),
+            _goodput_chart(part, style, f"Goodput and throughput against offered load{tag}{sim}", preset),
+        ]
+    charts += [
         _cdf_chart(rv, style, "ttft", f"TTFT distribution per {per} (CDF){sim}"),
         _cdf_chart(rv, style, "tpot", f"TPOT distribution per {per} (CDF){sim}"),
     ]
@@ -289,9 +267,11 @@ def build_charts(rv: Review, analyses: Sequence[tuple[str, Analyses]] = ()) -> l
         if a.decomposition:
             charts.append(_decomposition_chart(a, style, chart_id("decomposition", name if several else ""),
                                                f"What each change bought{tag}{sim}"))
-        if a.slo_sensitivity:
-            charts.append(_slo_sensitivity_chart(a, style, chart_id("slo-sensitivity", name if several else ""),
-                                                 f"Capacity edge against the TTFT SLO{tag}{sim}"))
+        for stage in dict.fromkeys(p.stage for p in a.slo_sensitivity):  # one chart per preset
+            points = [p for p in a.slo_sensitivity if p.stage == stage]
+            where = f" · {stage}" if stage else ""
+            charts.append(_slo_sensitivity_chart(points, style, chart_id("slo-sensitivity", " ".join(
+                x for x in (name if several else "", stage) if x)), f"Capacity edge against the TTFT SLO{tag}{where}{sim}"))
         if a.tune:
             charts.append(_tune_chart(a, chart_id("tune", name if several else ""), f"Tuned candidates{tag}{sim}"))
     if sim:  # the exported SVG/PNG travels without the page's title, so the drawing itself says it
@@ -304,6 +284,25 @@ def build_charts(rv: Review, analyses: Sequence[tuple[str, Analyses]] = ()) -> l
                 chart.figure.text(0.995, 0.005, "SIMULATED GPU backend: modelled step times", ha="right",
                                   va="bottom", fontsize=7, color="#8a6d00")
     return charts
+
+
+def presets(rv: Review) -> list[str]:
+    """A decomposition's presets, in run order: the ``<preset>`` of its ``<preset>:<cell>`` stages
+    ([] for a run whose stages carry no preset)."""
+    stages = [st for c in rv.curves for st in c.stages]
+    return list(dict.fromkeys(st.split(":", 1)[0] for st in stages if ":" in st))
+
+
+def only_preset(rv: Review, preset: str) -> Review:
+    """``rv`` with each load curve cut to one preset's stages (the other charts are per cell already)."""
+    def cut(c: LoadCurve) -> LoadCurve:
+        keep = [i for i, st in enumerate(c.stages) if st.split(":", 1)[0] == preset]
+        fields = ("stages", "target", "offered", "ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms",
+                  "goodput", "throughput")
+        cut_fields: dict[str, Any] = {f: tuple(getattr(c, f)[i] for i in keep) for f in fields}
+        return dataclasses.replace(c, **cut_fields)
+
+    return Review(tuple(dataclasses.replace(r, curves=tuple(cut(c) for c in r.curves)) for r in rv.runs))
 
 
 def chart_id(kind: str, name: str = "") -> str:
@@ -330,8 +329,8 @@ def _no_load_levels(rv: Review) -> bool:
 _NO_LOAD = "No chart: no load level with a known target rate was recorded, so there is no load axis to draw on."
 
 
-def _latency_chart(rv: Review, style: _Style, metric: str, title: str) -> Chart:
-    cid = chart_id("load", metric)
+def _latency_chart(rv: Review, style: _Style, metric: str, title: str, preset: str = "") -> Chart:
+    cid = chart_id(f"load-{metric}", preset)
     values = [v for c in rv.curves for q in ("p50", "p99") for v in getattr(c, f"{metric}_{q}_ms")]
     if _no_load_levels(rv) or not _positive(values).size:
         return _no_data(cid, title, _NO_LOAD if _no_load_levels(rv) else
@@ -357,9 +356,10 @@ def _latency_chart(rv: Review, style: _Style, metric: str, title: str) -> Chart:
                  f"{slo_text}; a dotted line in a mode's colour is its capacity edge.", fig)
 
 
-def _goodput_chart(rv: Review, style: _Style, title: str) -> Chart:
+def _goodput_chart(rv: Review, style: _Style, title: str, preset: str = "") -> Chart:
+    cid = chart_id("load-goodput", preset)
     if _no_load_levels(rv):
-        return _no_data("load-goodput", title, _NO_LOAD)
+        return _no_data(cid, title, _NO_LOAD)
     fig = Figure(figsize=(FIG_WIDTH, 4.8), layout="constrained")
     ax = fig.add_subplot()
     for c in rv.curves:
@@ -386,7 +386,7 @@ def _goodput_chart(rv: Review, style: _Style, title: str) -> Chart:
     ax.set_ylabel("req/s" + (", log scale" if scale == "log" else ""))
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
     zero = scale == "log" and any(v == 0 for c in rv.curves for v in c.goodput)
-    return Chart("load-goodput", title,
+    return Chart(cid, title,
                  "Goodput (requests meeting every SLO, per second; filled) and throughput (all successful requests; "
                  "open) against the target rate; x marks the rate each stage's drawn schedule actually offered."
                  + (" A goodput of zero has no place on the log axis and is not drawn (the table has it)." if zero
@@ -528,8 +528,7 @@ def _decomposition_chart(a: Analyses, style: _Style, cid: str, title: str) -> Ch
                  "a bar right of the line bought capacity, one left of it cost some.", fig)
 
 
-def _slo_sensitivity_chart(a: Analyses, style: _Style, cid: str, title: str) -> Chart:
-    points = a.slo_sensitivity
+def _slo_sensitivity_chart(points: Sequence[SloPoint], style: _Style, cid: str, title: str) -> Chart:
     modes = list(dict.fromkeys(p.mode for p in points))
     ratios = [p for p in points if p.ratio_vs_baseline is not None and p.mode != BASELINE_MODE]
     cols = 2 if ratios else 1
@@ -566,6 +565,25 @@ def _slo_sensitivity_chart(a: Analyses, style: _Style, cid: str, title: str) -> 
                  "SLO chosen.", fig)
 
 
+def _label(ax, points: Sequence[tuple[str, float | None, float | None]], spacing: float = 0.07) -> list[str]:
+    """Name points (best first) without printing names over each other: a point closer than ``spacing``
+    (a share of the axes, on their scales) to one already named keeps its dot but not its name.
+    Returns the names placed."""
+    placed: list[tuple[float, float]] = []
+    names = []
+    for name, x, y in points:
+        if x is None or y is None:
+            continue
+        ax.autoscale_view()  # the limits as drawn, so the distances are those on the page
+        fx, fy = ax.transLimits.transform(ax.transScale.transform((x, y)))  # 0..1 across the axes
+        if any(abs(fx - px) < spacing * 2.5 and abs(fy - py) < spacing for px, py in placed):
+            continue
+        placed.append((fx, fy))
+        names.append(name)
+        ax.annotate(name, (x, y), fontsize=7, xytext=(4, 3), textcoords="offset points")
+    return names
+
+
 def _tune_chart(a: Analyses, cid: str, title: str) -> Chart:
     rows = [t for t in a.tune if t.capacity_edge_req_s is not None]
     if not rows:
@@ -583,11 +601,9 @@ def _tune_chart(a: Analyses, cid: str, title: str) -> Chart:
         xs = np.array([t.capacity_edge_req_s for t in costed], dtype=float)
         ys = np.array([t.cost_per_mtok for t in costed], dtype=float)
         ax.scatter(xs, ys, color="#1f77b4", zorder=3)
-        for t in costed[:10]:
-            ax.annotate(f"#{t.rank} {t.candidate}", (t.capacity_edge_req_s, t.cost_per_mtok), fontsize=7,
-                        xytext=(4, 3), textcoords="offset points")
         _rate_axis(ax, xs.tolist())
         _rate_axis(ax, ys.tolist(), axis="y")
+        _label(ax, [(f"#{t.rank} {t.candidate}", t.capacity_edge_req_s, t.cost_per_mtok) for t in costed[:10]])
         ax.set_ylabel("cost per million tokens")
         what = "each candidate's capacity edge against its cost per million tokens (the ten best ranks named)"
     else:
@@ -601,10 +617,9 @@ def _tune_chart(a: Analyses, cid: str, title: str) -> Chart:
         ax2 = fig.add_subplot(1, 2, 2)
         xs = np.array([t.capacity_edge_req_s for t in tails], dtype=float)
         ax2.scatter(xs, np.array([t.ttft_p99_ms for t in tails], dtype=float), color="#ff7f0e", zorder=3)
-        for t in tails[:5]:
-            ax2.annotate(f"#{t.rank} {t.candidate}", (t.capacity_edge_req_s, t.ttft_p99_ms), fontsize=7,
-                         xytext=(4, 3), textcoords="offset points")
         _rate_axis(ax2, xs.tolist())
+        ax2.autoscale_view()
+        _label(ax2, [(f"#{t.rank} {t.candidate}", t.capacity_edge_req_s, t.ttft_p99_ms) for t in tails[:5]])
         ax2.set_xlabel("throughput: capacity edge (req/s)")
         ax2.set_ylabel("TTFT P99 at the edge (ms)")
         what += "; and each one's TTFT P99 at its edge against that throughput"
@@ -615,7 +630,7 @@ def _tune_chart(a: Analyses, cid: str, title: str) -> Chart:
 
 
 # ---------------------------------------------------------------------------------------------------
-# Rendering: inline SVG, files for slides, the page
+# Rendering: the SVG the page inlines, files for slides
 
 
 def render_svg(chart: Chart) -> str:
@@ -655,213 +670,3 @@ def export_chart(chart: Chart, svg: str, charts_dir: Path) -> list[Path]:
     return [svg_path, png_path]
 
 
-_CSS = """
-body { font-family: system-ui, -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 2rem auto;
-       max-width: 1200px; padding: 0 1rem; color: #222; }
-h1 { font-size: 1.5rem; } h2 { font-size: 1.2rem; margin-top: 2.5rem; border-bottom: 1px solid #ddd; }
-h3 { font-size: 1rem; margin-bottom: 0.2rem; }
-figure { margin: 1.5rem 0; } figcaption { color: #555; font-size: 0.85rem; margin-bottom: 0.4rem; }
-figure svg { width: 100%; height: auto; display: block; }
-.nodata { color: #555; font-style: italic; }
-.facts { display: grid; grid-template-columns: max-content 1fr; gap: 0.15rem 1rem; margin: 0.5rem 0; font-size: 0.9rem; }
-.facts dt { font-weight: bold; } .facts dd { margin: 0; }
-.headline { font-size: 1.05rem; background: #eef4fb; border-left: 4px solid #1f77b4; padding: 0.5rem 0.8rem; }
-@page { size: landscape; margin: 12mm; }
-@media print {
-  body { max-width: none; margin: 0; padding: 0; font-size: 10pt; }
-  nav { display: none; }
-  figure, .facts, table { break-inside: avoid; }
-  h2, h3 { break-after: avoid; }
-  .scroll { overflow: visible; }
-}
-table { border-collapse: collapse; font-size: 0.8rem; margin: 0.5rem 0; }
-th, td { border: 1px solid #ccc; padding: 2px 6px; text-align: right; white-space: nowrap; }
-th { background: #f3f3f3; } td.text { text-align: left; }
-.simulated { background: #fff3cd; border: 1px solid #e0b400; padding: 0.4rem 0.8rem; font-weight: bold; }
-.notes { font-size: 0.85rem; color: #333; } .scroll { overflow-x: auto; }
-"""
-
-
-def _table_html(headers: Sequence[str], rows: Sequence[Sequence[str]], text_cols: int = 2) -> str:
-    out = ['<div class="scroll"><table><thead><tr>']
-    out += [f"<th>{html.escape(h)}</th>" for h in headers]
-    out.append("</tr></thead><tbody>")
-    for r in rows:
-        cells = (("<td class=\"text\">" if i < text_cols else "<td>") + html.escape(v) + "</td>" for i, v in enumerate(r))
-        out.append("<tr>" + "".join(cells) + "</tr>")
-    out.append("</tbody></table></div>")
-    return "".join(out)
-
-
-def _markdown_notes_html(markdown: str) -> str:
-    """The notes ``to_markdown`` writes under its table (definitions, offered load, client delay, token
-    reconciliation) as HTML: its table lines are left out (the page has the table), ``## `` headings,
-    ``- `` items and paragraphs kept."""
-    out: list[str] = []
-    in_list = False
-    for line in markdown.splitlines():
-        if line.startswith("|") or line.startswith("# "):
-            continue
-        if line.startswith("- "):
-            if not in_list:
-                out.append("<ul>")
-                in_list = True
-            out.append(f"<li>{html.escape(line[2:])}</li>")
-            continue
-        if in_list:
-            out.append("</ul>")
-            in_list = False
-        if line.startswith("## "):
-            out.append(f"<h4>{html.escape(line[3:])}</h4>")
-        elif line.strip():
-            out.append(f"<p>{html.escape(line)}</p>")
-    if in_list:
-        out.append("</ul>")
-    return '<div class="notes">' + "".join(out) + "</div>"
-
-
-def _run_section(i: int, run: RunData) -> str:
-    slo = run.profile.slo if run.profile is not None else None
-    seed = run.profile.load.seed if run.profile is not None else None
-    headers, rows = display_rows(run.table)
-    rec = reconciliation_lines(run.summary)
-    parts = [f'<section id="table-{i + 1}"><h3>{html.escape(run_title(run))}</h3>']
-    parts.append(_table_html(headers, rows) if rows else "<p>no requests recorded</p>")
-    # what the recorder said the prompt lengths count (run.json), so the notes read as summary.md's
-    unit: dict[str, Any] = {k: run.info[k] for k in ("prompt_len_unit", "prompt_len_counts", "prompt_tokenizer")
-                            if k in run.info}
-    if unit.get("prompt_tokenizer"):  # a local tokenizer by its name: the page travels, its paths would not
-        unit["prompt_tokenizer"] = name_only(str(unit["prompt_tokenizer"]))
-    parts.append(_markdown_notes_html(to_markdown(run.table, None, slo, seed=seed,
-                                                  prompt_unit=unit if "prompt_len_counts" in unit else None)))
-    if not rec:  # say why there is none, rather than leave the reader looking for it
-        parts.append('<div class="notes"><h4>Token reconciliation (client vs server /metrics)</h4><p>no server '
-                     "token counters were recorded for this run (a virtual-clock run has no server; a remote "
-                     "server without /metrics has none)</p></div>")
-    if run.info.get("error"):
-        parts.append(f"<p>The run ended with an error: {html.escape(without_local_paths(str(run.info['error'])))}</p>")
-    parts.append("</section>")
-    return "".join(parts)
-
-
-def _compare_section(a: RunData, b: RunData, n: int) -> str:
-    parts = [f'<section id="compare-{n}"><h3>A = {html.escape(a.name)}, B = {html.escape(b.name)}</h3>',
-             _table_html(COMPARE_HEADERS, compare_rows(a, b), text_cols=3)]
-    sig = significance_rows(a, b)
-    if sig:
-        parts += [f'<h4 id="significance-{n}">Significant differences, B vs A</h4>',
-                  _table_html(SIGNIFICANCE_HEADERS, sig, text_cols=3),
-                  f'<p class="notes">method: {html.escape(METHOD)}</p>']
-    return "".join(parts) + "</section>"
-
-
-def _edges_html(run: RunData) -> str:
-    """A sweep's capacity edge per mode, as the printed report shows it ('' without a sweep)."""
-    if not run.edges:
-        return ""
-    return ('<div class="notes"><h4>Capacity edge (sweep)</h4>' + _table_html(EDGE_HEADERS, edge_rows(run.edges), 1)
-            + "".join(f"<p>{html.escape(line)}</p>" for line in edge_summary_lines(run.edges)) + "</div>")
-
-
-def _header_html(i: int, run: RunData, analyses: Analyses, several: bool) -> str:
-    """What one run measured (its facts), its headline against the baseline, and its capacity edges."""
-    title = f"Run {i + 1}: {run_title(run)}" if several else run_title(run)
-    out = [f'<section id="run-{i + 1}"><h2>{html.escape(title)}</h2><dl class="facts">']
-    out += [f"<dt>{html.escape(k)}</dt><dd>{html.escape(v)}</dd>" for k, v in run_facts(run)]
-    out.append("</dl>")
-    out.append('<p class="headline">' + html.escape(" ".join(headline(run, analyses))) + "</p>")
-    out.append(_edges_html(run))
-    out += [f'<p class="notes">{html.escape(n)}</p>' for n in analyses.notes]
-    out.append("</section>")
-    return "".join(out)
-
-
-def _figure_html(chart: Chart, svg: str) -> str:
-    body = (f"<figcaption>{html.escape(chart.caption)}</figcaption>{inline_svg(svg, chart.title)}" if chart.drawn
-            else f'<p class="nodata">{html.escape(chart.caption)}</p>')
-    return f'<figure id="chart-{chart.id}"><h3>{html.escape(chart.title)}</h3>{body}</figure>'
-
-
-def render_html(runs: Sequence[RunData], charts: Sequence[Chart], svgs: Sequence[str], charts_note: str = "",
-                analyses: Sequence[Analyses] | None = None) -> str:
-    """The whole page: each run's header (what was measured, the headline, the capacity edges), every
-    chart inline (``svgs``: each chart's :func:`render_svg`; a chart with nothing to draw is its
-    sentence), the tables and their notes. ``analyses``: each run's analysis files, in run order."""
-    analyses = list(analyses) if analyses is not None else [Analyses() for _ in runs]
-    names = ", ".join(r.name for r in runs)
-    out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-           '<meta name="viewport" content="width=device-width, initial-scale=1">',
-           f"<title>kvtui capacity review: {html.escape(names)}</title>",
-           f"<style>{_CSS}</style></head><body>",
-           "<h1>kvtui capacity review</h1>"]
-    sims = [r for r in runs if r.info.get("simulated")]
-    if sims:
-        out.append('<p class="simulated">Simulated: ' + html.escape(", ".join(r.name for r in sims))
-                   + (" was" if len(sims) == 1 else " were") + " recorded on the simulated GPU backend (each step's"
-                   " time from a roofline model, not measured on a GPU).</p>")
-    out += [_header_html(i, r, a, len(runs) > 1) for i, (r, a) in enumerate(zip(runs, analyses, strict=True))]
-    out.append('<nav><ul>' + "".join(f'<li><a href="#chart-{c.id}">{html.escape(c.title)}</a></li>' for c in charts)
-               + '<li><a href="#tables">Tables and reconciliation</a></li></ul></nav>')
-    no_steps = [r.name for r in runs if r.steps.height == 0]
-    if no_steps:
-        out.append("<p>No engine steps recorded for " + html.escape(", ".join(no_steps)) + " (a remote target "
-                   "reports none), so no time series for them.</p>")
-    out.append('<h2 id="charts">Charts</h2>')
-    out += [_figure_html(c, svg) for c, svg in zip(charts, svgs, strict=True)]
-    out.append('<h2 id="tables">Tables and reconciliation</h2>')
-    out += [_run_section(i, r) for i, r in enumerate(runs)]
-    out += [_compare_section(runs[0], other, i + 1) for i, other in enumerate(runs[1:])]
-    out.append(f'<p class="notes">Report written by {html.escape(report_provenance())}.'
-               + (f" {html.escape(charts_note)}" if charts_note else "") + "</p>")
-    out.append("</body></html>")
-    return "\n".join(out) + "\n"
-
-
-def default_charts_dir(html_path: Path) -> Path:
-    """Where the charts go without ``--charts-dir``: beside the page, ``report.html`` -> ``report-charts/``."""
-    return html_path.with_name(html_path.stem + "-charts")
-
-
-def _shown_path(path: Path, html_path: Path) -> str:
-    """A folder as the page names it: relative to the page when beside or below it, else by its name
-    alone (no local path in a page that travels)."""
-    try:
-        return path.resolve().relative_to(html_path.resolve().parent).as_posix() + "/"
-    except ValueError:
-        return f"a folder named {path.name}/"
-
-
-def write_report(runs: Sequence[RunData], html_path: Path,
-                 charts_dir: Path | None = None) -> tuple[list[Chart], list[Path]]:
-    """Write the page to ``html_path`` and each chart as SVG and PNG to ``charts_dir``; returns the
-    charts and the exported files."""
-    charts_dir = charts_dir or default_charts_dir(html_path)
-    rv = review(review_of(r) for r in runs)
-    analyses = [read_analyses(r.path) for r in runs]
-    charts = build_charts(rv, [(r.name, a) for r, a in zip(runs, analyses, strict=True)])
-    svgs = [render_svg(c) for c in charts]
-    exported = [p for c, svg in zip(charts, svgs, strict=True) for p in export_chart(c, svg, charts_dir)]
-    note = (f"Each drawn chart is also in {_shown_path(charts_dir, html_path)} as SVG and PNG ({PNG_DPI} dpi), "
-            "named by its id.")
-    html_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = html_path.with_name(html_path.name + ".tmp")
-    tmp.write_text(render_html(runs, charts, svgs, note, analyses), encoding="utf-8",
-                   errors="backslashreplace")  # a lone surrogate from a damaged run.json: escaped
-    tmp.replace(html_path)
-    return charts, exported
-
-
-def html_main(dirs: Sequence[Path], html_path: Path, charts_dir: Path | None = None) -> int:
-    """The CLI's ``report --html``: write the page and the charts; returns the exit code."""
-    if html_path.suffix.lower() not in (".html", ".htm"):
-        print(f"kvtui report: --html {html_path}: expected a file name ending in .html", file=sys.stderr)
-        return 2
-    try:
-        runs = open_runs(list(dirs))
-    except ReportError as e:
-        print(f"kvtui report: {e}", file=sys.stderr)
-        return e.code
-    charts, exported = write_report(runs, html_path, charts_dir)
-    print(f"wrote {html_path} ({len(charts)} charts) and {len(exported)} chart files in "
-          f"{charts_dir or default_charts_dir(html_path)}")
-    return 0
