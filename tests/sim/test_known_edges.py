@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from tui.metrics.capacity import read_capacity_edges
+from tui.metrics.capacity import probe_passes, read_capacity_edges
 from tui.recorder.virtual import record_virtual
-from tui.testing.known_edges import KnownCase, kv_case, probe_alone, throughput_case
+from tui.testing.known_edges import KnownCase, judge_alone, kv_case, probe_alone, throughput_case
 
 CASES = {"throughput": throughput_case, "kv": kv_case}
 
@@ -37,3 +37,33 @@ def _edge(c: KnownCase, out: Path):
         assert record_virtual(c.profile, out) == 0
     (edge,) = read_capacity_edges(out)
     return edge
+
+
+# Half the steps per request at the same capacity (36 steps of 20 ms): the same queue, half the CPU.
+CHEAP = {"output": 36, "step_s": 0.02}
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_edge_is_at_or_below_the_capacity_within_ten_percent(case: str, seed: int, tmp_path: Path) -> None:
+    c: KnownCase = CASES[case](tmp_path, seed, **CHEAP)
+    edge = _edge(c, tmp_path / "run")
+    assert edge.status == "found" and edge.edge_rate is not None, edge.probes
+    assert 0.90 * c.capacity <= edge.edge_rate <= c.capacity, (edge.edge_rate / c.capacity, edge.probes)
+    # the edge held a run five probes long, recorded in sweep.json
+    confirmation = edge.confirmation
+    assert confirmation is not None and confirmation.rate == edge.edge_rate
+    full = min(p.duration_s or 0 for p in edge.probes[1:] if not p.confirm)  # the first ran before S was known
+    assert confirmation.duration_s is not None and confirmation.duration_s >= 4.99 * full
+    # tight: the next rate up missed
+    assert edge.fail_rate is not None and edge.fail_rate <= edge.edge_rate * 1.03 + 1e-9
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_five_per_cent_over_the_capacity_fails_the_rule(case: str, tmp_path: Path) -> None:
+    """The rule's verdict on a run at 1.05x the capacity, as long as a confirmation: a miss on three seeds."""
+    for seed in (0, 1, 2):
+        c: KnownCase = CASES[case](tmp_path, seed, **CHEAP)
+        assert c.profile.sweep is not None
+        probe = judge_alone(c.profile, c.mode, 1.05 * c.capacity, 150.0)
+        assert not probe_passes(probe, c.profile.sweep.target_attainment), (seed, probe)

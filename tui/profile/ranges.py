@@ -139,6 +139,7 @@ RANGES: dict[type, dict[str, Range]] = {
         "max_duration_s": _SECONDS,
         "max_extensions": Range(0, 10),
         "extend_factor": Range(1, 10, lo_open=True),
+        "confirm_factor": Range(0, 100),
     },
     DecomposeConfig: {"slo_ladder": Range(0, 1e6, lo_open=True), "ladder_presets": Range(0, 1000),
                       "measure_s": _SECONDS, "measure_requests": _COUNT},

@@ -46,7 +46,7 @@ from tui.metrics.decomposition import (
     slo_table,
     write_tables,
 )
-from tui.metrics.steady import mean_service_s, queue_test
+from tui.metrics.steady import late_half, long_service_s, queue_test
 from tui.profile import (
     EngineMode,
     Profile,
@@ -123,8 +123,15 @@ class ProbeData:
         return stats.goodput(*self._latencies(), slo, wall)
 
     def service_s(self) -> float | None:
-        """The mean service time (send to last token of the finished requests)."""
-        return mean_service_s(self.send[self.ok], self.last[self.ok])
+        """The service time of the longest requests (send to last token, P99 of the finished ones)."""
+        return long_service_s(self.send[self.ok], self.last[self.ok])
+
+    def late_attainment(self, slo: SloConfig) -> float:
+        """The attainment of the requests sent in the second half of the arrivals."""
+        late = late_half(self.send)
+        ok = self.ok & late
+        ttft, e2el, tpot = stats.latencies(self.send[ok], self.first[ok], self.last[ok], self.tokens[ok])
+        return stats.attainment(ttft, tpot, e2el, slo, int(late.sum())) or 0.0
 
 
 class DecomposeRecorder:
@@ -191,6 +198,7 @@ class DecomposeRecorder:
         """The preset in one link's mode: its reservation, the decomposing profile's SLO and drain bound."""
         return dataclasses.replace(
             preset, engine=dataclasses.replace(preset.engine, reservation=link.reservation), slo=self.profile.slo,
+            sweep=self._sweep(),  # its probe rules, the exact offered rate among them
             record=dataclasses.replace(preset.record, drain_timeout_s=self.profile.record.drain_timeout_s,
                                        snapshots_per_s=0.0))
 
@@ -215,10 +223,12 @@ class DecomposeRecorder:
             data = self._probe(preset, link, rate, length)
             queue = queue_test(data.send, data.end)
             attainment = data.attainment(slo)
+            confirming = search.confirming
             counted = search.observe_probe(rate, length, attainment, f"probe-{search.runs + 1:02d}", queue,
-                                           data.service_s())
+                                           data.service_s(), data.late_attainment(slo), int(data.send.size))
             q = "-" if queue is None else f"{queue.verdict} ({queue.growth:+.1%}), served {queue.achieved_req_s:.4g}/s"
-            self.err.print(f"decompose {preset.name} {link.label} {what}: {rate:.4g} req/s for {length:.0f} s: SLO met "
+            self.err.print(f"decompose {preset.name} {link.label} {what}: {'confirming ' if confirming else ''}"
+                           f"{rate:.4g} req/s for {length:.0f} s: SLO met "
                            f"{attainment:.1%}, queue {q}" + ("" if counted else ": undecided, longer"), highlight=False)
         edge = search.edge()
         best = edge.edge_probe

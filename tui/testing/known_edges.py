@@ -30,7 +30,7 @@ import numpy as np
 
 from tui.engine.sim.hardware import CostParams, Hardware, dump_hardware, load_hardware
 from tui.engine.sim.models import resolve_model
-from tui.metrics.capacity import cell_attainment
+from tui.metrics.capacity import Probe, cell_attainment, measure_probe
 from tui.profile import EngineMode, Profile, Stage, profile_from_dict
 from tui.recorder.virtual import run_virtual_cell
 from tui.records.request import RequestRecord
@@ -86,7 +86,7 @@ def _profile(hardware: Path, engine: dict[str, Any], prompt: int, output: int, s
 
 
 def throughput_case(directory: Path, seed: int = 0, *, max_num_seqs: int = 8, prompt: int = 16,
-                    output: int = 72, step_s: float = STEP_S, ttft_ms: float = 2000.0,
+                    output: int = 72, step_s: float = STEP_S, ttft_ms: float = 2500.0,
                     sweep: dict[str, Any] | None = None) -> KnownCase:
     """``max_num_seqs`` batch slots, a fixed step: capacity ``max_num_seqs / (output x step_s)``."""
     hw = constant_step_hardware(directory, step_s)
@@ -101,7 +101,7 @@ def throughput_case(directory: Path, seed: int = 0, *, max_num_seqs: int = 8, pr
 
 
 def kv_case(directory: Path, seed: int = 0, *, kv_requests: int = 4, prompt: int = 16, output: int = 72,
-            step_s: float = STEP_S, ttft_ms: float = 4000.0, sweep: dict[str, Any] | None = None) -> KnownCase:
+            step_s: float = STEP_S, ttft_ms: float = 5000.0, sweep: dict[str, Any] | None = None) -> KnownCase:
     """A contiguous arena reserving exactly prompt + output tokens that holds ``kv_requests`` requests:
     capacity ``kv_requests / (output x step_s)``; ``max_num_seqs`` (64) does not bind."""
     hw = constant_step_hardware(directory, step_s)
@@ -134,13 +134,24 @@ class AloneRun:
     second_half: float
 
 
+def judge_alone(profile: Profile, mode: EngineMode, rate: float, duration_s: float, seed: int | None = None) -> Probe:
+    """The sweep rule's verdict on ``mode`` run alone at ``rate`` for ``duration_s`` of arrivals, judged as a
+    confirmation is (:meth:`~tui.metrics.capacity.ProbeMeasure.probe`): pass it to ``probe_passes``."""
+    records = _run_alone(profile, mode, rate, duration_s, seed)
+    return measure_probe(records, profile.slo).probe(rate, "alone", duration_s, confirm=True)
+
+
+def _run_alone(profile: Profile, mode: EngineMode, rate: float, duration_s: float, seed: int | None) -> list[RequestRecord]:
+    stage = Stage("alone", rate, max(2, math.ceil(rate * duration_s)), seed=seed)
+    records: list[RequestRecord] = []
+    run_virtual_cell(profile, stage, mode, start=0.0, on_record=lambda r: None if r.warmup else records.append(r))
+    return records
+
+
 def probe_alone(profile: Profile, mode: EngineMode, rate: float, duration_s: float, seed: int | None = None) -> AloneRun:
     """Run ``mode`` alone at ``rate`` for ``duration_s`` of arrivals (``seed``: the arrivals' draw, default
     the profile's) and measure its goodput attainment whole and by half (sent before / after the middle)."""
-    n = max(2, math.ceil(rate * duration_s))
-    stage = Stage("alone", rate, n, seed=seed)
-    records: list[RequestRecord] = []
-    run_virtual_cell(profile, stage, mode, start=0.0, on_record=lambda r: None if r.warmup else records.append(r))
+    records = _run_alone(profile, mode, rate, duration_s, seed)
     send = np.array([r.send_t for r in records], dtype=float)
     middle = float(np.median(send)) if send.size else 0.0
     halves = ([r for r in records if r.send_t < middle], [r for r in records if r.send_t >= middle])
