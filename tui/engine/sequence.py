@@ -125,6 +125,6 @@ class Request:
                 return "stop"
             if token in params.stop_token_ids:
                 return "stop"
-        if n >= params.max_tokens:
-            return "length"
+        if n >= params.output_limit:
+            return params.limit_reason
         return None

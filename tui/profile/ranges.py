@@ -110,6 +110,8 @@ RANGES: dict[type, dict[str, Range]] = {
         "shared_prefix_fraction": _FRACTION,
         "temperature": Range(0, 100),
         "seed": _SEED,
+        "max_tokens_ratio": Range(1, 1000),
+        "max_tokens_cap": Range(1, MAX_TOKENS_ANY),
     },
     LoadConfig: {
         "burstiness": Range(0.01, 100),

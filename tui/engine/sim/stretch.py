@@ -136,7 +136,7 @@ class _Stretch:
 
     def join(self, r: Request, first: int, decodes_from: int) -> None:
         """``r`` samples its next output token in step ``first`` and decodes from step ``decodes_from`` on."""
-        last = first + r.params.max_tokens - len(r.output) - 1  # the step sampling its last token
+        last = first + r.params.output_limit - len(r.output) - 1  # the step sampling its last token
         self.started.append((r, first))
         if last < self.max_steps:
             self.finishing.setdefault(last, []).append((r, first))
@@ -237,7 +237,7 @@ class _Stretch:
             return
         for r, first in done:  # as step() finishes them: its tokens, then the end (KV freed)
             r.output.extend(self.runner.tokens(r.request_id, len(r.output), j + 1 - first))
-            self.engine.finish(r, "length")
+            self.engine.finish(r, r.params.limit_reason)
             self.finished.append((j, r))
             if self.static:  # it stays in the batch as a padding row, its KV held, its context fixed
                 self.padded += 1
