@@ -17,6 +17,7 @@ from tui.metrics.decomposition import (
     ModeFigures,
     decomposition_markdown,
     decomposition_table,
+    paging_bound,
     read_tables,
     slo_table,
 )
@@ -75,7 +76,7 @@ def test_a_decomposition_writes_its_tables_and_the_report_prints_them(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "small-gpu.toml").write_text(tomli_w.dumps(PRESET))
     doc = {"name": "dec", "decompose": {"presets": [str(tmp_path / "small-gpu.toml")], "slo_ladder": [1.0, 4.0],
-                         "measure_s": 1, "measure_requests": 30},
+                         "max_tokens_ladder": [1.0, 2.0], "measure_s": 1, "measure_requests": 30},
            "engine": {"backend": "simulated", "model": "llama-3.1-8b"},
            "sweep": {"start_rate": 8, "tolerance": 0.2, "num_requests": 30, "duration_s": 1, "max_probes": 8},
            "record": {"drain_timeout_s": 30}, "slo": {"ttft_ms": 150, "tpot_ms": 50}}
@@ -84,9 +85,14 @@ def test_a_decomposition_writes_its_tables_and_the_report_prints_them(
     assert main(["--record", "--profile", str(tmp_path / "dec.toml"), "--out", str(out)]) == 0
     table, ladder = read_tables(out)
     assert table is not None and ladder is not None
-    assert table.get_column("change").to_list() == ["reservation", "batching", "paging"]
+    assert table.get_column("change").to_list() == ["reservation", "batching", "paging", "paging"]
     assert table.get_column("to_mode").to_list() == ["static+contiguous/exact", "continuous+contiguous/exact",
-                                                     "continuous+paged"]
+                                                     "continuous+paged", "continuous+paged"]
+    # the max_tokens ladder's paging row, each paging row beside its bound (larger when clients ask for more)
+    assert table.get_column("max_tokens_ratio").to_list() == [1.0, 1.0, 1.0, 2.0]
+    bounds = table.get_column("paging_bound").to_list()
+    assert bounds[:2] == [None, None] and 1.0 < bounds[2] < bounds[3]
+    table = table.filter(pl.col("max_tokens_ratio") == 1.0)
     edges = pl.read_csv(out / "decomposition_modes.csv")
     for row in table.iter_rows(named=True):  # each factor is its two modes' figures divided
         a = edges.filter(pl.col("mode") == row["from_mode"]).row(0, named=True)
@@ -105,3 +111,12 @@ def test_a_decomposition_writes_its_tables_and_the_report_prints_them(
     html = page.read_text(encoding="utf-8")
     assert '<figure id="chart-decomposition">' in html and '<figure id="chart-slo-sensitivity">' in html
     assert "missing" not in html.lower()
+
+
+def test_the_paging_bound_is_kv_token_steps_reserved_over_held() -> None:
+    """By hand: prompt 16, answer 4, max_tokens 4, blocks of 16: an exact reservation holds 20 tokens for 4
+    steps (80); paged holds 32 tokens each step (16 + t crosses into a second block at once): 128."""
+    assert paging_bound([(16, 4, 4)], 16) == 80 / 128
+    # asking for twice the answer doubles the reserved tail; paging holds the same
+    assert paging_bound([(16, 4, 8)], 16) == 96 / 128
+    assert paging_bound([], 16) is None

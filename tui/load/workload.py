@@ -173,6 +173,12 @@ class Workload:
         prompt_len, answer, _, _ = self._draw(index)
         return prompt_len, asked_max_tokens(self.cfg, answer)
 
+    def answer_lengths(self, index: int) -> tuple[int, int, int]:
+        """Request ``index``'s (prompt tokens, answer tokens, max_tokens asked): what it reserves beside what
+        it produces (the decomposition's bound on the paging gain)."""
+        prompt_len, answer, _, _ = self._draw(index)
+        return prompt_len, answer, asked_max_tokens(self.cfg, answer)
+
     def _draw(self, index: int) -> tuple[int, int, bool, np.random.Generator]:
         """(prompt tokens, the answer's length, whether it has the shared prefix, its generator)."""
         cfg = self.cfg

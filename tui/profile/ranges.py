@@ -144,6 +144,7 @@ RANGES: dict[type, dict[str, Range]] = {
         "confirm_factor": Range(0, 100),
     },
     DecomposeConfig: {"slo_ladder": Range(0, 1e6, lo_open=True), "ladder_presets": Range(0, 1000),
+                      "max_tokens_ladder": Range(1, 1000),
                       "measure_s": _SECONDS, "measure_requests": _COUNT},
     TuneConfig: {"seed": _SEED, "max_candidates": Range(1, 10_000), "reduction": Range(2, 100),
                  "rungs": Range(1, 10)},

@@ -67,6 +67,9 @@ class DecomposeConfig:
     presets: tuple[str, ...] = ()
     slo_ladder: tuple[float, ...] = (0.5, 1.0, 2.0, 5.0)
     ladder_presets: int = 1  # the ladder runs on this many presets, first first (it costs a search per rung)
+    # what clients ask for over what they get (workload.max_tokens_ratio): the paging change's edges at each
+    # rung, beside the KV-token-steps bound on its gain (1 is the chain's own workload)
+    max_tokens_ladder: tuple[float, ...] = (1.0, 1.5, 2.0, 4.0)
     measure_s: float = 60.0  # each measured cell (latency, saturation) sends this many seconds of arrivals,
     measure_requests: int = 200  # and at least this many requests
 

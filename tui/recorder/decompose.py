@@ -34,15 +34,19 @@ import numpy as np
 import polars as pl
 
 from tui.engine.snapshot import StepTiming
+from tui.load.workload import Workload
 from tui.metrics import stats
 from tui.metrics.capacity import CapacityEdge, EdgeSearch
 from tui.metrics.decomposition import (
     LadderEdge,
     ModeFigures,
+    change_row,
     decomposition_markdown,
     decomposition_rich,
     decomposition_table,
     modes_table,
+    paging_bound,
+    rows_table,
     slo_table,
     write_tables,
 )
@@ -153,6 +157,8 @@ class DecomposeRecorder:
         self._figures: list[ModeFigures] = []
         self._ladder: list[LadderEdge] = []
         self._chains: list[list[ModeFigures]] = []
+        self._bounds: list[float | None] = []  # each chain's paging bound
+        self._mt_rows: list[dict[str, object]] = []  # the max_tokens ladder's paging rows
         self._ran: list[Profile] = []
         try:
             for preset in self._presets():
@@ -203,7 +209,7 @@ class DecomposeRecorder:
                                        snapshots_per_s=0.0))
 
     def _probe(self, preset: Profile, link: ChainLink, rate: float, length: float) -> ProbeData:
-        key = (preset.name, link.label, rate, length)
+        key = (preset.name, preset.workload.max_tokens_ratio, link.label, rate, length)
         got = self._cache.get(key)
         if got is not None:
             return got
@@ -234,14 +240,15 @@ class DecomposeRecorder:
         best = edge.edge_probe
         found: ProbeData | None = None
         if best is not None and best.duration_s is not None:
-            found = self._cache.get((preset.name, link.label, best.rate, best.duration_s))
+            found = self._cache.get((preset.name, preset.workload.max_tokens_ratio, link.label, best.rate,
+                                     best.duration_s))
         self.err.print(f"decompose {preset.name} {link.label} {what}: edge "
                        f"{'-' if edge.edge_rate is None else format(edge.edge_rate, '.4g')} req/s ({edge.status})",
                        highlight=False)
         return edge, found
 
     def _run_preset(self, preset: Profile, ladder: bool) -> None:
-        self._cache: dict[tuple[str, str, float, float], ProbeData] = {}
+        self._cache: dict[tuple[str, float, str, float, float], ProbeData] = {}
         links = chain_links(preset.engine.reservation)
         slo = self.profile.slo
         edges = {link.label: self._edge(preset, link, slo, "at the SLO") for link in links}
@@ -259,11 +266,29 @@ class DecomposeRecorder:
         for link in links:
             self._measure(preset, link, f"{preset.name}:latency", latency_rate)
             self._measure(preset, link, f"{preset.name}:saturation", saturation_rate)
+        if ladder:
+            self._max_tokens_ladder(preset, links[2], links[3], slo, latency_rate, saturation_rate)
+        self._bounds.append(_paging_bound(preset))
         self._chains.append([dataclasses.replace(
             _blank(preset.name, link.label, slo.ttft_ms, latency_rate, saturation_rate),
             edge_req_s=edge.edge_rate, achieved_req_s=edge.achieved_at_edge, attainment_at_edge=edge.attainment_at_edge,
             edge_status=edge.status, goodput_at_edge_req_s=None if data is None else data.goodput(slo))
             for link, (edge, data) in zip(links, edges.values(), strict=True)])
+
+    def _max_tokens_ladder(self, preset: Profile, contiguous: ChainLink, paged: ChainLink, slo: SloConfig,
+                           latency_rate: float, saturation_rate: float) -> None:
+        """The paging change's edges where clients ask for N x the answer (``max_tokens_ladder``), each beside
+        its KV-token-steps bound; rung 1 is the chain's own row."""
+        for ratio in sorted(set(self._config().max_tokens_ladder)):
+            if ratio == preset.workload.max_tokens_ratio:
+                continue
+            asked = dataclasses.replace(preset, workload=dataclasses.replace(preset.workload, max_tokens_ratio=ratio))
+            pair = [self._edge(asked, link, slo, f"at max_tokens {ratio:g}x")[0] for link in (contiguous, paged)]
+            figures = [dataclasses.replace(_blank(preset.name, link.label, slo.ttft_ms, latency_rate, saturation_rate),
+                                           edge_req_s=e.edge_rate, achieved_req_s=e.achieved_at_edge,
+                                           attainment_at_edge=e.attainment_at_edge, edge_status=e.status)
+                       for link, e in zip((contiguous, paged), pair, strict=True)]
+            self._mt_rows.append(change_row("paging", figures[0], figures[1], ratio, _paging_bound(asked)))
 
     def _measure(self, preset: Profile, link: ChainLink, stage_name: str, rate: float) -> None:
         """One measured cell, its records and steps written under ``stage_name`` and the link's label."""
@@ -305,7 +330,8 @@ class DecomposeRecorder:
                     ttft_p50_ms=lat.get("ttft_p50_ms"), ttft_p99_ms=lat.get("ttft_p99_ms"),
                     tpot_p50_ms=lat.get("tpot_p50_ms"), tpot_p99_ms=lat.get("tpot_p99_ms")))
             chains.append(filled)
-        table = pl.concat([decomposition_table(c) for c in chains])
+        table = pl.concat([*(decomposition_table(c, 1.0, b)
+                             for c, b in zip(chains, self._bounds, strict=True)), rows_table(self._mt_rows)])
         ladder = pl.concat([slo_table([e for e in self._ladder if e.stage == c[0].stage], c[0].mode) for c in chains])
         write_tables(self.output.out, table, modes_table([f for c in chains for f in c]), ladder)
         with (self.output.out / "summary.md").open("a", encoding="utf-8") as fh:
@@ -315,6 +341,14 @@ class DecomposeRecorder:
                 self.console.print(item, markup=False, highlight=False)
             else:
                 self.console.print(item)
+
+
+def _paging_bound(preset: Profile, n: int = 2000) -> float | None:
+    """The KV-token-steps bound on paging's gain over ``n`` of the preset's requests (a trace's: its own)."""
+    if preset.workload.trace is not None:
+        return None
+    wl = Workload(preset.workload)
+    return paging_bound([wl.answer_lengths(i) for i in range(n)], preset.engine.block_size)
 
 
 def _blank(stage: str, mode: str, ttft_slo_ms: float | None, latency_rate: float, saturation_rate: float) -> ModeFigures:
