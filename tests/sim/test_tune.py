@@ -13,7 +13,7 @@ from tui.profile import EngineMode, ProfileError, apply_overrides, find_profile,
 from tui.report.facts import read_analyses
 from tui.tune.candidates import PROFILE_CANDIDATE, make_candidates
 from tui.tune.executors import LocalExecutor, RayExecutor
-from tui.tune.search import successive_halving, survivors, write_results
+from tui.tune.search import successive_halving, survivors, tie_ranks, write_results
 from tui.tune.trial import Outcome
 from tui.tune.view import pareto
 
@@ -52,7 +52,19 @@ def test_halving_keeps_the_best_half_by_edge_and_always_the_profile():
     edges = {"profile": 10.0, "c01": 40.0, "c02": None, "c03": 40.0, "c04": 30.0}
     outcomes = {n: _outcome(n, e) for n, e in edges.items()}
     kept = survivors(cands, outcomes, 2, lambda c, o: None)
-    assert [c.name for c in kept] == ["profile", "c01", "c03"]  # ties on edge and cost: by name
+    assert [c.name for c in kept] == ["profile", "c01", "c03"]
+    # a tie is never cut: keep 1, but c03's edge equals c01's, so both go on (never one of them by name)
+    assert [c.name for c in survivors(cands, outcomes, 1, lambda c, o: None)] == ["profile", "c01", "c03"]
+    # within the rung's tolerance (10 %) c04 at 37 cannot be told from 40 either
+    outcomes["c04"] = _outcome("c04", 37.0)
+    kept = survivors(cands, outcomes, 1, lambda c, o: None, tolerance=0.1)
+    assert [c.name for c in kept] == ["profile", "c01", "c03", "c04"]
+
+
+def test_candidates_the_probes_cannot_tell_apart_share_a_rank():
+    ordered = [_outcome(n, e) for n, e in (("a", 40.0), ("b", 38.0), ("c", 30.0), ("d", 29.0), ("e", None))]
+    assert tie_ranks(ordered, lambda rung: 0.1) == [1, 1, 3, 3, 5]
+    assert tie_ranks(ordered, lambda rung: 0.0) == [1, 2, 3, 4, 5]
 
 
 def test_pareto_front_is_what_nothing_beats_on_both_axes():
@@ -88,7 +100,8 @@ def test_local_and_ray_executors_rank_a_small_search_identically(tmp_path: Path)
     assert not ray.is_initialized()
     assert results["local"] == results["ray"]
     rows = results["local"]
-    assert [r["rank"] for r in rows] == ["1", "2", "3"]
+    ranks = [int(r["rank"]) for r in rows]  # competition ranks: a tie shares one (1, 1, 3)
+    assert ranks[0] == 1 and ranks == sorted(ranks) and all(r <= i for i, r in enumerate(ranks, 1))
     assert {r["candidate"] for r in rows} == {"profile", "c01", "c02"}
     # the profile's own always reaches the last rung, so the best's edge is at least its own
     best, own = rows[0], next(r for r in rows if r["candidate"] == "profile")
