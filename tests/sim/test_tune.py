@@ -25,9 +25,8 @@ def test_the_shipped_profile_has_its_own_configuration_and_31_seeded_grid_points
     assert len(cands) == 32
     own = cands[0]
     assert own.name == PROFILE_CANDIDATE
-    assert dict(own.knobs) == {"mode": EngineMode("continuous", "paged"), "max_num_seqs": 256,
-                               "max_num_batched_tokens": 8192, "enable_chunked_prefill": True,
-                               "preemption_mode": "recompute"}
+    assert dict(own.knobs) == {"max_num_seqs": 256, "max_num_batched_tokens": 8192, "enable_chunked_prefill": True,
+                               "preemption_mode": "recompute", "gpu_memory_utilization": 0.9}
     assert all(dict(c.knobs) != dict(own.knobs) for c in cands[1:])
     assert len({c.knobs for c in cands}) == 32
     # the draw is the seed's: the same seed draws the same grid points, another seed others
@@ -37,8 +36,10 @@ def test_the_shipped_profile_has_its_own_configuration_and_31_seeded_grid_points
     # each candidate's profile records its one mode with its knobs, and no [tune]
     c = cands[1]
     knobs = dict(c.knobs)
-    assert c.profile.record.modes == (knobs["mode"],) and c.profile.engine.mode == knobs["mode"]
+    # the shipped search spends no candidate on static batching (it cannot win there)
+    assert all(c.profile.record.modes == (EngineMode("continuous", "paged"),) for c in cands)
     assert c.profile.engine.max_num_seqs == knobs["max_num_seqs"] and c.profile.tune is None
+    assert c.profile.engine.gpu_memory_utilization == knobs["gpu_memory_utilization"]
 
 
 def _outcome(name: str, edge: float | None) -> Outcome:

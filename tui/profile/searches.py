@@ -103,4 +103,6 @@ class TuneConfig:
     tensor_parallel_size: tuple[int, ...] = ()  # simulated backend only
     backlog_limit: tuple[int, ...] = ()
     wait_timeout_s: tuple[float, ...] = ()
+    gpu_memory_utilization: tuple[float, ...] = ()  # the KV cache's share of GPU memory (a KV-bound knob)
+    prefix_caching: tuple[bool, ...] = ()
     prices: dict[str, float] = field(default_factory=dict)

@@ -23,6 +23,7 @@ KNOB_SECTIONS: dict[str, str] = {
     "enable_chunked_prefill": "engine", "preemption_mode": "engine", "reservation": "engine",
     "hardware": "engine", "tensor_parallel_size": "engine",
     "backlog_limit": "defenses", "wait_timeout_s": "defenses",
+    "gpu_memory_utilization": "engine", "prefix_caching": "defenses",
 }
 
 
