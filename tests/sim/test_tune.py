@@ -11,7 +11,7 @@ from tui.cli import main
 from tui.metrics.capacity import read_capacity_edges
 from tui.profile import EngineMode, ProfileError, apply_overrides, find_profile, load_profile
 from tui.report.facts import read_analyses
-from tui.tune.candidates import PROFILE_CANDIDATE, make_candidates
+from tui.tune.candidates import PROFILE_CANDIDATE, make_candidates, rung_profile
 from tui.tune.executors import LocalExecutor, RayExecutor
 from tui.tune.search import successive_halving, survivors, tie_ranks, write_results
 from tui.tune.trial import Outcome
@@ -144,3 +144,10 @@ def test_a_knob_takes_a_range_read_as_its_list():
                       ("{from=1, to=100000, step=1}", "at most 1000 values")):
         with pytest.raises(ProfileError, match=says):
             apply_overrides(SHIPPED, [f"tune.max_num_seqs={bad}"])
+
+
+def test_only_the_last_rung_confirms_and_it_resolves_to_three_per_cent():
+    cands = make_candidates(apply_overrides(SHIPPED, ["tune.max_candidates=2"]))
+    sweeps = [rung_profile(cands[0], r, 3, 2, None).sweep for r in range(3)]
+    assert [s.confirm_factor for s in sweeps if s] == [0.0, 0.0, 5.0]
+    assert [s.tolerance for s in sweeps if s] == pytest.approx([0.12, 0.06, 0.03])
