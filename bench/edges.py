@@ -32,7 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tui.metrics.capacity import probe_passes, read_capacity_edges
-from tui.profile import EngineMode, load_profile
+from tui.profile import EngineMode, find_profile, load_profile
 from tui.recorder.virtual import record_virtual
 from tui.testing.known_edges import (
     KnownCase,
@@ -72,7 +72,7 @@ def known(quick: bool, work: Path) -> None:
 
 
 def shipped(work: Path) -> None:
-    prof = load_profile("sweep")
+    prof = load_profile(find_profile("sweep"))
     out = work / "sweep"
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         record_virtual(prof, out)
@@ -95,10 +95,12 @@ def shipped(work: Path) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="the known-answer cases only, cheaper (under two minutes)")
+    ap.add_argument("--shipped-only", action="store_true", help="only the shipped sweep's edges (the long part)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        known(args.quick, work)
+        if not args.shipped_only:
+            known(args.quick, work)
         if not args.quick:
             shipped(work)
 

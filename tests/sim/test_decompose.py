@@ -85,14 +85,22 @@ def test_a_decomposition_writes_its_tables_and_the_report_prints_them(
     assert main(["--record", "--profile", str(tmp_path / "dec.toml"), "--out", str(out)]) == 0
     table, ladder = read_tables(out)
     assert table is not None and ladder is not None
-    assert table.get_column("change").to_list() == ["reservation", "batching", "paging", "paging"]
-    assert table.get_column("to_mode").to_list() == ["static+contiguous/exact", "continuous+contiguous/exact",
-                                                     "continuous+paged", "continuous+paged"]
+    assert table.get_column("order").to_list() == ["chain"] * 3 + ["max_tokens ladder"] + ["other order"] * 4
+    chain, rest = table.head(3), table.tail(5)
+    assert chain.get_column("change").to_list() == ["reservation", "batching", "paging"]
+    assert chain.get_column("to_mode").to_list() == ["static+contiguous/exact", "continuous+contiguous/exact",
+                                                     "continuous+paged"]
     # the max_tokens ladder's paging row, each paging row beside its bound (larger when clients ask for more)
-    assert table.get_column("max_tokens_ratio").to_list() == [1.0, 1.0, 1.0, 2.0]
+    assert table.get_column("max_tokens_ratio").to_list() == [1.0, 1.0, 1.0, 2.0, 1.0, 1.0, 1.0, 1.0]
     bounds = table.get_column("paging_bound").to_list()
     assert bounds[:2] == [None, None] and 1.0 < bounds[2] < bounds[3]
-    table = table.filter(pl.col("max_tokens_ratio") == 1.0)
+    # every change from the cube's other corners: the attribution does not hang on the chain's order
+    assert [(r["change"], r["from_mode"], r["to_mode"]) for r in rest.tail(4).iter_rows(named=True)] == [
+        ("batching", "static+paged", "continuous+paged"),
+        ("paging", "static+contiguous/exact", "static+paged"),
+        ("reservation", "continuous+contiguous/max", "continuous+contiguous/exact"),
+        ("paging+reservation", "continuous+contiguous/max", "continuous+paged")]
+    table = chain
     edges = pl.read_csv(out / "decomposition_modes.csv")
     for row in table.iter_rows(named=True):  # each factor is its two modes' figures divided
         a = edges.filter(pl.col("mode") == row["from_mode"]).row(0, named=True)

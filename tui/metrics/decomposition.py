@@ -82,12 +82,15 @@ FACTORS = {
 DECOMPOSITION_COLUMNS = ("stage", "change", "from_mode", "to_mode", *FACTORS, "from_edge_req_s", "to_edge_req_s",
                          "from_achieved_req_s", "to_achieved_req_s", "ttft_slo_ms", "latency_rate_req_s",
                          "saturation_rate_req_s", "max_tokens_ratio", "paging_bound", "from_edge_status",
-                         "to_edge_status")
+                         "to_edge_status", "order")
+# ``order``: "chain" (the chain's own step), "other order" (the same change made from another corner of the
+# batching x KV layout x reservation cube), "max_tokens ladder" (the paging change at another ratio)
+ORDERS = ("chain", "other order", "max_tokens ladder")
 SLO_COLUMNS = ("stage", "slo_factor", "ttft_slo_ms", "mode", "capacity_edge_req_s", "achieved_req_s", "edge_status",
                "ratio_vs_baseline")
 
 _FLOAT = pl.Float64
-_TEXT = ("stage", "change", "from_mode", "to_mode", "from_edge_status", "to_edge_status")
+_TEXT = ("stage", "change", "from_mode", "to_mode", "from_edge_status", "to_edge_status", "order")
 _DECOMPOSITION_SCHEMA = {c: (pl.Utf8 if c in _TEXT else _FLOAT)
                          for c in DECOMPOSITION_COLUMNS}
 _SLO_SCHEMA = {c: (pl.Utf8 if c in ("stage", "mode", "edge_status") else _FLOAT) for c in SLO_COLUMNS}
@@ -114,7 +117,7 @@ def paging_bound(lengths: Sequence[tuple[int, int, int]], block_size: int) -> fl
 
 
 def change_row(change: str, a: ModeFigures, b: ModeFigures, max_tokens_ratio: float = 1.0,
-               bound: float | None = None) -> dict[str, object]:
+               bound: float | None = None, order: str = "chain") -> dict[str, object]:
     """One change's row (``a`` before, ``b`` after), columns :data:`DECOMPOSITION_COLUMNS`."""
     row: dict[str, object] = {"stage": a.stage, "change": change, "from_mode": a.mode, "to_mode": b.mode}
     for col, field in FACTORS.items():
@@ -123,7 +126,7 @@ def change_row(change: str, a: ModeFigures, b: ModeFigures, max_tokens_ratio: fl
                to_achieved_req_s=b.achieved_req_s, ttft_slo_ms=a.ttft_slo_ms,
                latency_rate_req_s=a.latency_rate_req_s, saturation_rate_req_s=a.saturation_rate_req_s,
                max_tokens_ratio=max_tokens_ratio, paging_bound=bound if change == "paging" else None,
-               from_edge_status=a.edge_status, to_edge_status=b.edge_status)
+               from_edge_status=a.edge_status, to_edge_status=b.edge_status, order=order)
     return row
 
 
@@ -218,6 +221,8 @@ def gain_rows(table: pl.DataFrame) -> list[list[str]]:
             cells[0] += f" ({r['paging_bound']:.3g}x)"
         ratio = r.get("max_tokens_ratio")
         change = r["change"] if ratio in (None, 1.0) else f"{r['change']} @ max_tokens {ratio:g}x answer"
+        if r.get("order") == "other order":
+            change += " (other order)"
         rows.append([r["stage"], change, f"{r['from_mode']} -> {r['to_mode']}", edges, *cells])
     return rows
 
@@ -233,7 +238,8 @@ def gain_notes(table: pl.DataFrame) -> list[str]:
              "before (capacity, goodput, throughput, KV use: higher is more; TTFT/TPOT: lower is better). Paging's "
              "capacity factor has in brackets the most it could gain where KV alone binds (KV-token-steps of an exact "
              "contiguous reservation over paged blocks); 'max_tokens Nx answer' rows ask for N times the output "
-             "produced. 'exact' is an oracle reservation (prompt + max_tokens), the vLLM paper's Orca (Oracle); its "
+             "produced; '(other order)' rows make the same change from another corner of the batching x KV layout x "
+             "reservation cube. 'exact' is an oracle reservation (prompt + max_tokens), the vLLM paper's Orca (Oracle); its "
              "Orca (Max) reserves max_model_len. SLO-bound: the target is met at no rate, no factor."]
     for r in table.unique(subset="stage", keep="first", maintain_order=True).iter_rows(named=True):
         slo = "-" if r["ttft_slo_ms"] is None else f"{r['ttft_slo_ms']:g} ms"

@@ -268,12 +268,37 @@ class DecomposeRecorder:
             self._measure(preset, link, f"{preset.name}:saturation", saturation_rate)
         if ladder:
             self._max_tokens_ladder(preset, links[2], links[3], slo, latency_rate, saturation_rate)
+        self._other_orders(preset, links, {k: e for k, (e, _) in edges.items()}, slo, latency_rate, saturation_rate)
         self._bounds.append(_paging_bound(preset))
         self._chains.append([dataclasses.replace(
             _blank(preset.name, link.label, slo.ttft_ms, latency_rate, saturation_rate),
             edge_req_s=edge.edge_rate, achieved_req_s=edge.achieved_at_edge, attainment_at_edge=edge.attainment_at_edge,
             edge_status=edge.status, goodput_at_edge_req_s=None if data is None else data.goodput(slo))
             for link, (edge, data) in zip(links, edges.values(), strict=True)])
+
+    def _other_orders(self, preset: Profile, links: tuple[ChainLink, ...], edges: dict[str, CapacityEdge],
+                      slo: SloConfig, latency_rate: float, saturation_rate: float) -> None:
+        """Each change from the cube's other corners, so no change's factor depends on the chain's order:
+        reservation under continuous batching, batching under paging, paging under static batching, and
+        paged over continuous+contiguous with the baseline reservation (the vLLM paper's Orca (Max))."""
+        static_paged = ChainLink(EngineMode("static", "paged"), "exact")
+        cont_base = ChainLink(EngineMode("continuous", "contiguous"), links[0].reservation)
+        extra = [static_paged] + ([cont_base] if cont_base.label != links[2].label else [])
+        for link in extra:
+            edges[link.label] = self._edge(preset, link, slo, "at the SLO (other order)")[0]
+
+        def fig(link: ChainLink) -> ModeFigures:
+            e = edges[link.label]
+            return dataclasses.replace(_blank(preset.name, link.label, slo.ttft_ms, latency_rate, saturation_rate),
+                                       edge_req_s=e.edge_rate, achieved_req_s=e.achieved_at_edge,
+                                       attainment_at_edge=e.attainment_at_edge, edge_status=e.status)
+
+        pairs = [("batching", static_paged, links[3]), ("paging", links[1], static_paged)]
+        if cont_base.label != links[2].label:
+            pairs += [("reservation", cont_base, links[2]), ("paging+reservation", cont_base, links[3])]
+        for change, a, b in pairs:
+            self._mt_rows.append(change_row(change, fig(a), fig(b), preset.workload.max_tokens_ratio,
+                                            order="other order"))
 
     def _max_tokens_ladder(self, preset: Profile, contiguous: ChainLink, paged: ChainLink, slo: SloConfig,
                            latency_rate: float, saturation_rate: float) -> None:
@@ -288,7 +313,8 @@ class DecomposeRecorder:
                                            edge_req_s=e.edge_rate, achieved_req_s=e.achieved_at_edge,
                                            attainment_at_edge=e.attainment_at_edge, edge_status=e.status)
                        for link, e in zip((contiguous, paged), pair, strict=True)]
-            self._mt_rows.append(change_row("paging", figures[0], figures[1], ratio, _paging_bound(asked)))
+            self._mt_rows.append(change_row("paging", figures[0], figures[1], ratio, _paging_bound(asked),
+                                            order="max_tokens ladder"))
 
     def _measure(self, preset: Profile, link: ChainLink, stage_name: str, rate: float) -> None:
         """One measured cell, its records and steps written under ``stage_name`` and the link's label."""

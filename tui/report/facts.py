@@ -126,8 +126,7 @@ def read_analyses(run_dir: Path) -> Analyses:
     steps = []
     bound: dict[tuple[str, str], None] = {}
     for r in _rows(run_dir / DECOMPOSITION_FILE, ("stage", "change", "from_mode", "to_mode", "capacity_factor"), notes):
-        ratio = _num(r.get("max_tokens_ratio"))
-        if ratio is not None and ratio != 1.0:  # the max_tokens ladder: beside the chain, not a link of it
+        if r.get("order") not in (None, "", "chain"):  # other orders and the max_tokens ladder: beside the chain
             continue
         for side in ("from", "to"):
             if r.get(f"{side}_edge_status") == "slo_bound":
