@@ -212,7 +212,7 @@ class EdgeSearch:
     """The rates one mode's sweep probes, one at a time: ``next_probe()``, run it, ``observe(...)``.
 
     Each probe is at least ``config.duration_s`` long, and once the service time of the mode's longest
-    requests is known (from its first probe, :func:`~tui.metrics.steady.long_service_s`) at least
+    requests is known (the longest seen at any probe so far, :func:`~tui.metrics.steady.long_service_s`) at least
     ``config.min_service_times`` of them (to ``config.max_duration_s``). A probe whose queue test is
     undecided (and whose SLO attainment met the target: else it fails either way) is run again
     ``config.extend_factor`` times longer, at most ``config.max_extensions``
@@ -268,7 +268,9 @@ class EdgeSearch:
         """Record one probe with its queue test; False when it was undecided and is to be run longer
         (it is then not counted: :meth:`next_probe` hands out the longer one)."""
         self.runs += 1
-        if self.service_s is None and service_s is not None and service_s > 0:
+        # the longest requests' service time at the load probed so far: it grows with the load (a decode
+        # step of a full batch is slower), and a probe must outlast the longest ones at its own load
+        if service_s is not None and service_s > (self.service_s or 0.0):
             self.service_s = service_s
         cfg = self.config
         if self._confirming is not None:  # a confirmation is decided as it ran: its length is the point
@@ -277,8 +279,8 @@ class EdgeSearch:
             self.probes.append(probe)
             self._long = self._long or not probe_passes(probe, cfg.target_attainment)
             return True
-        # a probe shorter than the rule asks (the first one: the service time was not known) says little about
-        # its queue (the ramp from empty weighs ~2 (W/T)^2): run it again at full length unless it failed anyway
+        # a probe shorter than the rule now asks (the first one, or one whose load lengthened the longest requests)
+        # says little about its queue (the ramp from empty weighs ~2 (W/T)^2): run it again at full length unless it failed anyway
         if (queue is not None and not queue.steady and passes(attainment, cfg.target_attainment)
                 and duration_s < self.probe_length_s() * 0.999):
             self._retry = (rate, self.probe_length_s())
@@ -378,8 +380,8 @@ def measure_probe(records: Sequence[RequestRecord], slo: SloConfig) -> ProbeMeas
     late = cell_attainment([r for r, is_late in zip(records, late_half(send), strict=True) if is_late], slo) or 0.0
     queue = queue_test(send, np.array([np.nan if r.end_t is None else r.end_t for r in records], dtype=float))
     ok = [r for r in records if r.ok]
-    service = long_service_s(np.array([r.send_t for r in ok], dtype=float),
-                             np.array([r.last_token_t for r in ok], dtype=float))
+    service = long_service_s(*(np.array([np.nan if (v := getattr(r, f)) is None else v for r in ok], dtype=float)
+                               for f in ("send_t", "first_token_t", "last_token_t")))
     return ProbeMeasure(attainment, late, queue, service, len(records))
 
 

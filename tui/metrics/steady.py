@@ -151,13 +151,17 @@ def late_half(send_t: np.ndarray) -> np.ndarray:
     return send >= middle
 
 
-def long_service_s(send_t: np.ndarray, last_token_t: np.ndarray, q: float = SERVICE_QUANTILE) -> float | None:
-    """The service time of a probe's longest requests: the ``q`` quantile of send to last token of its
-    finished ones (a probe must outlast many of *these*: a window as long as 50 mean service times of a
-    20-token/800-token mix holds few 800-token ones); None without any."""
-    e2el = np.asarray(last_token_t, dtype=float) - np.asarray(send_t, dtype=float)
-    e2el = e2el[np.isfinite(e2el)]
-    return float(np.quantile(e2el, q)) if e2el.size else None
+def long_service_s(send_t: np.ndarray, first_token_t: np.ndarray, last_token_t: np.ndarray,
+                   q: float = SERVICE_QUANTILE) -> float | None:
+    """The service time of a probe's longest requests: the ``q`` quantile of first to last token of its
+    finished ones plus their median TTFT (a probe must outlast many of *these*: a window as long as 50 mean
+    service times of a 20-token/800-token mix holds few 800-token ones). Not send to last token: near
+    capacity that is mostly queueing, which is what the probe is to judge, not its length. None without any."""
+    send, first, last = (np.asarray(a, dtype=float) for a in (send_t, first_token_t, last_token_t))
+    keep = np.isfinite(send) & np.isfinite(first) & np.isfinite(last)
+    if not keep.any():
+        return None
+    return float(np.quantile(last[keep] - first[keep], q) + np.median(first[keep] - send[keep]))
 
 
 def mean_service_s(send_t: np.ndarray, last_token_t: np.ndarray) -> float | None:

@@ -128,7 +128,7 @@ class ProbeData:
 
     def service_s(self) -> float | None:
         """The service time of the longest requests (send to last token, P99 of the finished ones)."""
-        return long_service_s(self.send[self.ok], self.last[self.ok])
+        return long_service_s(self.send[self.ok], self.first[self.ok], self.last[self.ok])
 
     def late_attainment(self, slo: SloConfig) -> float:
         """The attainment of the requests sent in the second half of the arrivals."""
