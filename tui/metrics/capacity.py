@@ -380,8 +380,10 @@ def measure_probe(records: Sequence[RequestRecord], slo: SloConfig) -> ProbeMeas
     late = cell_attainment([r for r, is_late in zip(records, late_half(send), strict=True) if is_late], slo) or 0.0
     queue = queue_test(send, np.array([np.nan if r.end_t is None else r.end_t for r in records], dtype=float))
     ok = [r for r in records if r.ok]
-    service = long_service_s(*(np.array([np.nan if (v := getattr(r, f)) is None else v for r in ok], dtype=float)
-                               for f in ("send_t", "first_token_t", "last_token_t")))
+    def col(field: str) -> np.ndarray:
+        return np.array([np.nan if (v := getattr(r, field)) is None else v for r in ok], dtype=float)
+
+    service = long_service_s(col("send_t"), col("first_token_t"), col("last_token_t"))
     return ProbeMeasure(attainment, late, queue, service, len(records))
 
 
