@@ -17,6 +17,7 @@ from tui.metrics.decomposition import (
     ModeFigures,
     decomposition_markdown,
     decomposition_table,
+    paging_bound,
     read_tables,
     slo_table,
 )
@@ -76,7 +77,7 @@ def test_a_decomposition_writes_its_tables_and_the_report_prints_them(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "small-gpu.toml").write_text(tomli_w.dumps(PRESET))
     doc = {"name": "dec", "decompose": {"presets": [str(tmp_path / "small-gpu.toml")], "slo_ladder": [1.0, 4.0],
-                         "measure_s": 1, "measure_requests": 30},
+                         "max_tokens_ladder": [1.0, 2.0], "measure_s": 1, "measure_requests": 30},
            "engine": {"backend": "simulated", "model": "llama-3.1-8b"},
            "sweep": {"start_rate": 8, "tolerance": 0.2, "num_requests": 30, "duration_s": 1, "max_probes": 8},
            "record": {"drain_timeout_s": 30}, "slo": {"ttft_ms": 150, "tpot_ms": 50}}
@@ -85,9 +86,22 @@ def test_a_decomposition_writes_its_tables_and_the_report_prints_them(
     assert main(["--record", "--profile", str(tmp_path / "dec.toml"), "--out", str(out)]) == 0
     table, ladder = read_tables(out)
     assert table is not None and ladder is not None
-    assert table.get_column("change").to_list() == ["reservation", "batching", "paging"]
-    assert table.get_column("to_mode").to_list() == ["static+contiguous/exact", "continuous+contiguous/exact",
+    assert table.get_column("order").to_list() == ["chain"] * 3 + ["max_tokens ladder"] + ["other order"] * 4
+    chain, rest = table.head(3), table.tail(5)
+    assert chain.get_column("change").to_list() == ["reservation", "batching", "paging"]
+    assert chain.get_column("to_mode").to_list() == ["static+contiguous/exact", "continuous+contiguous/exact",
                                                      "continuous+paged"]
+    # the max_tokens ladder's paging row, each paging row beside its bound (larger when clients ask for more)
+    assert table.get_column("max_tokens_ratio").to_list() == [1.0, 1.0, 1.0, 2.0, 1.0, 1.0, 1.0, 1.0]
+    bounds = table.get_column("paging_bound").to_list()
+    assert bounds[:2] == [None, None] and 1.0 < bounds[2] < bounds[3]
+    # every change from the cube's other corners: the attribution does not hang on the chain's order
+    assert [(r["change"], r["from_mode"], r["to_mode"]) for r in rest.tail(4).iter_rows(named=True)] == [
+        ("batching", "static+paged", "continuous+paged"),
+        ("paging", "static+contiguous/exact", "static+paged"),
+        ("reservation", "continuous+contiguous/max", "continuous+contiguous/exact"),
+        ("paging+reservation", "continuous+contiguous/max", "continuous+paged")]
+    table = chain
     edges = pl.read_csv(out / "decomposition_modes.csv")
     for row in table.iter_rows(named=True):  # each factor is its two modes' figures divided
         a = edges.filter(pl.col("mode") == row["from_mode"]).row(0, named=True)
@@ -110,3 +124,12 @@ def test_a_decomposition_writes_its_tables_and_the_report_prints_them(
     assert "small-gpu: llama-3.1-8b on 1 x H100-SXM" in html
     assert '<figure id="chart-load-ttft-small-gpu">' in html  # the load charts per preset
     assert "missing" not in html.lower()
+
+
+def test_the_paging_bound_is_kv_token_steps_reserved_over_held() -> None:
+    """By hand: prompt 16, answer 4, max_tokens 4, blocks of 16: an exact reservation holds 20 tokens for 4
+    steps (80); paged holds 32 tokens each step (16 + t crosses into a second block at once): 128."""
+    assert paging_bound([(16, 4, 4)], 16) == 80 / 128
+    # asking for twice the answer doubles the reserved tail; paging holds the same
+    assert paging_bound([(16, 4, 8)], 16) == 96 / 128
+    assert paging_bound([], 16) is None

@@ -294,6 +294,6 @@ def test_the_live_line_names_the_mode_the_probe_and_the_slo_count(tmp_path: Path
     plan.on_record(RequestRecord("w", 0, "sweep-01", mode, 0.0, warmup=True, status="ok"))  # warm-ups do not count
     assert plan.status() == "sweep continuous+paged · probe 1 at 4/s · SLO met 1/2 · target 85%"
     plan.cell_done(partial=False)
-    assert said[-1].startswith("sweep continuous+paged: sweep-01 at 4 req/s: SLO met by 50.0% of 2 requests (missed")
+    assert said[-1].startswith("sweep continuous+paged: sweep-01 at 4 req/s: SLO met by 50.0% of 2 requests (50.0% of the second half) (missed")
     (probe,) = read_capacity_edges(tmp_path)[0].probes
     assert probe[:3] == (4.0, 0.5, "sweep-01") and probe.steady  # two requests: too few for a queue test

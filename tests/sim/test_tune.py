@@ -12,9 +12,9 @@ from tui.cli import main
 from tui.metrics.capacity import read_capacity_edges
 from tui.profile import EngineMode, ProfileError, apply_overrides, find_profile, load_profile
 from tui.report.facts import read_analyses
-from tui.tune.candidates import PROFILE_CANDIDATE, make_candidates
+from tui.tune.candidates import PROFILE_CANDIDATE, make_candidates, rung_profile
 from tui.tune.executors import LocalExecutor, RayExecutor
-from tui.tune.search import successive_halving, survivors, write_results
+from tui.tune.search import successive_halving, survivors, tie_ranks, write_results
 from tui.tune.trial import Outcome
 from tui.tune.view import pareto
 
@@ -26,9 +26,8 @@ def test_the_shipped_profile_has_its_own_configuration_and_31_seeded_grid_points
     assert len(cands) == 32
     own = cands[0]
     assert own.name == PROFILE_CANDIDATE
-    assert dict(own.knobs) == {"mode": EngineMode("continuous", "paged"), "max_num_seqs": 256,
-                               "max_num_batched_tokens": 8192, "enable_chunked_prefill": True,
-                               "preemption_mode": "recompute"}
+    assert dict(own.knobs) == {"max_num_seqs": 256, "max_num_batched_tokens": 8192, "enable_chunked_prefill": True,
+                               "preemption_mode": "recompute", "gpu_memory_utilization": 0.9}
     assert all(dict(c.knobs) != dict(own.knobs) for c in cands[1:])
     assert len({c.knobs for c in cands}) == 32
     # the draw is the seed's: the same seed draws the same grid points, another seed others
@@ -38,8 +37,10 @@ def test_the_shipped_profile_has_its_own_configuration_and_31_seeded_grid_points
     # each candidate's profile records its one mode with its knobs, and no [tune]
     c = cands[1]
     knobs = dict(c.knobs)
-    assert c.profile.record.modes == (knobs["mode"],) and c.profile.engine.mode == knobs["mode"]
+    # the shipped search spends no candidate on static batching (it cannot win there)
+    assert all(c.profile.record.modes == (EngineMode("continuous", "paged"),) for c in cands)
     assert c.profile.engine.max_num_seqs == knobs["max_num_seqs"] and c.profile.tune is None
+    assert c.profile.engine.gpu_memory_utilization == knobs["gpu_memory_utilization"]
 
 
 def test_a_grid_of_a_billion_points_is_drawn_without_building_it():
@@ -65,7 +66,19 @@ def test_halving_keeps_the_best_half_by_edge_and_always_the_profile():
     edges = {"profile": 10.0, "c01": 40.0, "c02": None, "c03": 40.0, "c04": 30.0}
     outcomes = {n: _outcome(n, e) for n, e in edges.items()}
     kept = survivors(cands, outcomes, 2, lambda c, o: None)
-    assert [c.name for c in kept] == ["profile", "c01", "c03"]  # ties on edge and cost: by name
+    assert [c.name for c in kept] == ["profile", "c01", "c03"]
+    # a tie is never cut: keep 1, but c03's edge equals c01's, so both go on (never one of them by name)
+    assert [c.name for c in survivors(cands, outcomes, 1, lambda c, o: None)] == ["profile", "c01", "c03"]
+    # within the rung's tolerance (10 %) c04 at 37 cannot be told from 40 either
+    outcomes["c04"] = _outcome("c04", 37.0)
+    kept = survivors(cands, outcomes, 1, lambda c, o: None, tolerance=0.1)
+    assert [c.name for c in kept] == ["profile", "c01", "c03", "c04"]
+
+
+def test_candidates_the_probes_cannot_tell_apart_share_a_rank():
+    ordered = [_outcome(n, e) for n, e in (("a", 40.0), ("b", 38.0), ("c", 30.0), ("d", 29.0), ("e", None))]
+    assert tie_ranks(ordered, lambda rung: 0.1) == [1, 1, 3, 3, 5]
+    assert tie_ranks(ordered, lambda rung: 0.0) == [1, 2, 3, 4, 5]
 
 
 def test_pareto_front_is_what_nothing_beats_on_both_axes():
@@ -101,7 +114,8 @@ def test_local_and_ray_executors_rank_a_small_search_identically(tmp_path: Path)
     assert not ray.is_initialized()
     assert results["local"] == results["ray"]
     rows = results["local"]
-    assert [r["rank"] for r in rows] == ["1", "2", "3"]
+    ranks = [int(r["rank"]) for r in rows]  # competition ranks: a tie shares one (1, 1, 3)
+    assert ranks[0] == 1 and ranks == sorted(ranks) and all(r <= i for i, r in enumerate(ranks, 1))
     assert {r["candidate"] for r in rows} == {"profile", "c01", "c02"}
     # the profile's own always reaches the last rung, so the best's edge is at least its own
     best, own = rows[0], next(r for r in rows if r["candidate"] == "profile")
@@ -143,3 +157,10 @@ def test_a_knob_takes_a_range_read_as_its_list():
                       ("{from=1, to=100000, step=1}", "at most 1000 values")):
         with pytest.raises(ProfileError, match=says):
             apply_overrides(SHIPPED, [f"tune.max_num_seqs={bad}"])
+
+
+def test_only_the_last_rung_confirms_and_it_resolves_to_three_per_cent():
+    cands = make_candidates(apply_overrides(SHIPPED, ["tune.max_candidates=2"]))
+    sweeps = [rung_profile(cands[0], r, 3, 2, None).sweep for r in range(3)]
+    assert [s.confirm_factor for s in sweeps if s] == [0.0, 0.0, 5.0]
+    assert [s.tolerance for s in sweeps if s] == pytest.approx([0.12, 0.06, 0.03])

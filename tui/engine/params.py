@@ -55,6 +55,19 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = ()
     logprobs: int | None = None
     prompt_logprobs: int | None = None
+    # a simulated answer length: the request ends ("stop") after this many output tokens, as if the
+    # model sampled EOS there, so a client can ask for more max_tokens than it gets
+    eos_after: int | None = None
+
+    @property
+    def output_limit(self) -> int:
+        """The most output tokens this request produces: ``max_tokens``, or its answer length if shorter."""
+        return self.max_tokens if self.eos_after is None else max(1, min(self.eos_after, self.max_tokens))
+
+    @property
+    def limit_reason(self) -> str:
+        """The finish reason at :attr:`output_limit`: "stop" at an answer's end, else "length"."""
+        return "length" if self.output_limit >= self.max_tokens else "stop"
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:

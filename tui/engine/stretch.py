@@ -61,7 +61,7 @@ class DecodeRun:
     ``started``: every request that got tokens, in scheduling order, with the step of its first one
     (0 for those decoding when the run began, the admission step for those admitted on the way): from
     then on it got one token a step until it finished (``finished``: step index and request, in the
-    order step() would report them; every one of them ran out of ``max_tokens``) or the run ended.
+    order step() would report them; every one of them reached its ``output_limit``) or the run ended.
     The step records are in the history as ``step()``'s are."""
 
     started: list[tuple[Request, int]]
@@ -158,7 +158,7 @@ class _Stretch:
 
     def join(self, r: Request, first: int, decodes_from: int) -> None:
         """``r`` samples its next output token in step ``first`` and decodes from step ``decodes_from`` on."""
-        last = first + r.params.max_tokens - len(r.output) - 1  # the step sampling its last token
+        last = first + r.params.output_limit - len(r.output) - 1  # the step sampling its last token
         self.started.append((r, first))
         if last < self.max_steps:
             self.finishing.setdefault(last, []).append((r, first))
@@ -260,7 +260,7 @@ class _Stretch:
             return
         for r, first in done:  # as step() finishes them: its tokens, then the end (KV freed)
             self.post.extend(r, self.parts.tokens(r.request_id, len(r.output), j + 1 - first))
-            self.post.finish(r, "length")
+            self.post.finish(r, r.params.limit_reason)
             self.finished.append((j, r))
             if self.static:  # it stays in the batch as a padding row, its KV held, its context fixed
                 self.padded += 1

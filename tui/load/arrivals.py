@@ -52,6 +52,27 @@ class ArrivalProcess:
         return gap
 
 
+class ExactRateGaps:
+    """A process's first ``n`` arrivals with their realised rate made the nominal one: the ``n - 1``
+    gaps between them are drawn, then scaled so they average exactly 1 unit (for a Poisson process this
+    is the process conditioned on its count: the arrival times are uniform over the window). A probe of
+    100 Poisson arrivals otherwise offers ~10 % more or less than its label, and an edge at a nominal
+    rate may have been probed at a lighter one (issue 41). Later gaps come from the process unscaled."""
+
+    def __init__(self, process: GapSource, n: int):
+        gaps = np.array([process.next_unit_gap() for _ in range(max(n - 1, 0))], dtype=float)
+        total = float(gaps.sum())
+        self._gaps = list(gaps * (gaps.size / total)) if total > 0 else list(gaps)
+        self._process = process
+        self._pos = 0
+
+    def next_unit_gap(self) -> float:
+        if self._pos < len(self._gaps):
+            self._pos += 1
+            return float(self._gaps[self._pos - 1])
+        return self._process.next_unit_gap()
+
+
 class GapSource(Protocol):
     """Unit-mean inter-arrival gaps: an :class:`ArrivalProcess`, or a trace's (``tui.load.trace_replay``)."""
 

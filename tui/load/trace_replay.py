@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from tui.load.arrivals import ArrivalProcess, GapSource
+from tui.load.arrivals import ArrivalProcess, ExactRateGaps, GapSource
 from tui.load.traces import (
     MOONCAKE_BLOCK_TOKENS,
     TraceError,
@@ -205,7 +205,11 @@ def make_arrivals(profile: Profile, num_requests: int | None = None) -> GapSourc
     rates) replays them as recorded, at any other rate rescales them."""
     load, wl = profile.load, profile.workload
     if load.arrival != "trace":
-        return ArrivalProcess(load.arrival, load.burstiness, load.seed)
+        process = ArrivalProcess(load.arrival, load.burstiness, load.seed)
+        # a sweep's probe is judged at its labelled rate: it offers exactly that rate
+        if profile.sweep is not None and profile.sweep.exact_rate and num_requests:
+            return ExactRateGaps(process, num_requests)
+        return process
     assert wl.trace is not None
     return TraceArrivals(read_trace(wl.trace, wl.trace_format), _mean_rate(wl.trace, wl.trace_format, num_requests))
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
@@ -62,6 +63,7 @@ class RequestSpec:
     max_tokens: int
     shared_prefix: bool
     temperature: float = 0.0
+    answer_tokens: int | None = None  # the answer's length where it is shorter than max_tokens (ends as at EOS)
 
 
 @functools.lru_cache(maxsize=64)
@@ -91,6 +93,13 @@ def sample_length(dist: LengthDist, rng: np.random.Generator) -> int:
     if dist.max is not None:
         n = min(float(dist.max), n)
     return max(1, round(n))
+
+
+def asked_max_tokens(cfg: WorkloadConfig, answer: int) -> int:
+    """The max_tokens a request asks for whose answer is ``answer`` tokens long: ceil(ratio x answer),
+    at most the cap (a cap below the answer cuts it: the request ends at max_tokens, "length")."""
+    asked = math.ceil(round(cfg.max_tokens_ratio * answer, 9))
+    return asked if cfg.max_tokens_cap is None else min(asked, cfg.max_tokens_cap)
 
 
 class TokenSizer:
@@ -163,25 +172,33 @@ class Workload:
 
     def lengths(self, index: int) -> tuple[int, int]:
         """Request ``index``'s (prompt tokens, max_tokens), without building its text (feasibility)."""
-        prompt_len, max_tokens, _, _ = self._draw(index)
-        return prompt_len, max_tokens
+        prompt_len, answer, _, _ = self._draw(index)
+        return prompt_len, asked_max_tokens(self.cfg, answer)
+
+    def answer_lengths(self, index: int) -> tuple[int, int, int]:
+        """Request ``index``'s (prompt tokens, answer tokens, max_tokens asked): what it reserves beside what
+        it produces (the decomposition's bound on the paging gain)."""
+        prompt_len, answer, _, _ = self._draw(index)
+        return prompt_len, answer, asked_max_tokens(self.cfg, answer)
 
     def _draw(self, index: int) -> tuple[int, int, bool, np.random.Generator]:
+        """(prompt tokens, the answer's length, whether it has the shared prefix, its generator)."""
         cfg = self.cfg
         rng = self._streams.rng(index)  # = np.random.default_rng([cfg.seed, index]), hashed a block at a time
         prompt_len = sample_length(cfg.prompt_len, rng)
-        max_tokens = sample_length(cfg.output_len, rng)
+        answer = sample_length(cfg.output_len, rng)
         use_prefix = cfg.shared_prefix_tokens > 0 and rng.random() < cfg.shared_prefix_fraction
         if use_prefix:
             prompt_len += cfg.shared_prefix_tokens  # a system prompt in front of the sampled user part
         if self.max_prompt_len is not None:
             prompt_len = min(prompt_len, self.max_prompt_len)
-        return prompt_len, max_tokens, use_prefix, rng
+        return prompt_len, answer, use_prefix, rng
 
     def spec(self, index: int) -> RequestSpec:
         """The contents of request ``index``."""
         cfg = self.cfg
-        prompt_len, max_tokens, use_prefix, rng = self._draw(index)
+        prompt_len, answer, use_prefix, rng = self._draw(index)
+        max_tokens = asked_max_tokens(cfg, answer)
         if self._sizer is not None:
             head = self._prefix if use_prefix else ""
             prompt = self._sizer.cut(head + self._words(rng, prompt_len), prompt_len, lambda k: self._words(rng, k))
@@ -190,7 +207,8 @@ class Workload:
             prompt = head + self._text(rng, prompt_len - self._units(head))
         else:
             prompt = self._text(rng, prompt_len)
-        return RequestSpec(index, prompt, prompt_len, max_tokens, use_prefix, cfg.temperature)
+        return RequestSpec(index, prompt, prompt_len, max_tokens, use_prefix, cfg.temperature,
+                           answer if answer is not None and answer < max_tokens else None)
 
     # A prompt is a run of "units": characters locally, words remotely.
     def _text(self, rng: np.random.Generator, n: int) -> str:

@@ -25,10 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
+import numpy as np
 import polars as pl
 
 from tui.metrics.ratio import Figure, Ratio, ratio_text, ratio_value
-from tui.metrics.steady import GROWTH_LIMIT, QueueTest
+from tui.metrics.steady import GROWTH_LIMIT, QueueTest, late_half, long_service_s, queue_test
 from tui.metrics.summary import summary_table  # the table is the one place a probe's attainment is made
 from tui.profile import MAX_RATE, SloConfig, SweepConfig
 from tui.records.parquet import rows_to_table
@@ -40,19 +41,24 @@ SWEEP_FORMAT = 1
 # The mode pair whose edges make the headline ratio (continuous+paged over static+contiguous).
 RATIO_MODES = ("continuous+paged", "static+contiguous")
 
-EdgeStatus = Literal["found", "above", "below", "incomplete"]
+EdgeStatus = Literal["found", "above", "below", "slo_bound", "incomplete"]
 STATUS_MEANING: dict[str, str] = {
-    "found": "bracketed within the tolerance",
+    "found": "bracketed within the tolerance, and the rate that passed held a confirmation run",
+    "slo_bound": "SLO-bound: meets the target at no rate (attainment does not rise as the rate falls)",
     "above": "never missed the target: the edge is at least this rate",
     "below": "missed the target at every rate probed: the edge is below the lowest",
-    "incomplete": "stopped (probe limit or interrupt) before the bracket narrowed to the tolerance",
+    "incomplete": "stopped (probe limit or interrupt) before the bracket narrowed to the tolerance "
+                  "or before its confirmation passed",
 }
+WILSON_Z = 1.96  # a 95 % binomial confidence interval on an attainment
 
 
 class Probe(NamedTuple):
     """One probe of a sweep: its arrival rate (req/s), its goodput attainment (0..1), its stage's name;
     whether its queue stayed steady (:mod:`tui.metrics.steady`), the queue's growth (share of the
-    offered load not served), the throughput it achieved (req/s) and its length (s of arrivals)."""
+    offered load not served), the throughput it achieved (req/s) and its length (s of arrivals); the
+    attainment of the requests sent in its second half (``late_attainment``), how many requests it sent,
+    and whether it was the confirmation run of a bracketed edge (``confirm``)."""
 
     rate: float
     attainment: float
@@ -61,6 +67,19 @@ class Probe(NamedTuple):
     growth: float | None = None
     achieved: float | None = None
     duration_s: float | None = None
+    late_attainment: float | None = None
+    requests: int | None = None
+    confirm: bool = False
+
+
+def wilson(share: float, n: int, z: float = WILSON_Z) -> tuple[float, float]:
+    """The Wilson score interval of a binomial share ``share`` observed over ``n`` trials."""
+    if n <= 0:
+        return 0.0, 1.0
+    denom = 1 + z * z / n
+    centre = (share + z * z / (2 * n)) / denom
+    half = z * math.sqrt(share * (1 - share) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 @dataclass(frozen=True)
@@ -81,6 +100,21 @@ class CapacityEdge:
     target: float
     tolerance: float
     status: EdgeStatus
+    confirm: bool = False  # whether the rule asked for a confirmation run (sweep.confirm_factor > 0)
+
+    @property
+    def confirmation(self) -> Probe | None:
+        """The confirmation run at ``edge_rate`` that passed (None without one)."""
+        return next((p for p in self.probes if p.confirm and p.rate == self.edge_rate
+                     and probe_passes(p, self.target)), None)
+
+    @property
+    def slo_attainment(self) -> tuple[float, float, float] | None:
+        """For an SLO-bound mode: the attainment pooled over its steady probes and its 95 % Wilson
+        interval (share, low, high); None otherwise."""
+        if self.status != "slo_bound":
+            return None
+        return pooled_attainment(self.probes)
 
     @property
     def found(self) -> bool:
@@ -90,8 +124,8 @@ class CapacityEdge:
     @property
     def edge_probe(self) -> Probe | None:
         """The probe that set ``edge_rate`` (None without one)."""
-        return next((p for p in reversed(self.probes) if p.rate == self.edge_rate and probe_passes(p, self.target)),
-                    None)
+        return next((p for p in reversed(self.probes) if p.rate == self.edge_rate and probe_passes(p, self.target)
+                 and (p.confirm or self.confirmation is None)), None)
 
     @property
     def achieved_at_edge(self) -> float | None:
@@ -106,24 +140,58 @@ def passes(attainment: float, target: float) -> bool:
 
 
 def probe_passes(probe: Probe, target: float) -> bool:
-    """A probe passes when its attainment meets the target *and* its queue stayed steady."""
-    return passes(probe.attainment, target) and probe.steady
+    """A probe passes when its attainment meets the target, so does its second half's (an overload
+    that the first, still-filling half hides shows there), *and* its queue stayed steady."""
+    late_ok = probe.late_attainment is None or passes(probe.late_attainment, target)
+    return passes(probe.attainment, target) and late_ok and probe.steady
 
 
-def edge_of(mode: str, probes: Sequence[Probe], target: float, tolerance: float) -> CapacityEdge:
-    """The capacity edge the probes so far show (whatever order they ran in)."""
+def pooled_attainment(probes: Sequence[Probe]) -> tuple[float, float, float] | None:
+    """The attainment over every steady probe's requests together, with its Wilson interval; None
+    without request counts."""
+    counted = [p for p in probes if p.steady and p.requests]
+    n = sum(p.requests or 0 for p in counted)
+    if not n:
+        return None
+    share = sum(p.attainment * (p.requests or 0) for p in counted) / n
+    return (share, *wilson(share, n))
+
+
+def slo_bound(probes: Sequence[Probe], target: float) -> bool:
+    """Whether the probes say the target is met at no rate: none passed, and the two lowest rates both
+    missed with a steady queue and attainments whose 95 % intervals overlap (halving the load did not
+    help: the misses come from the SLO, e.g. static batching under a TTFT shorter than its batch)."""
+    if any(probe_passes(p, target) for p in probes):
+        return False
+    low = sorted((p for p in probes if p.requests), key=lambda p: p.rate)[:2]
+    if len(low) < 2 or not all(p.steady for p in low) or low[0].rate == low[1].rate:
+        return False
+    (a_lo, a_hi), (b_lo, b_hi) = (wilson(p.attainment, p.requests or 0) for p in low)
+    return a_lo <= b_hi and b_lo <= a_hi
+
+
+def edge_of(mode: str, probes: Sequence[Probe], target: float, tolerance: float,
+            confirm: bool = False) -> CapacityEdge:
+    """The capacity edge the probes so far show (whatever order they ran in); with ``confirm`` the
+    bracket counts as found only once its passing rate also passed a confirmation run."""
     fails = [p for p in probes if not probe_passes(p, target)]
     low_fail = min(fails, key=lambda p: p.rate) if fails else None
-    ok = [p for p in probes if probe_passes(p, target) and (low_fail is None or p.rate < low_fail.rate)]
-    high_pass = max(ok, key=lambda p: p.rate) if ok else None
+    # a confirmation whose queue grew served only what it achieved: a short probe that passed above that
+    # rate could not see the overload, and counts for nothing
+    served = [p.achieved for p in fails if p.confirm and not p.steady and p.achieved is not None]
+    void_above = min(served) if served else math.inf
+    ok = [p for p in probes if probe_passes(p, target) and (low_fail is None or p.rate < low_fail.rate)
+          and (p.confirm or p.rate <= void_above)]
+    high_pass = max(ok, key=lambda p: (p.rate, p.confirm)) if ok else None  # a confirmation speaks for its rate
     status: EdgeStatus
     if not probes:
         status = "incomplete"
     elif high_pass is None:
-        status = "below"
+        status = "slo_bound" if slo_bound(probes, target) else "below"
     elif low_fail is None:
         status = "above"
-    elif low_fail.rate <= high_pass.rate * (1 + tolerance):
+    elif low_fail.rate <= high_pass.rate * (1 + tolerance) and (
+            not confirm or any(p.confirm and p.rate == high_pass.rate for p in ok)):
         status = "found"
     else:
         status = "incomplete"
@@ -137,18 +205,24 @@ def edge_of(mode: str, probes: Sequence[Probe], target: float, tolerance: float)
         target=target,
         tolerance=tolerance,
         status=status,
+        confirm=confirm,
     )
 
 
 class EdgeSearch:
     """The rates one mode's sweep probes, one at a time: ``next_probe()``, run it, ``observe(...)``.
 
-    Each probe is at least ``config.duration_s`` long, and once the mode's mean service time is known
-    (from its first probe, :func:`~tui.metrics.steady.mean_service_s`) at least
+    Each probe is at least ``config.duration_s`` long, and once the service time of the mode's longest
+    requests is known (the longest seen at any probe so far, :func:`~tui.metrics.steady.long_service_s`) at least
     ``config.min_service_times`` of them (to ``config.max_duration_s``). A probe whose queue test is
     undecided (and whose SLO attainment met the target: else it fails either way) is run again
     ``config.extend_factor`` times longer, at most ``config.max_extensions``
-    times; then the test's final call (growth <= ``config.growth_limit``) decides.
+    times; then the test's final call (growth <= the limit) decides.
+
+    Once the bracket is within the tolerance, the passing rate runs once more, ``config.confirm_factor``
+    times a probe's length (at least the first probe's ``max_duration_s`` allows); a failed confirmation
+    is a miss at that rate, so the search steps down and bisects below it; from then on every probe runs
+    as long as a confirmation (the short ones could not see this overload) and counts as one.
     """
 
     def __init__(self, mode: str, config: SweepConfig):
@@ -158,6 +232,8 @@ class EdgeSearch:
         self.service_s: float | None = None  # the mean service time (s), from the first probe
         self._retry: tuple[float, float] | None = None  # (rate, length) of a probe to run longer
         self._extensions = 0  # how often the pending probe was extended
+        self._confirming: float | None = None  # the rate of the confirmation run handed out
+        self._long = False  # a confirmation failed: every later probe is confirmation-length
         self.runs = 0  # probes run, extensions included
 
     def probe_length_s(self) -> float:
@@ -172,19 +248,40 @@ class EdgeSearch:
         """(rate, length in s) of the next probe; None when the search is over."""
         if self._retry is not None:
             return self._retry
+        self._confirming = None
         rate = self.next_rate()
-        return None if rate is None else (rate, self.probe_length_s())
+        if rate is None:
+            return None
+        if self._long:
+            self._confirming = rate
+        if self._confirming is not None:
+            return rate, self.confirm_length_s()
+        return rate, self.probe_length_s()
+
+    def confirm_length_s(self) -> float:
+        """How long a confirmation runs: ``confirm_factor`` probes (not capped by ``max_duration_s``: its
+        point is to outlast what the probes saw)."""
+        return self.config.confirm_factor * self.probe_length_s()
 
     def observe_probe(self, rate: float, duration_s: float, attainment: float, stage: str,
-                      queue: QueueTest | None, service_s: float | None = None) -> bool:
+                      queue: QueueTest | None, service_s: float | None = None,
+                      late_attainment: float | None = None, requests: int | None = None) -> bool:
         """Record one probe with its queue test; False when it was undecided and is to be run longer
         (it is then not counted: :meth:`next_probe` hands out the longer one)."""
         self.runs += 1
-        if self.service_s is None and service_s is not None and service_s > 0:
+        # the longest requests' service time at the load probed so far: it grows with the load (a decode
+        # step of a full batch is slower), and a probe must outlast the longest ones at its own load
+        if service_s is not None and service_s > (self.service_s or 0.0):
             self.service_s = service_s
         cfg = self.config
-        # a probe shorter than the rule asks (the first one: the service time was not known) says little about
-        # its queue (the ramp from empty weighs ~2 (W/T)^2): run it again at full length unless it failed anyway
+        if self._confirming is not None:  # a confirmation is decided as it ran: its length is the point
+            self._confirming = None
+            probe = self._probe(rate, attainment, stage, queue, duration_s, late_attainment, requests, confirm=True)
+            self.probes.append(probe)
+            self._long = self._long or not probe_passes(probe, cfg.target_attainment)
+            return True
+        # a probe shorter than the rule now asks (the first one, or one whose load lengthened the longest requests)
+        # says little about its queue (the ramp from empty weighs ~2 (W/T)^2): run it again at full length unless it failed anyway
         if (queue is not None and not queue.steady and passes(attainment, cfg.target_attainment)
                 and duration_s < self.probe_length_s() * 0.999):
             self._retry = (rate, self.probe_length_s())
@@ -195,10 +292,20 @@ class EdgeSearch:
             self._retry = (rate, min(duration_s * cfg.extend_factor, cfg.max_duration_s))
             return False
         self._retry, self._extensions = None, 0
-        steady = True if queue is None else queue.steady
-        self.probes.append(Probe(rate, attainment, stage, steady, None if queue is None else queue.growth,
-                                 None if queue is None else queue.achieved_req_s, duration_s))
+        self.probes.append(self._probe(rate, attainment, stage, queue, duration_s, late_attainment, requests))
         return True
+
+    @staticmethod
+    def _probe(rate: float, attainment: float, stage: str, queue: QueueTest | None, duration_s: float,
+               late_attainment: float | None, requests: int | None, confirm: bool = False) -> Probe:
+        steady = True if queue is None else queue.steady
+        return Probe(rate, attainment, stage, steady, None if queue is None else queue.growth,
+                     None if queue is None else queue.achieved_req_s, duration_s, late_attainment, requests, confirm)
+
+    @property
+    def confirming(self) -> bool:
+        """Whether the probe last handed out is a confirmation run."""
+        return self._confirming is not None
 
     def next_rate(self) -> float | None:
         """The rate to probe next; None when the edge is bracketed, bounded, or the probes are spent."""
@@ -208,6 +315,8 @@ class EdgeSearch:
         if not self.probes:
             return cfg.start_rate
         edge = self.edge()
+        if edge.status == "slo_bound":
+            return None
         max_rate = cfg.max_rate if cfg.max_rate is not None else MAX_RATE
         if edge.edge_rate is None:  # even the lowest rate missed: go down
             assert edge.fail_rate is not None
@@ -218,16 +327,23 @@ class EdgeSearch:
             return min(edge.edge_rate * cfg.growth, max_rate)
         if edge.status == "found":
             return None
+        if cfg.confirm_factor > 0 and edge.fail_rate <= edge.edge_rate * (1 + cfg.tolerance):
+            self._confirming = edge.edge_rate  # bracketed, not yet confirmed
+            return edge.edge_rate
         return math.sqrt(edge.edge_rate * edge.fail_rate)  # a relative tolerance halves in log space
 
     def observe(self, rate: float, attainment: float, stage: str) -> None:
-        """Record one finished probe without a queue test."""
+        """Record one finished probe without a queue test (a confirmation when one was handed out)."""
         self.runs += 1
-        self.probes.append(Probe(rate, attainment, stage))
+        confirm = self._confirming is not None or self._long
+        self._confirming = None
+        self.probes.append(Probe(rate, attainment, stage, confirm=confirm))
+        self._long = self._long or (confirm and not passes(attainment, self.config.target_attainment))
 
     def edge(self) -> CapacityEdge:
         """The edge as the probes so far show it."""
-        return edge_of(self.mode, self.probes, self.config.target_attainment, self.config.tolerance)
+        return edge_of(self.mode, self.probes, self.config.target_attainment, self.config.tolerance,
+                       confirm=self.config.confirm_factor > 0)
 
 
 def cell_attainment(records: Sequence[RequestRecord], slo: SloConfig) -> float | None:
@@ -241,6 +357,37 @@ def cell_attainment(records: Sequence[RequestRecord], slo: SloConfig) -> float |
     return None if value is None else float(value)
 
 
+class ProbeMeasure(NamedTuple):
+    """What the rule reads off one probe's requests (:func:`measure_probe`)."""
+
+    attainment: float
+    late_attainment: float
+    queue: QueueTest | None
+    service_s: float | None  # the service time of its longest requests (steady.long_service_s)
+    requests: int
+
+    def probe(self, rate: float, stage: str, duration_s: float, confirm: bool = False) -> Probe:
+        """The probe as the rule records it, its queue judged by the final call (``QueueTest.steady``)."""
+        q = self.queue
+        return Probe(rate, self.attainment, stage, True if q is None else q.steady, None if q is None else q.growth,
+                     None if q is None else q.achieved_req_s, duration_s, self.late_attainment, self.requests, confirm)
+
+
+def measure_probe(records: Sequence[RequestRecord], slo: SloConfig) -> ProbeMeasure:
+    """One probe's attainment (whole and its second half's), queue test, longest service time and size,
+    from its request records (no warm-up ones)."""
+    send = np.array([r.send_t for r in records], dtype=float)
+    attainment = cell_attainment(records, slo) or 0.0  # a probe without requests met nothing
+    late = cell_attainment([r for r, is_late in zip(records, late_half(send), strict=True) if is_late], slo) or 0.0
+    queue = queue_test(send, np.array([np.nan if r.end_t is None else r.end_t for r in records], dtype=float))
+    ok = [r for r in records if r.ok]
+    def col(field: str) -> np.ndarray:
+        return np.array([np.nan if (v := getattr(r, field)) is None else v for r in ok], dtype=float)
+
+    service = long_service_s(col("send_t"), col("first_token_t"), col("last_token_t"))
+    return ProbeMeasure(attainment, late, queue, service, len(records))
+
+
 # ---------------------------------------------------------------------------------------------------
 # sweep.json: written by the recorder after every probe, read by the summary, the report and charts
 
@@ -249,7 +396,9 @@ def _edge_to_json(e: CapacityEdge) -> dict[str, Any]:
     return {
         "mode": e.mode, "edge_rate": e.edge_rate, "attainment_at_edge": e.attainment_at_edge,
         "fail_rate": e.fail_rate, "attainment_at_fail": e.attainment_at_fail, "status": e.status,
-        "target": e.target, "tolerance": e.tolerance,
+        "target": e.target, "tolerance": e.tolerance, "confirm": e.confirm,
+        "confirmation": None if e.confirmation is None else e.confirmation._asdict(),
+        "slo_attainment": e.slo_attainment,
         "probes": [p._asdict() for p in e.probes],
     }
 
@@ -258,8 +407,10 @@ def _probe_from_json(p: dict[str, Any]) -> Probe:
     def opt(key: str) -> float | None:
         return None if p.get(key) is None else float(p[key])
 
+    n = p.get("requests")
     return Probe(float(p["rate"]), float(p["attainment"]), str(p["stage"]), bool(p.get("steady", True)),
-                 opt("growth"), opt("achieved"), opt("duration_s"))
+                 opt("growth"), opt("achieved"), opt("duration_s"), opt("late_attainment"),
+                 None if n is None else int(n), bool(p.get("confirm", False)))
 
 
 def write_capacity_edges(run_dir: Path, edges: Sequence[CapacityEdge], *, finished: bool) -> Path:
@@ -282,7 +433,8 @@ def read_capacity_edges(run_dir: Path) -> list[CapacityEdge]:
         edges = []
         for e in doc["edges"]:
             probes = [_probe_from_json(p) for p in e["probes"]]
-            edges.append(edge_of(str(e["mode"]), probes, float(e["target"]), float(e["tolerance"])))
+            edges.append(edge_of(str(e["mode"]), probes, float(e["target"]), float(e["tolerance"]),
+                                 bool(e.get("confirm", False))))
         return edges
     except (OSError, ValueError, KeyError, TypeError):
         return []
@@ -294,19 +446,19 @@ def read_capacity_edges(run_dir: Path) -> list[CapacityEdge]:
 
 def edge_figure(edge: CapacityEdge | None, mode: str = "") -> Figure:
     """A mode's capacity edge as one side of a ratio: a floor when it never missed; ``bound`` when the
-    edge is not its own capacity. A missed probe whose queue held steady (and served what was offered)
-    failed on latency alone: the SLO, not the mode's throughput, set the edge (SLO-bound)."""
+    edge is not its own capacity: SLO-bound (its attainment does not rise as the rate falls, so the
+    SLO, not its throughput, sets it), below every rate probed, or not bracketed."""
     if edge is None:
         return Figure(mode, None, bound="not swept")
     bound = None
-    fail = next((p for p in edge.probes if p.rate == edge.fail_rate and not probe_passes(p, edge.target)), None)
-    if edge.status == "below":
+    if edge.slo_attainment is not None:
+        share, lo, hi = edge.slo_attainment
+        bound = (f"SLO-bound (attainment {share:.0%}, 95% interval {lo:.0%}-{hi:.0%}, whatever the rate: "
+                 "the SLO, not its throughput, sets it)")
+    elif edge.status == "below":
         bound = f"below every rate probed (missed the SLOs at {edge.fail_rate:.3g} req/s)"
     elif edge.status == "incomplete":
         bound = "not bracketed to the tolerance (incomplete sweep)"
-    elif fail is not None and fail.steady and fail.growth is not None:
-        bound = (f"SLO-bound (at {fail.rate:.3g} req/s it missed the SLOs with a steady queue, "
-                 f"{fail.attainment:.0%} met them: the SLO, not its throughput, sets its edge)")
     return Figure(edge.mode, edge.edge_rate, floor=edge.status == "above", bound=bound)
 
 
@@ -348,8 +500,12 @@ def edge_rows(edges: Sequence[CapacityEdge]) -> list[list[str]]:
             edge = f">= {edge}"
         elif e.status == "below":
             edge = f"< {num(e.fail_rate)}"
+        met = num(e.attainment_at_edge, ".2f")
+        if e.slo_attainment is not None:  # no rate to report: the attainment and its interval instead
+            share, lo, hi = e.slo_attainment
+            edge, met = "SLO-bound", f"{share:.2f} [{lo:.2f}, {hi:.2f}]"
         fail = next((p for p in e.probes if p.rate == e.fail_rate and not probe_passes(p, e.target)), None)
-        rows.append([e.mode, edge, num(e.achieved_at_edge), num(e.attainment_at_edge, ".2f"), num(e.fail_rate),
+        rows.append([e.mode, edge, num(e.achieved_at_edge), met, num(e.fail_rate),
                      num(e.attainment_at_fail, ".2f"), _queue_text(fail), str(len(e.probes)), e.status])
     return rows
 
@@ -360,14 +516,20 @@ def edge_summary_lines(edges: Sequence[CapacityEdge]) -> list[str]:
         return []
     e0 = edges[0]
     lines = [f"Capacity edge: the highest arrival rate probed at which at least {e0.target:.0%} of requests met "
-             f"every SLO and the queue did not grow (steady state: requests in the system over the probe's second "
-             f"half against its first grew by at most {GROWTH_LIMIT:.0%} of the arrivals), bracketed to "
-             f"{e0.tolerance:.0%} (the next rate up missed it). Achieved: the throughput the edge's probe served."]
+             f"every SLO, so did those sent in the probe's second half, and the queue did not grow (steady state: "
+             f"after the measured warm-up, requests in the system over the second half against the first grew by "
+             f"at most {GROWTH_LIMIT:.0%} of the arrivals), bracketed to {e0.tolerance:.0%} (the next rate up "
+             f"missed it)" + (", confirmed by a run several probes long at that rate" if e0.confirm else "")
+             + ". Achieved: the throughput the edge's probe served."]
     modes = {e.mode for e in edges}
     if set(RATIO_MODES) <= modes:
         lines.append(ratio_text(edge_ratio_of(edges)))
     for e in edges:
-        if e.status != "found":
+        if e.slo_attainment is not None:
+            share, lo, hi = e.slo_attainment
+            lines.append(f"{e.mode}: SLO-bound: meets the {e.target:.0%} target at no rate; attainment "
+                         f"{share:.3f} (95% interval {lo:.3f}-{hi:.3f}) whatever the rate: no edge to divide by")
+        elif e.status != "found":
             lines.append(f"{e.mode}: {e.status}: {STATUS_MEANING[e.status]}")
     return lines
 

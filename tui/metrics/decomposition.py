@@ -11,7 +11,11 @@ Per mode it has a :class:`ModeFigures`; :func:`decomposition_table` turns a chai
 row per change with each figure's factor (``to / from``: above 1 is more capacity, goodput,
 throughput or KV use, and *more* latency). The files in the run directory:
 
-- ``decomposition.csv``: :data:`DECOMPOSITION_COLUMNS`, one row per (stage, change)
+- ``decomposition.csv``: :data:`DECOMPOSITION_COLUMNS`, one row per (stage, change), plus the paging
+  change at each rung of the ``max_tokens`` ladder (``max_tokens_ratio``: what clients ask for over what
+  they get) with ``paging_bound``, the most paging can gain when KV alone binds (KV-token-steps a
+  contiguous exact reservation holds over those a paged cache holds, :func:`paging_bound`); an edge
+  that is SLO-bound says so in ``from_edge_status`` / ``to_edge_status`` and has no factor
 - ``decomposition_modes.csv``: the :class:`ModeFigures` themselves, one row per (stage, mode)
 - ``slo_sensitivity.csv``: :data:`SLO_COLUMNS`, each mode's edge at a ladder of TTFT SLOs and its
   ratio to the chain's baseline at the same SLO
@@ -79,12 +83,17 @@ FACTORS = {
 
 DECOMPOSITION_COLUMNS = ("stage", "change", "from_mode", "to_mode", *FACTORS, "from_edge_req_s", "to_edge_req_s",
                          "from_achieved_req_s", "to_achieved_req_s", "ttft_slo_ms", "latency_rate_req_s",
-                         "saturation_rate_req_s")
+                         "saturation_rate_req_s", "max_tokens_ratio", "paging_bound", "from_edge_status",
+                         "to_edge_status", "order")
+# ``order``: "chain" (the chain's own step), "other order" (the same change made from another corner of the
+# batching x KV layout x reservation cube), "max_tokens ladder" (the paging change at another ratio)
+ORDERS = ("chain", "other order", "max_tokens ladder")
 SLO_COLUMNS = ("stage", "slo_factor", "ttft_slo_ms", "mode", "capacity_edge_req_s", "achieved_req_s", "edge_status",
                "ratio_vs_baseline", "baseline_mode")  # every ratio's file names its baseline
 
 _FLOAT = pl.Float64
-_DECOMPOSITION_SCHEMA = {c: (pl.Utf8 if c in ("stage", "change", "from_mode", "to_mode") else _FLOAT)
+_TEXT = ("stage", "change", "from_mode", "to_mode", "from_edge_status", "to_edge_status", "order")
+_DECOMPOSITION_SCHEMA = {c: (pl.Utf8 if c in _TEXT else _FLOAT)
                          for c in DECOMPOSITION_COLUMNS}
 _SLO_SCHEMA = {c: (pl.Utf8 if c in ("stage", "mode", "edge_status", "baseline_mode") else _FLOAT) for c in SLO_COLUMNS}
 
@@ -96,21 +105,47 @@ def factor(before: float | None, after: float | None) -> float | None:
     return after / before
 
 
-def decomposition_table(chain: Sequence[ModeFigures]) -> pl.DataFrame:
+def paging_bound(lengths: Sequence[tuple[int, int, int]], block_size: int) -> float | None:
+    """The most paging can gain over a contiguous exact reservation when KV alone binds: over requests of
+    (prompt, answer, max_tokens) tokens, the KV-token-steps an exact reservation holds (prompt + max_tokens
+    for each of its answer's steps) over those a paged cache holds (prompt + tokens so far, in whole
+    ``block_size`` blocks, step by step). None without requests."""
+    reserved = held = 0
+    for prompt, answer, max_tokens in lengths:
+        reserved += (prompt + max_tokens) * answer
+        for t in range(1, answer + 1):
+            held += -(-(prompt + t) // block_size) * block_size
+    return reserved / held if held else None
+
+
+def change_row(change: str, a: ModeFigures, b: ModeFigures, max_tokens_ratio: float = 1.0,
+               bound: float | None = None, order: str = "chain") -> dict[str, object]:
+    """One change's row (``a`` before, ``b`` after), columns :data:`DECOMPOSITION_COLUMNS`."""
+    row: dict[str, object] = {"stage": a.stage, "change": change, "from_mode": a.mode, "to_mode": b.mode}
+    for col, field in FACTORS.items():
+        row[col] = factor(getattr(a, field), getattr(b, field))
+    row.update(from_edge_req_s=a.edge_req_s, to_edge_req_s=b.edge_req_s, from_achieved_req_s=a.achieved_req_s,
+               to_achieved_req_s=b.achieved_req_s, ttft_slo_ms=a.ttft_slo_ms,
+               latency_rate_req_s=a.latency_rate_req_s, saturation_rate_req_s=a.saturation_rate_req_s,
+               max_tokens_ratio=max_tokens_ratio, paging_bound=bound if change == "paging" else None,
+               from_edge_status=a.edge_status, to_edge_status=b.edge_status, order=order)
+    return row
+
+
+def decomposition_table(chain: Sequence[ModeFigures], max_tokens_ratio: float = 1.0,
+                        bound: float | None = None) -> pl.DataFrame:
     """One row per change of one stage's chain (its four modes in chain order), columns
-    :data:`DECOMPOSITION_COLUMNS`."""
+    :data:`DECOMPOSITION_COLUMNS`; ``bound`` is the paging change's :func:`paging_bound`."""
     if len(chain) != len(CHANGES) + 1:
         raise ValueError(f"a chain has {len(CHANGES) + 1} modes, got {len(chain)}")
-    rows = []
-    for change, a, b in zip(CHANGES, chain[:-1], chain[1:], strict=True):
-        row: dict[str, object] = {"stage": a.stage, "change": change, "from_mode": a.mode, "to_mode": b.mode}
-        for col, field in FACTORS.items():
-            row[col] = factor(getattr(a, field), getattr(b, field))
-        row.update(from_edge_req_s=a.edge_req_s, to_edge_req_s=b.edge_req_s, from_achieved_req_s=a.achieved_req_s,
-                   to_achieved_req_s=b.achieved_req_s, ttft_slo_ms=a.ttft_slo_ms,
-                   latency_rate_req_s=a.latency_rate_req_s, saturation_rate_req_s=a.saturation_rate_req_s)
-        rows.append(row)
+    rows = [change_row(change, a, b, max_tokens_ratio, bound)
+            for change, a, b in zip(CHANGES, chain[:-1], chain[1:], strict=True)]
     return pl.DataFrame(rows, schema=_DECOMPOSITION_SCHEMA)
+
+
+def rows_table(rows: Sequence[dict[str, object]]) -> pl.DataFrame:
+    """Rows made by :func:`change_row` (the ``max_tokens`` ladder's) as a decomposition table."""
+    return pl.DataFrame(list(rows), schema=_DECOMPOSITION_SCHEMA)
 
 
 def modes_table(figures: Sequence[ModeFigures]) -> pl.DataFrame:
@@ -166,7 +201,7 @@ def read_tables(run_dir: Path) -> tuple[pl.DataFrame | None, pl.DataFrame | None
 # Rendering
 
 
-GAIN_HEADERS = ("stage", "change", "from -> to", "edge req/s (achieved)", "capacity x", "goodput x",
+GAIN_HEADERS = ("stage", "change", "from -> to", "edge req/s (achieved)", "capacity x (bound)", "goodput x",
                 "throughput x", "TTFT P50 x", "TTFT P99 x", "TPOT P50 x", "TPOT P99 x", "KV use x")
 
 
@@ -182,17 +217,33 @@ def gain_rows(table: pl.DataFrame) -> list[list[str]]:
     """The 'what each change buys' table's formatted rows, columns :data:`GAIN_HEADERS`."""
     rows = []
     for r in table.iter_rows(named=True):
-        edges = (f"{_num(r['from_edge_req_s'])} ({_num(r['from_achieved_req_s'])}) -> "
-                 f"{_num(r['to_edge_req_s'])} ({_num(r['to_achieved_req_s'])})")
-        rows.append([r["stage"], r["change"], f"{r['from_mode']} -> {r['to_mode']}", edges,
-                     *(_x(r[c]) for c in FACTORS)])
+        edges = (f"{_edge(r['from_edge_req_s'], r.get('from_edge_status'))} ({_num(r['from_achieved_req_s'])}) -> "
+                 f"{_edge(r['to_edge_req_s'], r.get('to_edge_status'))} ({_num(r['to_achieved_req_s'])})")
+        cells = [_x(r[c]) for c in FACTORS]
+        if r.get("paging_bound") is not None:  # the measured paging factor beside the most it could be
+            cells[0] += f" ({r['paging_bound']:.3g}x)"
+        ratio = r.get("max_tokens_ratio")
+        change = r["change"] if ratio in (None, 1.0) else f"{r['change']} @ max_tokens {ratio:g}x answer"
+        if r.get("order") == "other order":
+            change += " (other order)"
+        rows.append([r["stage"], change, f"{r['from_mode']} -> {r['to_mode']}", edges, *cells])
     return rows
+
+
+def _edge(rate: float | None, status: str | None) -> str:
+    """An edge in a table cell: SLO-bound says so (no rate to divide by)."""
+    return "SLO-bound" if status == "slo_bound" else _num(rate)
 
 
 def gain_notes(table: pl.DataFrame) -> list[str]:
     """What the table's columns are measured against, per stage."""
     lines = ["What each change buys: one change at a time on the same arrivals, KV bytes and caps; factor = after / "
-             "before (capacity, goodput, throughput, KV use: higher is more; TTFT/TPOT: lower is better)."]
+             "before (capacity, goodput, throughput, KV use: higher is more; TTFT/TPOT: lower is better). Paging's "
+             "capacity factor has in brackets the most it could gain where KV alone binds (KV-token-steps of an exact "
+             "contiguous reservation over paged blocks); 'max_tokens Nx answer' rows ask for N times the output "
+             "produced; '(other order)' rows make the same change from another corner of the batching x KV layout x "
+             "reservation cube. 'exact' is an oracle reservation (prompt + max_tokens), the vLLM paper's Orca (Oracle); its "
+             "Orca (Max) reserves max_model_len. SLO-bound: the target is met at no rate, no factor."]
     for r in table.unique(subset="stage", keep="first", maintain_order=True).iter_rows(named=True):
         slo = "-" if r["ttft_slo_ms"] is None else f"{r['ttft_slo_ms']:g} ms"
         lines.append(f"{r['stage']}: capacity = the steady capacity edge at TTFT SLO {slo} (req/s offered, achieved in "
@@ -219,7 +270,9 @@ def ladder_rows(table: pl.DataFrame) -> tuple[list[str], list[list[str]]]:
                 cells.append("-")
                 continue
             edge = _num(r["capacity_edge_req_s"])
-            if r["edge_status"] in ("above", "below"):
+            if r["edge_status"] == "slo_bound":
+                edge = "SLO-bound"
+            elif r["edge_status"] in ("above", "below"):
                 edge = (">= " if r["edge_status"] == "above" else "< ") + edge
             cells.append(f"{edge} ({_x(r['ratio_vs_baseline'])})")
         rows.append([str(stage), str(mode), *cells])

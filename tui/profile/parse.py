@@ -36,7 +36,8 @@ def load_profile(path: str | Path) -> Profile:
 
 # [tune] knobs that take a range as well as a list, and whether their values are whole numbers
 TUNE_RANGE_KNOBS = {"max_num_seqs": int, "max_num_batched_tokens": int, "block_size": int,
-                    "tensor_parallel_size": int, "backlog_limit": int, "wait_timeout_s": float}
+                    "tensor_parallel_size": int, "backlog_limit": int, "wait_timeout_s": float,
+                    "gpu_memory_utilization": float}
 MAX_RANGE_VALUES = 1000
 
 

@@ -23,10 +23,13 @@ class SweepConfig:
     an overload to show (it shows as a queue that grows with the probe's length, so longer probes
     find a lower, steadier edge).
 
-    A probe passes only when its queue also stayed steady (``tui.metrics.steady``). Once a mode's
-    mean service time is known (its first probe), its probes last at least ``min_service_times`` of
+    A probe passes only when its queue also stayed steady (``tui.metrics.steady``) and the requests
+    sent in its second half met the target too. Once a mode's service time of its longest requests is
+    known (its first probe's P99 send-to-last-token), its probes last at least ``min_service_times`` of
     them (at most ``max_duration_s``); a probe whose queue test is undecided runs again
-    ``extend_factor`` times longer, at most ``max_extensions`` times.
+    ``extend_factor`` times longer, at most ``max_extensions`` times. Once the bracket is within the
+    tolerance, the rate that passed is run again ``confirm_factor`` times a probe's length (0: never);
+    the edge is found only when that confirmation passes too, else the search steps down.
     """
 
     target_attainment: float = 0.9
@@ -41,6 +44,8 @@ class SweepConfig:
     max_duration_s: float = 600.0
     max_extensions: int = 2
     extend_factor: float = 2.0
+    confirm_factor: float = 5.0
+    exact_rate: bool = True  # each probe's arrivals offer exactly its rate (tui.load.arrivals.ExactRateGaps)
 
     def probe_stage(self, index: int, rate: float, duration_s: float | None = None) -> Stage:
         """The stage that probes ``rate`` for ``duration_s`` of arrivals (default: the sweep's
@@ -62,6 +67,9 @@ class DecomposeConfig:
     presets: tuple[str, ...] = ()
     slo_ladder: tuple[float, ...] = (0.5, 1.0, 2.0, 5.0)
     ladder_presets: int = 1  # the ladder runs on this many presets, first first (it costs a search per rung)
+    # what clients ask for over what they get (workload.max_tokens_ratio): the paging change's edges at each
+    # rung, beside the KV-token-steps bound on its gain (1 is the chain's own workload)
+    max_tokens_ladder: tuple[float, ...] = (1.0, 1.5, 2.0, 4.0)
     measure_s: float = 60.0  # each measured cell (latency, saturation) sends this many seconds of arrivals,
     measure_requests: int = 200  # and at least this many requests
 
@@ -95,4 +103,6 @@ class TuneConfig:
     tensor_parallel_size: tuple[int, ...] = ()  # simulated backend only
     backlog_limit: tuple[int, ...] = ()
     wait_timeout_s: tuple[float, ...] = ()
+    gpu_memory_utilization: tuple[float, ...] = ()  # the KV cache's share of GPU memory (a KV-bound knob)
+    prefix_caching: tuple[bool, ...] = ()
     prices: dict[str, float] = field(default_factory=dict)

@@ -133,6 +133,11 @@ class WorkloadConfig:
     ``trace``: a production trace file (Mooncake JSONL, Azure or BurstGPT CSV, ShareGPT JSON; see
     docs/traces.md) whose request lengths replace the distributions; ``trace_format`` names its format
     (default: detected from the file). ``[load] arrival = "trace"`` replays its arrival times too.
+
+    What a client asks for is not what it gets: ``output_len`` draws the answer's length (the request
+    ends there, as at EOS), and each request asks for ``max_tokens`` = ceil(``max_tokens_ratio`` x that),
+    at most ``max_tokens_cap`` (a fixed ask such as 2,048 is a large ratio under that cap). Reservations
+    and the paging gain depend on the ratio (the simulated backend ends the request at its answer).
     """
 
     prompt_len: LengthDist = LengthDist(dist="uniform", low=32, high=512)
@@ -146,6 +151,8 @@ class WorkloadConfig:
     seed: int = 0
     trace: str | None = None
     trace_format: Literal["auto", "mooncake", "azure", "burstgpt", "sharegpt"] = "auto"
+    max_tokens_ratio: float = 1.0
+    max_tokens_cap: int | None = None
 
 
 @dataclass(frozen=True)

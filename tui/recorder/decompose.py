@@ -34,19 +34,23 @@ import numpy as np
 import polars as pl
 
 from tui.engine.snapshot import StepTiming
+from tui.load.workload import Workload
 from tui.metrics import stats
 from tui.metrics.capacity import CapacityEdge, EdgeSearch
 from tui.metrics.decomposition import (
     LadderEdge,
     ModeFigures,
+    change_row,
     decomposition_markdown,
     decomposition_rich,
     decomposition_table,
     modes_table,
+    paging_bound,
+    rows_table,
     slo_table,
     write_tables,
 )
-from tui.metrics.steady import mean_service_s, queue_test
+from tui.metrics.steady import late_half, long_service_s, queue_test
 from tui.profile import (
     EngineMode,
     Profile,
@@ -123,8 +127,15 @@ class ProbeData:
         return stats.goodput(*self._latencies(), slo, wall)
 
     def service_s(self) -> float | None:
-        """The mean service time (send to last token of the finished requests)."""
-        return mean_service_s(self.send[self.ok], self.last[self.ok])
+        """The service time of the longest requests (send to last token, P99 of the finished ones)."""
+        return long_service_s(self.send[self.ok], self.first[self.ok], self.last[self.ok])
+
+    def late_attainment(self, slo: SloConfig) -> float:
+        """The attainment of the requests sent in the second half of the arrivals."""
+        late = late_half(self.send)
+        ok = self.ok & late
+        ttft, e2el, tpot = stats.latencies(self.send[ok], self.first[ok], self.last[ok], self.tokens[ok])
+        return stats.attainment(ttft, tpot, e2el, slo, int(late.sum())) or 0.0
 
 
 class DecomposeRecorder:
@@ -145,6 +156,8 @@ class DecomposeRecorder:
         t0 = time.perf_counter()
         self._ladder: list[LadderEdge] = []
         self._chains: list[list[ModeFigures]] = []
+        self._bounds: list[float | None] = []  # each chain's paging bound
+        self._mt_rows: list[dict[str, object]] = []  # the max_tokens ladder's paging rows
         self._ran: list[Profile] = []
         try:
             for preset in self._presets():
@@ -190,11 +203,12 @@ class DecomposeRecorder:
         """The preset in one link's mode: its reservation, the decomposing profile's SLO and drain bound."""
         return dataclasses.replace(
             preset, engine=dataclasses.replace(preset.engine, reservation=link.reservation), slo=self.profile.slo,
+            sweep=self._sweep(),  # its probe rules, the exact offered rate among them
             record=dataclasses.replace(preset.record, drain_timeout_s=self.profile.record.drain_timeout_s,
                                        snapshots_per_s=0.0))
 
     def _probe(self, preset: Profile, link: ChainLink, rate: float, length: float) -> ProbeData:
-        key = (preset.name, link.label, rate, length)
+        key = (preset.name, preset.workload.max_tokens_ratio, link.label, rate, length)
         got = self._cache.get(key)
         if got is not None:
             return got
@@ -214,23 +228,26 @@ class DecomposeRecorder:
             data = self._probe(preset, link, rate, length)
             queue = queue_test(data.send, data.end)
             attainment = data.attainment(slo)
+            confirming = search.confirming
             counted = search.observe_probe(rate, length, attainment, f"probe-{search.runs + 1:02d}", queue,
-                                           data.service_s())
+                                           data.service_s(), data.late_attainment(slo), int(data.send.size))
             q = "-" if queue is None else f"{queue.verdict} ({queue.growth:+.1%}), served {queue.achieved_req_s:.4g}/s"
-            self.err.print(f"decompose {preset.name} {link.label} {what}: {rate:.4g} req/s for {length:.0f} s: SLO met "
+            self.err.print(f"decompose {preset.name} {link.label} {what}: {'confirming ' if confirming else ''}"
+                           f"{rate:.4g} req/s for {length:.0f} s: SLO met "
                            f"{attainment:.1%}, queue {q}" + ("" if counted else ": undecided, longer"), highlight=False)
         edge = search.edge()
         best = edge.edge_probe
         found: ProbeData | None = None
         if best is not None and best.duration_s is not None:
-            found = self._cache.get((preset.name, link.label, best.rate, best.duration_s))
+            found = self._cache.get((preset.name, preset.workload.max_tokens_ratio, link.label, best.rate,
+                                     best.duration_s))
         self.err.print(f"decompose {preset.name} {link.label} {what}: edge "
                        f"{'-' if edge.edge_rate is None else format(edge.edge_rate, '.4g')} req/s ({edge.status})",
                        highlight=False)
         return edge, found
 
     def _run_preset(self, preset: Profile, ladder: bool) -> None:
-        self._cache: dict[tuple[str, str, float, float], ProbeData] = {}
+        self._cache: dict[tuple[str, float, str, float, float], ProbeData] = {}
         links = chain_links(preset.engine.reservation)
         slo = self.profile.slo
         edges = {link.label: self._edge(preset, link, slo, "at the SLO") for link in links}
@@ -248,11 +265,55 @@ class DecomposeRecorder:
         for link in links:
             self._measure(preset, link, f"{preset.name}:latency", latency_rate)
             self._measure(preset, link, f"{preset.name}:saturation", saturation_rate)
+        if ladder:
+            self._max_tokens_ladder(preset, links[2], links[3], slo, latency_rate, saturation_rate)
+        self._other_orders(preset, links, {k: e for k, (e, _) in edges.items()}, slo, latency_rate, saturation_rate)
+        self._bounds.append(_paging_bound(preset))
         self._chains.append([dataclasses.replace(
             _blank(preset.name, link.label, slo.ttft_ms, latency_rate, saturation_rate),
             edge_req_s=edge.edge_rate, achieved_req_s=edge.achieved_at_edge, attainment_at_edge=edge.attainment_at_edge,
             edge_status=edge.status, goodput_at_edge_req_s=None if data is None else data.goodput(slo))
             for link, (edge, data) in zip(links, edges.values(), strict=True)])
+
+    def _other_orders(self, preset: Profile, links: tuple[ChainLink, ...], edges: dict[str, CapacityEdge],
+                      slo: SloConfig, latency_rate: float, saturation_rate: float) -> None:
+        """Each change from the cube's other corners, so no change's factor depends on the chain's order:
+        reservation under continuous batching, batching under paging, paging under static batching, and
+        paged over continuous+contiguous with the baseline reservation (the vLLM paper's Orca (Max))."""
+        static_paged = ChainLink(EngineMode("static", "paged"), "exact")
+        cont_base = ChainLink(EngineMode("continuous", "contiguous"), links[0].reservation)
+        extra = [static_paged] + ([cont_base] if cont_base.label != links[2].label else [])
+        for link in extra:
+            edges[link.label] = self._edge(preset, link, slo, "at the SLO (other order)")[0]
+
+        def fig(link: ChainLink) -> ModeFigures:
+            e = edges[link.label]
+            return dataclasses.replace(_blank(preset.name, link.label, slo.ttft_ms, latency_rate, saturation_rate),
+                                       edge_req_s=e.edge_rate, achieved_req_s=e.achieved_at_edge,
+                                       attainment_at_edge=e.attainment_at_edge, edge_status=e.status)
+
+        pairs = [("batching", static_paged, links[3]), ("paging", links[1], static_paged)]
+        if cont_base.label != links[2].label:
+            pairs += [("reservation", cont_base, links[2]), ("paging+reservation", cont_base, links[3])]
+        for change, a, b in pairs:
+            self._mt_rows.append(change_row(change, fig(a), fig(b), preset.workload.max_tokens_ratio,
+                                            order="other order"))
+
+    def _max_tokens_ladder(self, preset: Profile, contiguous: ChainLink, paged: ChainLink, slo: SloConfig,
+                           latency_rate: float, saturation_rate: float) -> None:
+        """The paging change's edges where clients ask for N x the answer (``max_tokens_ladder``), each beside
+        its KV-token-steps bound; rung 1 is the chain's own row."""
+        for ratio in sorted(set(self._config().max_tokens_ladder)):
+            if ratio == preset.workload.max_tokens_ratio:
+                continue
+            asked = dataclasses.replace(preset, workload=dataclasses.replace(preset.workload, max_tokens_ratio=ratio))
+            pair = [self._edge(asked, link, slo, f"at max_tokens {ratio:g}x")[0] for link in (contiguous, paged)]
+            figures = [dataclasses.replace(_blank(preset.name, link.label, slo.ttft_ms, latency_rate, saturation_rate),
+                                           edge_req_s=e.edge_rate, achieved_req_s=e.achieved_at_edge,
+                                           attainment_at_edge=e.attainment_at_edge, edge_status=e.status)
+                       for link, e in zip((contiguous, paged), pair, strict=True)]
+            self._mt_rows.append(change_row("paging", figures[0], figures[1], ratio, _paging_bound(asked),
+                                            order="max_tokens ladder"))
 
     def _measure(self, preset: Profile, link: ChainLink, stage_name: str, rate: float) -> None:
         """One measured cell, its records and steps written under ``stage_name`` and the link's label."""
@@ -294,7 +355,8 @@ class DecomposeRecorder:
                     ttft_p50_ms=lat.get("ttft_p50_ms"), ttft_p99_ms=lat.get("ttft_p99_ms"),
                     tpot_p50_ms=lat.get("tpot_p50_ms"), tpot_p99_ms=lat.get("tpot_p99_ms")))
             chains.append(filled)
-        table = pl.concat([decomposition_table(c) for c in chains])
+        table = pl.concat([*(decomposition_table(c, 1.0, b)
+                             for c, b in zip(chains, self._bounds, strict=True)), rows_table(self._mt_rows)])
         ladder = pl.concat([slo_table([e for e in self._ladder if e.stage == c[0].stage], c[0].mode) for c in chains])
         write_tables(self.output.out, table, modes_table([f for c in chains for f in c]), ladder)
         with (self.output.out / "summary.md").open("a", encoding="utf-8") as fh:
@@ -304,6 +366,14 @@ class DecomposeRecorder:
                 self.console.print(item, markup=False, highlight=False)
             else:
                 self.console.print(item)
+
+
+def _paging_bound(preset: Profile, n: int = 2000) -> float | None:
+    """The KV-token-steps bound on paging's gain over ``n`` of the preset's requests (a trace's: its own)."""
+    if preset.workload.trace is not None:
+        return None
+    wl = Workload(preset.workload)
+    return paging_bound([wl.answer_lengths(i) for i in range(n)], preset.engine.block_size)
 
 
 def _blank(stage: str, mode: str, ttft_slo_ms: float | None, latency_rate: float, saturation_rate: float) -> ModeFigures:

@@ -19,9 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from tui.metrics import stats
-from tui.metrics.capacity import EdgeSearch, cell_attainment, passes, write_capacity_edges
+from tui.metrics.capacity import EdgeSearch, measure_probe, probe_passes, write_capacity_edges
 from tui.metrics.repeats import repeat_name
-from tui.metrics.steady import mean_service_s, queue_test
 from tui.profile import Profile, Stage, SweepConfig
 from tui.records.request import RequestRecord
 
@@ -114,16 +113,12 @@ class Sweep(CellPlan):
             self.say(f"sweep {mode}: probe at {stage.rate:.4g} req/s stopped before it finished; not counted")
             self._write(finished=False)
             return
-        attainment = cell_attainment(self._records, self.slo)
-        attainment = 0.0 if attainment is None else attainment  # a probe without requests met nothing
-        recs = self._records
-        send = np.array([r.send_t for r in recs], dtype=float)
-        queue = queue_test(send, np.array([np.nan if r.end_t is None else r.end_t for r in recs], dtype=float))
-        ok = [r for r in recs if r.ok]
-        service = mean_service_s(np.array([r.send_t for r in ok], dtype=float),
-                                 np.array([r.last_token_t for r in ok], dtype=float))
+        m = measure_probe(self._records, self.slo)
+        attainment, late, queue = m.attainment, m.late_attainment, m.queue
         length = (stage.num_requests or 0) / stage.rate  # its arrivals' length (num_requests may set it)
-        counted = search.observe_probe(stage.rate, length, attainment, stage.name, queue, service)
+        confirming = search.confirming
+        counted = search.observe_probe(stage.rate, length, attainment, stage.name, queue, m.service_s, late,
+                                       m.requests)
         queue_text = "" if queue is None else f"; queue {queue.verdict} (grew {queue.growth:+.1%} of arrivals), " \
             f"served {queue.achieved_req_s:.4g} req/s"
         if not counted:
@@ -132,11 +127,11 @@ class Sweep(CellPlan):
             self._write(finished=False)
             return
         edge = search.edge()
-        verdict = "met" if search.probes[-1].steady and passes(attainment, self.config.target_attainment) \
-            else "missed"
-        self.say(f"sweep {mode}: {stage.name} at {stage.rate:.4g} req/s: SLO met by {attainment:.1%} of "
-                 f"{len(self._records)} requests{queue_text} ({verdict} the {self.config.target_attainment:.0%} "
-                 f"target and steady state){_probe_tails(self._records)}; "
+        verdict = "met" if probe_passes(search.probes[-1], self.config.target_attainment) else "missed"
+        what = "confirmation" if confirming else stage.name
+        self.say(f"sweep {mode}: {what} at {stage.rate:.4g} req/s: SLO met by {attainment:.1%} of "
+                 f"{len(self._records)} requests ({late:.1%} of the second half){queue_text} ({verdict} the "
+                 f"{self.config.target_attainment:.0%} target and steady state){_probe_tails(self._records)}; "
                  f"edge {_edge_text(edge.edge_rate, edge.fail_rate, edge.status)}")
         self._write(finished=False)
 
@@ -172,6 +167,8 @@ def _probe_tails(records: list[RequestRecord]) -> str:
 
 
 def _edge_text(edge_rate: float | None, fail_rate: float | None, status: str) -> str:
+    if status == "slo_bound":
+        return "none: SLO-bound (the target is met at no rate)"
     if edge_rate is None:
         return f"below {fail_rate:.4g} req/s" if fail_rate is not None else "not probed"
     if fail_rate is None:

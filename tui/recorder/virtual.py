@@ -13,6 +13,7 @@ directory is the recorder's (requests, steps, gpu Parquet, summary, profile.toml
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import math
 import time
@@ -206,7 +207,10 @@ class ClockDriver:
             self.window.note_sent(r)
         ids = self.engine.tokenizer.encode(spec.prompt)
         try:
-            self.engine.add_request(rid, ids, SamplingParams.exact(spec.max_tokens),
+            params = SamplingParams.exact(spec.max_tokens)
+            if spec.answer_tokens is not None:  # it asked for more than its answer: it ends there, as at EOS
+                params = dataclasses.replace(params, eos_after=spec.answer_tokens)
+            self.engine.add_request(rid, ids, params,
                                     arrival_time=sent if sent is not None else t)
         except RequestRejected as e:
             r.status, r.reason, r.finish_reason, r.end_t = "rejected", e.message, e.reason, wall

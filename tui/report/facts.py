@@ -92,6 +92,7 @@ class Analyses:
     slo_sensitivity: tuple[SloPoint, ...] = ()
     tune: tuple[TuneResult, ...] = ()
     notes: tuple[str, ...] = ()
+    slo_bound: tuple[tuple[str, str], ...] = ()  # (stage, mode) whose edge is SLO-bound: no factor to show
 
 
 def _num(text: str | None) -> float | None:
@@ -126,7 +127,13 @@ def read_analyses(run_dir: Path) -> Analyses:
     """The decomposition, SLO sensitivity and tune results of ``run_dir`` (each optional)."""
     notes: list[str] = []
     steps = []
+    bound: dict[tuple[str, str], None] = {}
     for r in _rows(run_dir / DECOMPOSITION_FILE, ("stage", "change", "from_mode", "to_mode", "capacity_factor"), notes):
+        if r.get("order") not in (None, "", "chain"):  # other orders and the max_tokens ladder: beside the chain
+            continue
+        for side in ("from", "to"):
+            if r.get(f"{side}_edge_status") == "slo_bound":
+                bound[(r["stage"], r[f"{side}_mode"])] = None
         factor = _num(r["capacity_factor"])
         if factor is not None and factor > 0:
             steps.append(DecompositionStep(r["stage"], r["change"], r["from_mode"], r["to_mode"], factor,
@@ -148,7 +155,8 @@ def read_analyses(run_dir: Path) -> Analyses:
         tuned.append(TuneResult(int(rank), r["candidate"], knobs, _num(r["capacity_edge_req_s"]),
                                 _num(r.get("cost_per_mtok")), _num(r.get("ttft_p99_ms")), _num(r.get("tpot_p99_ms")),
                                 None if rungs is None else int(rungs)))
-    return Analyses(tuple(steps), tuple(points), tuple(sorted(tuned, key=lambda t: t.rank)), tuple(notes))
+    return Analyses(tuple(steps), tuple(points), tuple(sorted(tuned, key=lambda t: t.rank)), tuple(notes),
+                    tuple(bound))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -434,6 +442,8 @@ def headline(run: RunData, analyses: Analyses) -> list[str]:
     """The run's result in words, each comparison naming its baseline; a simulated run says so."""
     if analyses.decomposition:
         out = _decomposition_sentences(analyses.decomposition)
+        out += [f"{mode}{f' at {stage}' if stage else ''} is SLO-bound: it meets the target at no rate, so no "
+                "capacity factor is taken from it." for stage, mode in analyses.slo_bound]
     elif analyses.tune:
         out = _tune_sentences(analyses.tune)
     elif run.edges:

@@ -23,6 +23,7 @@ KNOB_SECTIONS: dict[str, str] = {
     "enable_chunked_prefill": "engine", "preemption_mode": "engine", "reservation": "engine",
     "hardware": "engine", "tensor_parallel_size": "engine",
     "backlog_limit": "defenses", "wait_timeout_s": "defenses",
+    "gpu_memory_utilization": "engine", "prefix_caching": "defenses",
 }
 
 
@@ -148,7 +149,8 @@ def rung_profile(candidate: Candidate, rung: int, rungs: int, reduction: int, st
     ``[sweep]`` does; each rung before it with probes ``reduction`` times shorter (``duration_s``,
     ``num_requests``) and a tolerance as many times coarser (at most 50%). ``min_service_times`` is kept:
     it is the floor below which the sweep's steady-state test reads the ramp from an empty server as a
-    growing queue, so no rung's probes go below it. A rung after the first starts at the candidate's edge from the rung before."""
+    growing queue, so no rung's probes go below it. A rung after the first starts at the candidate's edge from the rung before.
+    Only the last rung confirms its edges (``confirm_factor``): the earlier ones only choose who goes on."""
     prof = candidate.profile
     sweep = prof.sweep
     assert sweep is not None
@@ -158,7 +160,8 @@ def rung_profile(candidate: Candidate, rung: int, rungs: int, reduction: int, st
         start = min(start, sweep.max_rate)
     rung_sweep = dataclasses.replace(
         sweep, num_requests=max(10, math.ceil(sweep.num_requests / shorter)), duration_s=sweep.duration_s / shorter,
-        tolerance=min(0.5, sweep.tolerance * shorter) if shorter > 1 else sweep.tolerance, start_rate=start)
+        tolerance=min(0.5, sweep.tolerance * shorter) if shorter > 1 else sweep.tolerance, start_rate=start,
+        confirm_factor=sweep.confirm_factor if shorter == 1 else 0.0)
     return dataclasses.replace(prof, sweep=rung_sweep, name=f"{prof.name}-rung{rung + 1}")
 
 

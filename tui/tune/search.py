@@ -6,7 +6,10 @@ longer, starting at their edge from the rung before; the last rung probes as the
 Outcomes are ordered by candidate, so the result depends on the seed alone, not on which worker
 finished first. The final ranking puts candidates that reached a later rung first, then by edge
 (higher first), cost per million output tokens (lower first), TTFT P99 at the edge (lower first), the
-profile's own configuration before an equal change, and name.
+profile's own configuration before an equal change, and name. Candidates whose edges the rung's
+probes cannot tell apart -- the same rung, edges within that rung's sweep tolerance of the best of
+them -- are a tie: they share a rank (:func:`tie_ranks`), and a cut never falls inside one (the whole
+tie goes on), so no candidate is placed or dropped by its name.
 """
 
 from __future__ import annotations
@@ -53,12 +56,36 @@ class RungListener:
 
 
 def survivors(alive: Sequence[Candidate], outcomes: dict[str, Outcome], keep: int,
-              cost: Callable[[Candidate, Outcome], float | None]) -> list[Candidate]:
-    """The ``keep`` best of ``alive`` by their outcome at this rung, plus the profile's own if it is not
-    among them, in their original order."""
-    best = sorted(alive, key=lambda c: _order(c, outcomes[c.name], cost(c, outcomes[c.name])))[:keep]
-    names = {c.name for c in best} | {PROFILE_CANDIDATE}
+              cost: Callable[[Candidate, Outcome], float | None], tolerance: float = 0.0) -> list[Candidate]:
+    """The ``keep`` best of ``alive`` by their outcome at this rung, and every candidate tied with the last
+    of them (edges within ``tolerance``: the probes could not order them), plus the profile's own if it is
+    not among them, in their original order."""
+    ordered = sorted(alive, key=lambda c: _order(c, outcomes[c.name], cost(c, outcomes[c.name])))
+    ranks = tie_ranks([outcomes[c.name] for c in ordered], lambda rung: tolerance)
+    cut = ranks[keep - 1] if 0 < keep <= len(ordered) else math.inf
+    names = {c.name for c, r in zip(ordered, ranks, strict=True) if r <= cut} | {PROFILE_CANDIDATE}
     return [c for c in alive if c.name in names]
+
+
+def tie_ranks(ordered: Sequence[Outcome], tolerance: Callable[[int], float]) -> list[int]:
+    """Competition ranks (1, 1, 3, ...) of outcomes already in best-first order: one joins the tie of the
+    one before it when both reached the same rung and its edge is within ``tolerance(rung)`` (relative)
+    of the tie's best edge, or neither has an edge."""
+    ranks: list[int] = []
+    lead: Outcome | None = None
+    for i, o in enumerate(ordered):
+        if lead is not None and o.rung == lead.rung and _within(lead.edge_req_s, o.edge_req_s, tolerance(o.rung)):
+            ranks.append(ranks[-1])
+            continue
+        lead = o
+        ranks.append(i + 1)
+    return ranks
+
+
+def _within(best: float | None, other: float | None, tolerance: float) -> bool:
+    if best is None or other is None:
+        return best is None and other is None
+    return other * (1 + tolerance) >= best
 
 
 def _order(c: Candidate, o: Outcome, cost: float | None) -> tuple[float, float, float, float, bool, str]:
@@ -80,6 +107,11 @@ def successive_halving(base: Profile, candidates: Sequence[Candidate], executor:
     def cost(c: Candidate, o: Outcome) -> float | None:
         return o.cost_per_mtok(tune.prices.get(c.hardware), c.gpus)
 
+    def rung_tolerance(rung: int) -> float:
+        """The sweep tolerance of that rung's probes (coarser on the early ones): edges within it are a tie."""
+        swept = rung_profile(candidates[0], rung, tune.rungs, tune.reduction, None).sweep
+        return swept.tolerance if swept is not None else 0.0
+
     last: dict[str, Outcome] = {}
     alive = list(candidates)
     for rung in range(tune.rungs):
@@ -95,10 +127,12 @@ def successive_halving(base: Profile, candidates: Sequence[Candidate], executor:
         for o in executor.run(trials, listener.trial_done):
             last[o.candidate] = o
         if rung < tune.rungs - 1:
-            alive = survivors(alive, last, max(1, math.ceil(len(alive) / tune.reduction)), cost)
+            alive = survivors(alive, last, max(1, math.ceil(len(alive) / tune.reduction)), cost,
+                              rung_tolerance(rung))
     by_name = {c.name: c for c in candidates}
     ordered = sorted(candidates, key=lambda c: _order(c, last[c.name], cost(c, last[c.name])))
-    return [Ranked(i, by_name[c.name], last[c.name], cost(c, last[c.name])) for i, c in enumerate(ordered, 1)]
+    ranks = tie_ranks([last[c.name] for c in ordered], rung_tolerance)
+    return [Ranked(r, by_name[c.name], last[c.name], cost(c, last[c.name])) for r, c in zip(ranks, ordered, strict=True)]
 
 
 def _num(x: float | None, digits: int = 4) -> str:

@@ -9,7 +9,7 @@ block tables, prefix caching, preemption, defenses, snapshots — is the real en
 
 Token ids come from a seeded generator: lowercase ASCII letters of the byte tokenizer, a pure function
 of (seed, request id, position), so a request's text does not depend on its batch-mates or on timing,
-and it never emits end-of-sequence (every request runs to ``max_tokens``). Temperature is ignored.
+and it never emits end-of-sequence (every request runs to ``max_tokens``, or to its ``eos_after`` answer length). Temperature is ignored.
 
 A step's modelled time includes the per-step overhead (scheduling, input preparation) a real engine
 spends between steps. The simulator's own CPU time between steps is not the modelled device's: a step

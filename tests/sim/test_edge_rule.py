@@ -1,0 +1,87 @@
+"""The edge rule's parts on probes whose verdicts are given: confirmation, stepping down, SLO-bound."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tui.metrics.capacity import (
+    EdgeSearch,
+    edge_ratio,
+    edge_rows,
+    edge_summary_lines,
+    read_capacity_edges,
+    wilson,
+    write_capacity_edges,
+)
+from tui.metrics.steady import QueueTest
+from tui.profile import SweepConfig
+
+
+def _queue(steady: bool, achieved: float = 1.0) -> QueueTest:
+    growth = 0.0 if steady else 0.2
+    return QueueTest(growth, 1.0, 1.0 + growth, 1.0, achieved, 10.0, 0.02)
+
+
+def test_a_short_probe_that_misses_an_overload_is_caught_by_the_confirmation() -> None:
+    """Short probes pass up to 1.2x the true edge (they are too short to see the queue grow); a
+    confirmation-length run passes only at or below it. The edge ends at or below the true one."""
+    true_edge = 10.0
+    search = EdgeSearch("m", SweepConfig(start_rate=1.0, tolerance=0.05, max_probes=60, confirm_factor=5))
+    while (probe := search.next_probe()) is not None:
+        rate, length = probe
+        long = search.confirming
+        ok = rate <= (true_edge if long else 1.2 * true_edge)
+        search.observe_probe(rate, length, 1.0 if ok else 0.3, f"p{search.runs}", _queue(ok, min(rate, true_edge)),
+                             late_attainment=1.0 if ok else 0.1, requests=1000)
+    edge = search.edge()
+    assert edge.status == "found" and edge.edge_rate is not None and edge.fail_rate is not None
+    assert 0.9 * true_edge <= edge.edge_rate <= true_edge < edge.fail_rate
+    assert edge.confirmation is not None and edge.confirmation.rate == edge.edge_rate
+    failed = [p for p in edge.probes if p.confirm and p.rate > true_edge]
+    assert failed  # it did step down from a confirmation that failed
+    short = max(p.duration_s or 0 for p in edge.probes if not p.confirm)
+    assert edge.confirmation.duration_s is not None and edge.confirmation.duration_s >= 5 * 20.0 > short / 2
+
+
+def test_a_probe_whose_second_half_missed_fails_even_when_the_whole_met_the_target() -> None:
+    search = EdgeSearch("m", SweepConfig(start_rate=1.0, confirm_factor=0))
+    search.observe_probe(1.0, 30.0, 0.95, "a", _queue(True), late_attainment=0.85, requests=200)
+    assert search.edge().status == "below"
+
+
+def _slo_bound_search(attainment_at) -> EdgeSearch:
+    search = EdgeSearch("static+contiguous", SweepConfig(start_rate=0.4, max_probes=12))
+    while (probe := search.next_probe()) is not None:
+        rate, length = probe
+        search.observe_probe(rate, length, attainment_at(rate), f"p{search.runs}", _queue(True),
+                             late_attainment=attainment_at(rate), requests=400)
+    return search
+
+
+def test_flat_attainment_under_the_target_is_slo_bound_not_an_edge(tmp_path: Path) -> None:
+    search = _slo_bound_search(lambda rate: 0.84)  # whatever the load: the SLO, not the rate, decides
+    edge = search.edge()
+    assert edge.status == "slo_bound" and edge.edge_rate is None
+    assert search.runs == 2  # two rates that agree are enough to say so
+    share, lo, hi = edge.slo_attainment or (0, 0, 0)
+    assert share == 0.84 and lo < 0.84 < hi and hi - lo < 0.06
+    assert (lo, hi) == wilson(0.84, 800)
+    assert edge_rows([edge])[0][1] == "SLO-bound"
+    assert any("SLO-bound" in line and "no edge to divide by" in line for line in edge_summary_lines([edge]))
+    # the ratio never divides by it
+    assert edge_ratio([edge]) is None
+    write_capacity_edges(tmp_path, [edge], finished=True)
+    (back,) = read_capacity_edges(tmp_path)
+    assert back.status == "slo_bound" and back.slo_attainment == edge.slo_attainment
+
+
+def test_attainment_that_rises_as_the_rate_falls_is_a_load_limit_not_slo_bound() -> None:
+    edge = _slo_bound_search(lambda rate: 1.0 - rate).edge()  # 0.6 at 0.4 req/s, 0.8 at 0.2, 0.9 at 0.1
+    assert edge.status != "slo_bound"
+    assert edge.edge_rate is not None and 0.09 <= edge.edge_rate <= 0.1
+
+
+def test_wilson_interval_is_the_textbook_one() -> None:
+    lo, hi = wilson(0.5, 100)
+    assert abs(lo - 0.4038) < 1e-3 and abs(hi - 0.5962) < 1e-3
+    assert wilson(1.0, 10)[1] == 1.0 and wilson(0.0, 10)[0] == 0.0
