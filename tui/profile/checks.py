@@ -92,6 +92,8 @@ def check_engine(e: EngineConfig, source: str) -> None:
                   "set engine.backend = 'simulated')")
         if e.hardware is not None:
             fail(source, "engine.hardware", e.hardware, "no value unless engine.backend = 'simulated'")
+        if e.stack is not None:
+            fail(source, "engine.stack", e.stack, "no value unless engine.backend = 'simulated'")
         if e.quantization is not None:
             fail(source, "engine.quantization", e.quantization, "no value unless engine.backend = 'simulated' "
                   "(the torch engine runs its checkpoint's dtype)")

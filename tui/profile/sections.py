@@ -77,6 +77,9 @@ class EngineConfig:
     device: Literal["auto", "cpu", "cuda"] = "auto"
     threads: int = 1
     hardware: str | None = None  # simulated backend: GPU preset or hardware-profile TOML (None: H100-SXM)
+    # simulated backend: the serving stack on a GPU preset, a preset (vllm, sglang, trtllm, lmdeploy,
+    # hf-eager, llamacpp) or a stack TOML written by kvtui calibrate --target / --from (None: vllm)
+    stack: str | None = None
     tensor_parallel_size: int = 1  # simulated backend only
     quantization: Literal["fp8", "int8"] | None = None  # simulated backend only: the weights' dtype
     kv_cache_dtype: Literal["auto", "fp8"] = "auto"  # simulated backend only: auto = the weights' 16 bits
