@@ -28,7 +28,7 @@ def test_a_stack_file_round_trips_and_a_simulated_profile_loads_it_by_path(tmp_p
     path = tmp_path / "mine.toml"
     path.write_text(dump_stack(spec, {"points": 3}), encoding="utf-8")
     assert load_stack(str(path)) == spec
-    model, hw = parts(EngineConfig(backend="simulated", model="llama-3.1-8b", stack=str(path)))
+    _, hw = parts(EngineConfig(backend="simulated", model="llama-3.1-8b", stack=str(path)))
     assert hw.params.per_layer_s == 80e-6 and hw.params.serving_s == 0.02 and hw.stack == "mine"
     assert hw.params.flops == pytest.approx(CostParams.from_gpu(H100).flops * 0.8)
 
@@ -57,9 +57,9 @@ def test_a_bad_stack_is_refused_in_one_line_naming_the_key(tmp_path: Path) -> No
     bad.write_text("[stack]\nper_layer_s = -1.0\n", encoding="utf-8")
     with pytest.raises(ValueError, match="must be >= 0"):
         load_stack(str(bad))
-    with pytest.raises(ValueError, match="engine.stack"):
+    with pytest.raises(ValueError, match=r"engine\.stack"):
         parts(EngineConfig(backend="simulated", model="llama-3.1-8b", stack="nope"))
-    with pytest.raises(ProfileError, match="engine.stack"):
+    with pytest.raises(ProfileError, match=r"engine\.stack"):
         profile_from_dict({"engine": {"stack": "vllm"}}, source="p.toml")
 
 
