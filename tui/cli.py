@@ -42,6 +42,7 @@ modes:
                                   one self-contained HTML page of charts (runs overlaid), each chart
                                   also as SVG and PNG in FILE-charts/ (or --charts-dir DIR)
   kvtui report DIR --replay       play a recorded run's scheduler back (keys: space, ← →, [ ], n N, c)
+  kvtui calibrate --target URL --model M --gpu G   probe a running server; write a stack file
   kvtui calibrate [--out FILE]    measure the torch engine here and write a hardware profile for the
                                   simulated backend (engine.backend = "simulated")
   kvtui tune --profile tune --out DIR
@@ -179,9 +180,23 @@ def build_parser() -> argparse.ArgumentParser:
 
     cal = sub.add_parser("calibrate", help="measure the torch engine here; write a hardware profile for the simulated backend")
     cal.add_argument("--profile", metavar="NAME|FILE", help="profile whose [engine] (model, device, threads) to measure")
-    cal.add_argument("--out", metavar="FILE", type=Path, default=Path("calibrated-hardware.toml"),
-                     help="where to write the hardware profile (default calibrated-hardware.toml)")
+    cal.add_argument("--out", metavar="FILE", type=Path,
+                     help="where to write the hardware profile (default calibrated-hardware.toml), or with "
+                          "--target / --from the stack file (default stack.toml)")
     cal.add_argument("--quick", action="store_true", help="a smaller grid of steps (about a quarter of the time)")
+    where = cal.add_mutually_exclusive_group()
+    where.add_argument("--target", metavar="URL", help="probe this running OpenAI-compatible server instead "
+                       "(its API only) and write a stack file for the simulated engine")
+    where.add_argument("--from", dest="from_file", metavar="FILE", type=Path,
+                       help="fit a stack file to a CSV of your own measurements (kind,batch,prompt,output,seconds)")
+    cal.add_argument("--model", help="with --target/--from: the served model's shape, a simulated preset or its config.json")
+    cal.add_argument("--gpu", default="H100-SXM", help="with --target/--from: the GPU preset it runs on (default H100-SXM)")
+    cal.add_argument("--tp", type=int, default=1, help="with --target/--from: tensor-parallel devices (default 1)")
+    cal.add_argument("--stack", default="vllm", help="with --target/--from: the stack preset to start from (default vllm)")
+    cal.add_argument("--served-model", help="with --target: the model name to ask for (default: the server's first)")
+    cal.add_argument("--api-key-env", metavar="NAME", help="with --target: the bearer token's environment variable")
+    cal.add_argument("--budget-s", type=float, default=300.0, help="with --target: stop starting probes after this long")
+    cal.add_argument("--max-prompt", type=int, default=1024, help="with --target: the longest probe prompt, in tokens")
     _set_option(cal)
 
     tune = sub.add_parser(
@@ -324,6 +339,27 @@ def replay_cli(dirs: list[Path]) -> int:
         return 1
 
 
+def _calibrate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """``kvtui calibrate``: the torch engine here, or a running server (--target), or a CSV (--from)."""
+    from tui.recorder import calibrate as cal
+
+    if args.target is None and args.from_file is None:
+        return cal.calibrate_main(load_named_profile(args.profile, args.overrides),
+                                  args.out or Path("calibrated-hardware.toml"), quick=args.quick)
+    if not args.model:
+        parser.error("--target / --from need --model (a simulated preset or the model's config.json)")
+    out = args.out or Path("stack.toml")
+    if args.from_file is not None:
+        return cal.calibrate_from_main(args.from_file, args.model, args.gpu, args.tp, args.stack, out)
+    from tui.recorder.probe import ProbePlan
+
+    top = max(8, args.max_prompt)
+    plan = ProbePlan(prompts=tuple(sorted({min(32, top), min(256, top), top})), mid_prompt=min(256, top),
+                     budget_s=args.budget_s)
+    return cal.calibrate_target_main(args.target, args.model, args.gpu, args.tp, args.stack, out, args.served_model,
+                                     args.api_key_env, plan)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``kvtui`` console script; returns the exit code."""
     parser = build_parser()
@@ -349,9 +385,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             prof = check_backend(with_checkpoint(args, load_named_profile(args.profile, args.overrides), local=True))
             return serve_main(prof, host=args.host, port=args.port, api_key_env=args.api_key_env)
         if args.command == "calibrate":
-            from tui.recorder.calibrate import calibrate_main
-
-            return calibrate_main(load_named_profile(args.profile, args.overrides), args.out, quick=args.quick)
+            return _calibrate(parser, args)
         if args.command == "tune":
             from tui.tune.main import tune_main
 

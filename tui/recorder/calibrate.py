@@ -15,12 +15,25 @@ import os
 import sys
 from pathlib import Path
 
+import httpx
+
 from tui.engine.measure import Measurement, StepSample, measure
 from tui.engine.sim.calibrate import Fit, fit
 from tui.engine.sim.cost import CostModel
-from tui.engine.sim.hardware import ATTN_FLOPS_FACTOR, PRESETS, CostParams, GpuSpec, Hardware, dump_hardware
+from tui.engine.sim.hardware import (
+    ATTN_FLOPS_FACTOR,
+    PRESETS,
+    CostParams,
+    GpuSpec,
+    Hardware,
+    dump_hardware,
+    load_hardware,
+)
 from tui.engine.sim.models import ModelSpec, resolve_model
+from tui.engine.sim.stack_fit import Measured, decode_point, fit_stack, prefill_point
+from tui.engine.sim.stacks import dump_stack, load_stack
 from tui.profile import EngineConfig, Profile
+from tui.recorder.probe import ProbePlan, ProbePoint, Prober, probe
 
 # Starting points for the fit on a machine without a preset (a CPU core): the fit replaces them.
 _CPU_PRIOR = GpuSpec("cpu", peak_flops=5e10, mem_bandwidth=1e10, memory_bytes=1 << 34, interconnect_bandwidth=1e10,
@@ -105,3 +118,131 @@ def calibrate_main(profile: Profile, out: Path, quick: bool = False) -> int:
     print(f"wrote {out}; use it with [engine] backend = \"simulated\", hardware = \"{out}\", "
           f"model = \"{cfg.model_path or cfg.model}\"")
     return 0
+
+
+# -- a stack from a server's own figures (kvtui calibrate --target / --from) ---------------------------
+
+CSV_HEADER = "kind,batch,prompt,output,seconds"  # kind: ttft (batch-1 prefill + serving path) or tpot
+
+
+def probe_measured(points: list[ProbePoint], model: ModelSpec, gpu: GpuSpec, tp: int) -> list[Measured]:
+    """Probe figures as stack-fit points: a TPOT decodes at its prompt plus half its output; a TTFT is
+    the prompt's prefill (its batch started together) with the serving path's cost."""
+    out = []
+    for p in points:
+        name = f"{p.kind} b{p.batch} in{p.prompt}"
+        if p.kind == "ttft":
+            out.append(prefill_point(model, gpu, tp, p.batch, p.prompt, p.value_s, name))
+        else:
+            out.append(decode_point(model, gpu, tp, p.batch, p.prompt + p.output // 2, p.value_s, name))
+    return out
+
+
+def read_points_csv(path: Path) -> list[ProbePoint]:
+    """A CSV of one's own measurements (``CSV_HEADER``'s columns; seconds); ``ValueError`` in one line."""
+    lines = [ln.strip() for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip() and not ln.startswith("#")]
+    if not lines or lines[0].replace(" ", "") != CSV_HEADER:
+        raise ValueError(f"{path}: expected a CSV with the header {CSV_HEADER!r}")
+    points = []
+    for i, ln in enumerate(lines[1:], start=2):
+        try:
+            kind, batch, prompt, output, seconds = (x.strip() for x in ln.split(","))
+            p = ProbePoint(kind, int(batch), int(prompt), int(output), float(seconds), 1)
+        except ValueError:
+            raise ValueError(f"{path}:{i}: expected {CSV_HEADER}, got {ln!r}") from None
+        if p.kind not in ("ttft", "tpot") or p.batch < 1 or p.prompt < 1 or p.value_s <= 0:
+            raise ValueError(f"{path}:{i}: kind ttft or tpot, batch and prompt >= 1, seconds > 0: {ln!r}")
+        points.append(p)
+    if not points:
+        raise ValueError(f"{path}: no measurements")
+    return points
+
+
+def points_csv(points: list[ProbePoint]) -> str:
+    return CSV_HEADER + "\n" + "".join(f"{p.kind},{p.batch},{p.prompt},{p.output},{p.value_s:.6g}\n" for p in points)
+
+
+def fit_points(points: list[ProbePoint], model_name: str, gpu_name: str, tp: int, prior: str, out: Path,
+               origin: str) -> int:
+    """Fit a stack to ``points`` and write it to ``out``; prints each point's fit."""
+    try:
+        model = resolve_model(*_model_args(model_name))
+        gpu = load_hardware(gpu_name).gpu
+        base = load_stack(prior)
+    except ValueError as e:
+        print(f"kvtui calibrate: {e}", file=sys.stderr)
+        return 2
+    measured = probe_measured(points, model, gpu, tp)
+    f = fit_stack(measured, base, name=out.stem, serving=any(p.kind == "ttft" for p in points),
+                  source=f"kvtui calibrate {origin}: {model.name} on {tp} x {gpu.name}")
+    for m, err in zip(measured, f.errors_pct, strict=True):
+        print(f"  {m.name:<18} measured {m.value_s * 1e3:9.2f} ms, fitted {m.value_s * (1 + err / 100) * 1e3:9.2f} ms "
+              f"({err:+5.1f} %)")
+    s = f.stack
+    calibration = {"model": model.name, "gpu": gpu.name, "tensor_parallel_size": tp, "from": origin, "prior": base.name,
+                   "points": len(points), "median_abs_err_pct": round(f.median_abs_pct, 2),
+                   "describes": "the server as it ran during the probe (its load, its settings)"}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(dump_stack(s, calibration, note=f"{model.name} on {tp} x {gpu.name}, from {origin}"), encoding="utf-8")
+    print(f"fitted {len(points)} points (median |error| {f.median_abs_pct:.1f} %): per-layer floor "
+          f"{s.per_layer_s * 1e6:.1f} us, {s.per_row_s * 1e6:.1f} us/row beyond the shared sampler, FLOP/s x"
+          f"{s.flops_scale:.3g}, bandwidth x{s.bandwidth_scale:.3g}, serving path {s.serving_s * 1e3:.2f} ms")
+    print(f"wrote {out}; use it with [engine] backend = \"simulated\", model = \"{model_name}\", "
+          f"hardware = \"{gpu.name}\", stack = \"{out}\"" + (f", tensor_parallel_size = {tp}" if tp > 1 else ""))
+    return 0
+
+
+def _model_args(model: str) -> tuple[str, str | None]:
+    """``--model``: a preset's name, or a config.json (or the directory holding one)."""
+    path = Path(model).expanduser()
+    if path.name == "config.json" and path.is_file():
+        return model, str(path.parent)
+    if path.is_dir() and (path / "config.json").is_file():
+        return model, str(path)
+    return model, None
+
+
+def calibrate_from_main(path: Path, model: str, gpu: str, tp: int, prior: str, out: Path) -> int:
+    """``kvtui calibrate --from FILE``: fit a stack to one's own measurements."""
+    try:
+        points = read_points_csv(path)
+    except (OSError, ValueError) as e:
+        print(f"kvtui calibrate: {e}", file=sys.stderr)
+        return 2
+    return fit_points(points, model, gpu, tp, prior, out, f"--from {path}")
+
+
+def calibrate_target_main(url: str, model: str, gpu: str, tp: int, prior: str, out: Path, served_model: str | None,
+                          api_key_env: str | None, plan: ProbePlan) -> int:
+    """``kvtui calibrate --target URL``: probe a running server (:mod:`tui.recorder.probe`) and fit a stack."""
+    key = os.environ.get(api_key_env) if api_key_env else None
+    if api_key_env and not key:
+        print(f"kvtui calibrate: the environment variable {api_key_env} is not set", file=sys.stderr)
+        return 2
+    base = url.rstrip("/") if url.rstrip("/").endswith("/v1") else url.rstrip("/") + "/v1"
+    name = served_model or _served_name(base, key)
+    print(f"kvtui calibrate: probing {base} ({name}) for at most {plan.budget_s:.0f} s ...", file=sys.stderr)
+    prober = Prober(base, name, key, plan.timeout_s)
+    try:
+        points = probe(prober, plan, say=lambda m: print(f"  {m}", file=sys.stderr, flush=True))
+    except (httpx.HTTPError, RuntimeError) as e:
+        print(f"kvtui calibrate: {base}: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    finally:
+        prober.close()
+    if not points:
+        print("kvtui calibrate: no shape finished within the budget", file=sys.stderr)
+        return 1
+    csv = out.with_suffix(".csv")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    csv.write_text(points_csv(points), encoding="utf-8")
+    print(f"measured {len(points)} figures (kept in {csv}: refit with --from)")
+    return fit_points(points, model, gpu, tp, prior, out, f"--target {base}")
+
+
+def _served_name(base: str, key: str | None) -> str:
+    """The first model the server lists (``/v1/models``)."""
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    r = httpx.get(base + "/models", headers=headers, timeout=10.0)
+    r.raise_for_status()
+    return str(r.json()["data"][0]["id"])

@@ -13,7 +13,10 @@ serving cost are fitted by bounded least squares of the relative errors with a r
 prior, so that what the points do not say stays where the prior had it and a few points are not fitted
 exactly by wild terms: one batch-1 decode moves the level (streaming and the floor together) and
 leaves prefill nearly alone; decodes at two batch sizes add the growth per row; a prefill the FLOP/s;
-served TTFTs beside the modelled prefill give the serving path's cost (``serving=True``).
+served TTFTs beside the modelled prefill give the serving path's cost (``serving=True``). A prior more
+than twice off the points' level (their median ratio) is first scaled to it as a whole, and the
+factors then move freely (bounds 1e-4 to 1e6, each pulled in units of its largest share of a point): a CPU behind ``kvtui serve``
+against a GPU preset has its own balance of math and streaming.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ Step = tuple[list[tuple[int, int]], int, float]  # (chunks as (new, past), sampl
 # this typical size
 _SERVING_SCALE = 20e-3
 _ROW_SCALE = 200e-6  # per row per step
-_LOWER, _UPPER = 0.2, 5.0  # how far a factor may move
+_LOWER, _UPPER = 0.05, 20.0  # how far a factor may move
 RIDGE = 0.1  # the prior's pull: a factor moved by 1 % costs what a 0.1 % misfit of a point does
 
 
@@ -99,12 +102,30 @@ def predict(points: Sequence[Measured], stack: StackSpec, eff: Efficiency | None
     return np.array([c @ one + f for c, f in (_columns(p, stack, eff) for p in points)])
 
 
+def _level(points: Sequence[Measured], prior: StackSpec, eff: Efficiency | None) -> StackSpec:
+    """``prior`` scaled to the points' level where it is more than twice off (a stack on a machine far
+    from the GPU preset: a CPU behind kvtui serve), so the ridge pulls toward the right magnitude; as
+    given otherwise."""
+    v = np.array([p.value_s for p in points])
+    k = float(np.exp(np.median(np.log(v / predict(points, prior, eff)))))
+    if 0.5 <= k <= 2.0:
+        return prior
+    shared_row = eff.per_row_s if eff is not None else EFFICIENCY.per_row_s
+    return dataclasses.replace(prior, bandwidth_scale=prior.bandwidth_scale / k, flops_scale=prior.flops_scale / k,
+                               per_layer_s=prior.per_layer_s * k, overhead_s=prior.overhead_s * k,
+                               per_row_s=max(0.0, (shared_row + prior.per_row_s) * k - shared_row))
+
+
 def fit_stack(points: Sequence[Measured], prior: StackSpec, eff: Efficiency | None = None, name: str = "calibrated",
-              source: str = "", serving: bool = False) -> StackFit:
+              source: str = "", serving: bool = False, ridge: float = RIDGE) -> StackFit:
     """The stack closest to ``prior`` that reproduces ``points`` (see the module doc); ``serving``: the
-    points' TTFTs went through a serving path (fit its cost; else keep the prior's)."""
+    points' TTFTs went through a serving path (fit its cost; else keep the prior's); ``ridge``: the
+    prior's pull (a probe of a stack far from any preset, with many points, may pull less)."""
     if not points:
         raise ValueError("a stack fit needs at least one measured point")
+    leveled = _level(points, prior, eff)
+    far = leveled is not prior  # a machine unlike the preset: its balance of math and streaming is its own
+    prior = leveled
     cols = [_columns(p, prior, eff) for p in points]
     v = np.array([p.value_s for p in points])
     a = np.array([c for c, _ in cols]) / v[:, None]
@@ -118,11 +139,14 @@ def fit_stack(points: Sequence[Measured], prior: StackSpec, eff: Efficiency | No
     # the per-row cost is pulled in absolute terms: a GPU stack's is ~20 us, an eager loop's ~750 us,
     # so a factor on the small one must be free to move far
     scale = np.array([1.0, 1.0, 1.0, max(1.0, _ROW_SCALE / max(row_total, 1e-12)), _SERVING_SCALE])
-    lo = np.array([_LOWER, _LOWER, _LOWER, shared_row / row_total if row_total else 0.0, 0.0])
-    hi = np.array([_UPPER, _UPPER, _UPPER, _UPPER * max(1.0, 1e-3 / max(row_total, 1e-12)), math.inf])
+    lower, upper = (1e-4, 1e6) if far else (_LOWER, _UPPER)
+    if far:  # pull each factor in units of its largest share of a point: a part the preset makes tiny may grow
+        scale[:4] = 1.0 / np.maximum(np.abs(a[:, :4]).max(axis=0), 1e-9)
+    lo = np.array([lower, lower, lower, shared_row / row_total if row_total else 0.0, 0.0])
+    hi = np.array([upper, upper, upper, upper * max(1.0, 1e-3 / max(row_total, 1e-12)), math.inf])
     # ridge rows: RIDGE · (theta - t0) / scale ≈ 0
-    a_all = np.vstack([a, np.diag(RIDGE / scale)])
-    b_all = np.concatenate([b, RIDGE * t0 / scale])
+    a_all = np.vstack([a, np.diag(ridge / scale)])
+    b_all = np.concatenate([b, ridge * t0 / scale])
     th = lsq_linear(a_all, b_all, bounds=(np.minimum(lo, t0), np.maximum(hi, t0))).x
     stack = dataclasses.replace(prior, name=name, source=source or f"fitted to {len(points)} points from {prior.name}",
                                 bandwidth_scale=prior.bandwidth_scale / float(th[0]),
