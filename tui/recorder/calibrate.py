@@ -159,7 +159,7 @@ def read_points_csv(path: Path) -> list[ProbePoint]:
 
 
 def points_csv(points: list[ProbePoint]) -> str:
-    return CSV_HEADER + "\n" + "".join(f"{p.kind},{p.batch},{p.prompt},{p.output},{p.value_s:.6g}\n" for p in points)
+    return CSV_HEADER + "\n" + "".join(f"{p.kind},{p.batch},{p.prompt},{p.output},{p.value_s!r}\n" for p in points)
 
 
 def fit_points(points: list[ProbePoint], model_name: str, gpu_name: str, tp: int, prior: str, out: Path,
@@ -220,7 +220,12 @@ def calibrate_target_main(url: str, model: str, gpu: str, tp: int, prior: str, o
         print(f"kvtui calibrate: the environment variable {api_key_env} is not set", file=sys.stderr)
         return 2
     base = url.rstrip("/") if url.rstrip("/").endswith("/v1") else url.rstrip("/") + "/v1"
-    name = served_model or _served_name(base, key)
+    name, max_len = _served_model(base, key)
+    name = served_model or name
+    if max_len is not None:  # the server's context window bounds the probe's prompts
+        top = max(8, max_len - plan.output - 8)
+        plan = dataclasses.replace(plan, prompts=tuple(sorted({min(p, top) for p in plan.prompts})),
+                                   mid_prompt=min(plan.mid_prompt, top))
     print(f"kvtui calibrate: probing {base} ({name}) for at most {plan.budget_s:.0f} s ...", file=sys.stderr)
     prober = Prober(base, name, key, plan.timeout_s)
     try:
@@ -240,9 +245,12 @@ def calibrate_target_main(url: str, model: str, gpu: str, tp: int, prior: str, o
     return fit_points(points, model, gpu, tp, prior, out, f"--target {base}")
 
 
-def _served_name(base: str, key: str | None) -> str:
-    """The first model the server lists (``/v1/models``)."""
+def _served_model(base: str, key: str | None) -> tuple[str, int | None]:
+    """The first model the server lists (``/v1/models``), and its context window where it says (vLLM
+    and kvtui serve do: ``max_model_len``)."""
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     r = httpx.get(base + "/models", headers=headers, timeout=10.0)
     r.raise_for_status()
-    return str(r.json()["data"][0]["id"])
+    first = r.json()["data"][0]
+    max_len = first.get("max_model_len")
+    return str(first["id"]), int(max_len) if isinstance(max_len, int) else None

@@ -105,8 +105,8 @@ class Prober:
 
     def learn_tokenizer(self) -> None:
         """How many words make a token on this server (so prompts land near the lengths asked for)."""
-        t = self.one(64, 1)
-        self._words_per_token = 64 / max(t.prompt_tokens, 1)
+        t = self.one(8, 1)  # 8 words: short enough for any context window (a byte tokenizer makes 48)
+        self._words_per_token = 8 / max(t.prompt_tokens, 1)
 
     def batch(self, n: int, prompt_tokens: int, output: int) -> list[Timed]:
         """``n`` requests sent at once; each one's timing (a failed one raises after all have ended)."""
