@@ -11,7 +11,7 @@ from tui.cli import main
 from tui.engine.sim.sizing import parts
 from tui.engine.sim.stacks import load_stack
 from tui.profile import EngineConfig
-from tui.recorder.probe import Prober, ProbePlan, probe
+from tui.recorder.probe import ProbePlan, Prober, probe
 
 pytestmark = pytest.mark.slow  # a real server and engine process
 
