@@ -12,6 +12,7 @@ from pathlib import Path
 from tui import __version__
 from tui.profile import (
     MAX_SEED,
+    EngineMode,
     Profile,
     ProfileError,
     apply_overrides,
@@ -148,7 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--real-time", action="store_true",
                         help="with --record and a simulated engine: run it behind the server in real time "
                              "(default: on the virtual clock, no HTTP)")
-    sub = parser.add_subparsers(dest="command", metavar="{serve,report,profiles,calibrate,tune}")
+    sub = parser.add_subparsers(dest="command", metavar="{serve,report,profiles,calibrate,verify,tune}")
 
     serve = sub.add_parser("serve", help="run the local engine as an OpenAI-compatible server")
     serve.add_argument("--profile", metavar="NAME|FILE", help="profile (name or file) whose [engine] and [defenses] to use")
@@ -198,6 +199,23 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--budget-s", type=float, default=300.0, help="with --target: stop starting probes after this long")
     cal.add_argument("--max-prompt", type=int, default=1024, help="with --target: the longest probe prompt, in tokens")
     _set_option(cal)
+
+    ver = sub.add_parser("verify", help="predict a server's capacity edge on the calibrated simulated engine, then measure it",
+                         description="Run the profile's [sweep] on the simulated engine (the profile's [engine] = the "
+                                     "server's settings, under --stack on --gpu) and then against the server; print "
+                                     "the predicted and measured capacity edge side by side. Writes DIR/predicted "
+                                     "and DIR/measured (run directories).")
+    ver.add_argument("--target", metavar="URL", required=True, help="the running OpenAI-compatible server")
+    ver.add_argument("--profile", metavar="NAME|FILE", required=True, help="the server's [engine] and the test's [sweep]")
+    ver.add_argument("--stack", required=True, help="the stack file kvtui calibrate --target wrote (or a preset)")
+    ver.add_argument("--gpu", default="H100-SXM", help="the GPU preset the stack was fitted on (default H100-SXM)")
+    ver.add_argument("--tp", type=int, default=1, help="tensor-parallel devices (default 1)")
+    ver.add_argument("--mode", help="the server's mode, e.g. continuous+paged (default: the profile's engine's)")
+    ver.add_argument("--served-model", help="the model name to ask for")
+    ver.add_argument("--api-key-env", metavar="NAME", help="the bearer token's environment variable")
+    ver.add_argument("--tokenizer", help="what sizes prompts at the server: a tokenizer.json, or 'bytes' (a kvtui serve)")
+    ver.add_argument("--out", metavar="DIR", type=Path, required=True, help="where the two runs go")
+    _set_option(ver)
 
     tune = sub.add_parser(
         "tune", help="search engine settings for the highest capacity edge at the SLO, and its cost",
@@ -360,6 +378,18 @@ def _calibrate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
                                      args.api_key_env, plan)
 
 
+def _verify(args: argparse.Namespace) -> int:
+    """``kvtui verify``: predicted against measured capacity edge of a running server."""
+    from tui.recorder.verify import verify_main
+
+    try:
+        mode = EngineMode.parse(args.mode) if args.mode else None
+    except ValueError as e:
+        raise ProfileError(f"--mode: {e}") from None
+    return verify_main(load_named_profile(args.profile, args.overrides), args.target, args.stack, args.gpu,
+                       args.out, mode, args.served_model, args.api_key_env, args.tp, args.tokenizer)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``kvtui`` console script; returns the exit code."""
     parser = build_parser()
@@ -384,8 +414,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             prof = check_backend(with_checkpoint(args, load_named_profile(args.profile, args.overrides), local=True))
             return serve_main(prof, host=args.host, port=args.port, api_key_env=args.api_key_env)
-        if args.command == "calibrate":
-            return _calibrate(parser, args)
+        simulator = {"calibrate": lambda: _calibrate(parser, args), "verify": lambda: _verify(args)}
+        if args.command in simulator:
+            return simulator[args.command]()
         if args.command == "tune":
             from tui.tune.main import tune_main
 

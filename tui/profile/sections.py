@@ -14,6 +14,9 @@ PreemptionMode = Literal["recompute", "swap"]
 
 
 
+BYTES_TOKENIZER = "bytes"  # target.tokenizer for a server on kvtui's byte tokenizer
+
+
 @dataclass(frozen=True)
 class TargetConfig:
     """Where load goes: the embedded local engine, or any OpenAI-compatible endpoint."""
@@ -30,6 +33,7 @@ class TargetConfig:
     ignore_eos: bool | None = None
     # The model's tokenizer (a Hugging Face directory holding tokenizer.json, or the file): prompts are
     # then sized in its tokens. Without it a remote target's prompt lengths are in words (about a token each).
+    # "bytes": a kvtui serve on its byte tokenizer (a character a token, as for the local engine).
     tokenizer: str | None = None
 
     @property
