@@ -382,7 +382,7 @@ def vs_torch(compare: Profile, quick: bool) -> tuple[float, float, float, list[s
     """The figures against the torch engine here: step-time MAPE, the largest TTFT and TPOT P50
     errors over compare's cells (%), and comment lines on where the errors come from."""
     # 1. the torch engine on compare, step by step, with the calibration grid interleaved; then the fit
-    walker = GridWalker(compare.engine, quick=quick, passes=1 if quick else 2)
+    walker = GridWalker(compare.engine, quick=quick, passes=1 if quick else 2, cpu_time=True)
     cal = Interleaver(walker, CAL_SHARE)
     shapes: list = []
     steps: list = []

@@ -185,6 +185,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="where to write the hardware profile (default calibrated-hardware.toml), or with "
                           "--target / --from the stack file (default stack.toml)")
     cal.add_argument("--quick", action="store_true", help="a smaller grid of steps (about a quarter of the time)")
+    cal.add_argument("--cpu-time", action="store_true", help="time a CPU engine's steps by process CPU time "
+                     "(an idle machine's speed) instead of the wall clock the server will see")
     where = cal.add_mutually_exclusive_group()
     where.add_argument("--target", metavar="URL", help="probe this running OpenAI-compatible server instead "
                        "(its API only) and write a stack file for the simulated engine")
@@ -363,7 +365,7 @@ def _calibrate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
 
     if args.target is None and args.from_file is None:
         return cal.calibrate_main(load_named_profile(args.profile, args.overrides),
-                                  args.out or Path("calibrated-hardware.toml"), quick=args.quick)
+                                  args.out or Path("calibrated-hardware.toml"), quick=args.quick, cpu_time=args.cpu_time)
     if not args.model:
         parser.error("--target / --from need --model (a simulated preset or the model's config.json)")
     out = args.out or Path("stack.toml")

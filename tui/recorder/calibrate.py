@@ -75,9 +75,23 @@ def fit_measurement(m: Measurement, cfg: EngineConfig) -> tuple[Hardware, Fit, M
     return hw, f, model
 
 
-def calibrate(cfg: EngineConfig, *, quick: bool = False, progress=None) -> tuple[Hardware, Fit, ModelSpec]:
-    """Measure the torch engine of ``cfg`` and fit; the hardware profile, the fit and the model shape."""
-    return fit_measurement(measure(cfg, quick=quick, progress=progress), cfg)
+def calibrate(cfg: EngineConfig, *, quick: bool = False, progress=None,
+              cpu_time: bool = False) -> tuple[Hardware, Fit, ModelSpec, Measurement]:
+    """Measure the torch engine of ``cfg`` and fit; the hardware profile, the fit, the model shape and
+    the measurement (its clock and the machine's contention)."""
+    m = measure(cfg, quick=quick, progress=progress, cpu_time=cpu_time)
+    return (*fit_measurement(m, cfg), m)
+
+
+# Wall time this much over CPU time (one torch thread) means the machine was shared while measured
+CONTENTION_MARGIN = 0.25
+
+
+def machine_state(m: Measurement) -> str:
+    """What a calibration describes, in one line: its clock and how contended the machine was."""
+    busy = "contended" if m.contention > CONTENTION_MARGIN else "quiet"
+    return (f"steps timed by {'process CPU time' if m.clock == 'cpu' else 'wall clock'}; the machine was {busy} "
+            f"(wall {m.wall_s:.1f} s over CPU {m.cpu_s:.1f} s: {100 * m.contention:+.0f} %)")
 
 
 # Far beyond any device (a CPU or GPU moves at most a few TB/s and computes at most a few PFLOP/s): a
@@ -95,16 +109,22 @@ def per_second(x: float, unit: str) -> str:
     return f"{x:.3g} {unit}/s"
 
 
-def calibrate_main(profile: Profile, out: Path, quick: bool = False) -> int:
+def calibrate_main(profile: Profile, out: Path, quick: bool = False, cpu_time: bool = False) -> int:
     cfg = profile.engine
     if cfg.backend != "torch":
         print("kvtui calibrate: measures the torch engine; the profile's engine.backend is "
               f"{cfg.backend!r} (use a profile with backend = 'torch', or none)", file=sys.stderr)
         return 2
     print(f"kvtui calibrate: measuring the torch engine ({cfg.model_path or cfg.model}) ...", file=sys.stderr)
-    hw, f, model = calibrate(cfg, quick=quick, progress=lambda m: print(f"  {m}", file=sys.stderr))
+    hw, f, model, m = calibrate(cfg, quick=quick, progress=lambda m: print(f"  {m}", file=sys.stderr),
+                                cpu_time=cpu_time)
     p = f.params
-    note = f"{model.name} on {hw.gpu.name}, {f.num_samples} steps, fit MAPE {f.mape:.1f} %"
+    state = machine_state(m)
+    if m.device_label == "cpu" and m.contention > CONTENTION_MARGIN:
+        print(f"kvtui calibrate: warning: wall time ran {100 * m.contention:.0f} % over CPU time (margin "
+              f"{100 * CONTENTION_MARGIN:.0f} %): other work shared this machine, and the profile describes it so"
+              + ("" if m.clock == "cpu" else " (--cpu-time: what an idle machine would give)"), file=sys.stderr)
+    note = f"{model.name} on {hw.gpu.name}, {f.num_samples} steps, fit MAPE {f.mape:.1f} %\n# {state}"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(dump_hardware(hw, note), encoding="utf-8")
     print(f"fitted {f.num_samples} steps (MAPE {f.mape:.1f} %, median {f.median_ape:.1f} %; the weight read "
