@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-fast lint bench clean setup
+.PHONY: run test test-fast lint bench clean setup gpu-check
 
 setup: $(STAMP)
 
@@ -40,6 +40,11 @@ bench: $(STAMP)
 	$(BIN)/python bench/write_docs.py serve --quick
 	$(BIN)/python bench/write_docs.py sim --quick
 	$(BIN)/python bench/write_docs.py calib --quick
+
+# The first run on a real GPU (bench/gpu_check.py): the machine's own Python (PYTHON=...), wheels
+# brought along in WHEELS=DIR; writes gpu-check.json. Without a GPU it stops in one line.
+gpu-check:
+	PYTHONPATH=. $(or $(PYTHON),python3) bench/gpu_check.py --out gpu-check.json $(if $(WHEELS),--wheels $(WHEELS),)
 
 clean:
 	rm -rf $(VENV)
