@@ -191,7 +191,8 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument("--target", metavar="URL", help="probe this running OpenAI-compatible server instead "
                        "(its API only) and write a stack file for the simulated engine")
     where.add_argument("--from", dest="from_file", metavar="FILE", type=Path,
-                       help="fit a stack file to a CSV of your own measurements (kind,batch,prompt,output,seconds)")
+                       help="fit a stack file to a CSV of your own measurements (kind,batch,prompt,output,seconds) "
+                            "or a run directory recorded against the server (kvtui --record)")
     cal.add_argument("--model", help="with --target/--from: the served model's shape, a simulated preset or its config.json")
     cal.add_argument("--gpu", default="H100-SXM", help="with --target/--from: the GPU preset it runs on (default H100-SXM)")
     cal.add_argument("--tp", type=int, default=1, help="with --target/--from: tensor-parallel devices (default 1)")

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tui.load.runner import prompt_sizing
 from tui.profile import EngineMode, find_profile, load_profile, profile_from_dict
 from tui.recorder.verify import Verdict, measured_profile, predicted_profile, verify_main
@@ -29,3 +31,28 @@ def test_the_ratio_is_predicted_over_measured_and_a_profile_without_a_sweep_is_r
     prof = profile_from_dict({}, source="p.toml")
     assert verify_main(prof, "http://127.0.0.1:9/v1", "vllm", "H100-SXM", tmp_path) == 2
     assert "no [sweep]" in capsys.readouterr().err
+
+
+def test_a_recorded_run_gives_tpots_at_their_concurrency_and_ttfts_of_requests_sent_alone(tmp_path: Path) -> None:
+    import polars as pl
+
+    from tui.recorder.calibrate import read_points_run
+
+    rows = []
+    for i in range(3):  # one at a time: TTFT 20 ms, TPOT 10 ms at batch 1
+        t = 10.0 * i
+        rows.append(dict(send=t, first=t + 0.02, last=t + 0.02 + 0.01 * 9, out=10, prompt=100))
+    for i in range(4):  # four together: TPOT 15 ms at batch 4
+        t = 100.0
+        rows.append(dict(send=t + 0.001 * i, first=t + 0.05, last=t + 0.05 + 0.015 * 19, out=20, prompt=60))
+    df = pl.DataFrame({
+        "status": ["ok"] * len(rows), "warmup": [False] * len(rows),
+        "send_t": [r["send"] for r in rows], "wire_t": [r["send"] for r in rows],
+        "first_token_t": [r["first"] for r in rows], "last_token_t": [r["last"] for r in rows],
+        "end_t": [r["last"] + 0.001 for r in rows], "prompt_tokens": [r["prompt"] for r in rows],
+        "prompt_len": [r["prompt"] for r in rows], "completion_tokens": [r["out"] for r in rows],
+        "num_chunks": [r["out"] for r in rows]})
+    df.write_parquet(tmp_path / "requests.parquet")
+    pts = {(p.kind, p.batch): p for p in read_points_run(tmp_path)}
+    assert pts[("tpot", 1)].value_s == pytest.approx(0.010) and pts[("tpot", 4)].value_s == pytest.approx(0.015)
+    assert pts[("ttft", 1)].value_s == pytest.approx(0.020) and pts[("ttft", 1)].prompt == 100

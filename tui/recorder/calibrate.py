@@ -178,6 +178,53 @@ def read_points_csv(path: Path) -> list[ProbePoint]:
     return points
 
 
+MIN_PER_BIN = 3  # requests behind one figure read from a run
+
+
+def read_points_run(run_dir: Path) -> list[ProbePoint]:
+    """Figures from a recorded run against the server (``kvtui --record``'s ``requests.parquet``): each
+    answered request's TPOT at the mean number of requests in flight over its decode (binned to powers
+    of two), and the TTFT of requests sent while none other was in flight (binned by prompt length to
+    powers of two); each figure the median over at least ``MIN_PER_BIN`` requests."""
+    import numpy as np
+    import polars as pl
+
+    path = run_dir / "requests.parquet"
+    if not path.is_file():
+        raise ValueError(f"{run_dir}: no requests.parquet (a run directory from kvtui --record)")
+    df = pl.read_parquet(path).filter((pl.col("status") == "ok") & ~pl.col("warmup")
+                                      & pl.col("first_token_t").is_not_null() & pl.col("end_t").is_not_null())
+    if df.is_empty():
+        raise ValueError(f"{run_dir}: no answered requests")
+    start = np.array([w if w is not None else s for w, s in zip(df["wire_t"], df["send_t"], strict=True)], dtype=float)
+    end = df["end_t"].to_numpy().astype(float)
+    first, last = df["first_token_t"].to_numpy().astype(float), df["last_token_t"].to_numpy().astype(float)
+    prompt = df["prompt_tokens"].fill_null(df["prompt_len"]).to_numpy().astype(int)
+    out = df["completion_tokens"].fill_null(df["num_chunks"]).to_numpy().astype(int)
+    tpots: dict[int, list[int]] = {}
+    ttfts: dict[int, list[int]] = {}
+    for i in range(len(df)):
+        span = last[i] - first[i]
+        if out[i] >= 2 and span > 0:  # requests in flight over this one's decode, itself included
+            overlap = np.clip(np.minimum(end, last[i]) - np.maximum(start, first[i]), 0, None)
+            tpots.setdefault(int(2 ** round(np.log2(max(overlap.sum() / span, 1.0)))), []).append(i)
+        if ((start < start[i]) & (end > start[i])).sum() == 0:  # sent alone
+            ttfts.setdefault(int(2 ** round(np.log2(max(prompt[i], 1)))), []).append(i)
+    points = []
+    for b, rows in sorted(tpots.items()):
+        if len(rows) >= MIN_PER_BIN:
+            tp = [(last[i] - first[i]) / (out[i] - 1) for i in rows]
+            points.append(ProbePoint("tpot", b, int(np.median(prompt[rows])), int(np.median(out[rows])),
+                                     float(np.median(tp)), len(rows)))
+    for _, rows in sorted(ttfts.items()):
+        if len(rows) >= MIN_PER_BIN:
+            points.append(ProbePoint("ttft", 1, int(np.median(prompt[rows])), int(np.median(out[rows])),
+                                     float(np.median(first[rows] - start[rows])), len(rows)))
+    if not points:
+        raise ValueError(f"{run_dir}: too few requests to make a figure ({MIN_PER_BIN} per bin)")
+    return points
+
+
 def points_csv(points: list[ProbePoint]) -> str:
     return CSV_HEADER + "\n" + "".join(f"{p.kind},{p.batch},{p.prompt},{p.output},{p.value_s!r}\n" for p in points)
 
@@ -223,9 +270,9 @@ def _model_args(model: str) -> tuple[str, str | None]:
 
 
 def calibrate_from_main(path: Path, model: str, gpu: str, tp: int, prior: str, out: Path) -> int:
-    """``kvtui calibrate --from FILE``: fit a stack to one's own measurements."""
+    """``kvtui calibrate --from FILE``: fit a stack to one's own measurements (a CSV, or a run directory)."""
     try:
-        points = read_points_csv(path)
+        points = read_points_run(path) if path.is_dir() else read_points_csv(path)
     except (OSError, ValueError) as e:
         print(f"kvtui calibrate: {e}", file=sys.stderr)
         return 2
