@@ -9,7 +9,10 @@ the same sweep against the same server, and stops the server. Figures:
 - verify_edge_ratio_median: the median over the rounds of predicted edge ÷ measured edge (req/s; the
   target is within [0.8, 1.25] on a quiet machine);
 - verify_rounds: how many rounds (3; 1 with ``--quick``);
-- verify_calibrate_s_median: wall seconds of one ``kvtui calibrate --target`` (its bound: ``--budget-s``).
+- verify_calibrate_s_median: wall seconds of one ``kvtui calibrate --target`` (its bound: ``--budget-s``);
+- verify_ttft_p50_ratio_median, verify_tpot_p50_ratio_median: at every rate both sweeps probed (each
+  round's), predicted ÷ measured TTFT P50 and TPOT P50, median over them: the latencies the edges
+  come from, apart from where the sweep's pass/fail tests put the edge.
 
 The load client runs on the same machine as the server: on a shared 2-core VM its delays shape the
 measured latencies (the run's summary says by how much), and the server's CPU is shared with it.
@@ -32,6 +35,7 @@ import time
 from pathlib import Path
 
 from tui.cli import main as kvtui
+from tui.recorder.verify import common_probes
 
 PROFILE = """name = "verify-bench"
 description = "bench/calib.py: a short sweep of the tiny torch engine behind kvtui serve"
@@ -94,8 +98,9 @@ def served(profile: Path):
         proc.wait(30)
 
 
-def one_round(tmp: Path, k: int, budget_s: float) -> tuple[float | None, float]:
-    """One calibrate-predict-verify round; (predicted ÷ measured edge, calibrate's wall seconds)."""
+def one_round(tmp: Path, k: int, budget_s: float) -> tuple[float | None, float, list[float], list[float]]:
+    """One calibrate-predict-verify round: predicted ÷ measured edge, calibrate's wall seconds, and the
+    predicted ÷ measured TTFT and TPOT P50 at the rates both sweeps probed."""
     profile = tmp / "verify.toml"
     with served(profile) as url:
         stack = tmp / f"stack-{k}.toml"
@@ -117,9 +122,15 @@ def one_round(tmp: Path, k: int, budget_s: float) -> tuple[float | None, float]:
         if rc:
             raise RuntimeError(f"kvtui verify exited {rc}")
         m = RATIO.findall(text)
-        print(f"# round {k + 1}: {text.strip().splitlines()[-1]} (calibrate {cal_s:.0f} s)", flush=True)
+        lines = text.strip().splitlines()
+        table = [i for i, ln in enumerate(lines) if ln.startswith("mode ") and "predicted req/s" in ln]
+        for ln in lines[table[-1] + 1:] if table else lines[-1:]:
+            print(f"# round {k + 1}: {ln.strip()}", flush=True)
+        print(f"# round {k + 1}: calibrate took {cal_s:.0f} s", flush=True)
         ratio = m[-1][2] if m else "none"
-        return (None if ratio == "none" else float(ratio)), cal_s
+        probes = common_probes(tmp / f"verify-{k}" / "predicted", tmp / f"verify-{k}" / "measured")
+        return ((None if ratio == "none" else float(ratio)), cal_s, [p[1] / p[2] for p in probes],
+                [p[3] / p[4] for p in probes])
 
 
 def main() -> None:
@@ -132,10 +143,13 @@ def main() -> None:
         (tmp / "verify.toml").write_text(PROFILE, encoding="utf-8")
         with contextlib.redirect_stderr(io.StringIO()):  # the runs' progress; the figures go to stdout
             results = [one_round(tmp, k, budget) for k in range(rounds)]
-    ratios = [r for r, _ in results if r is not None]
+    ratios = [r[0] for r in results if r[0] is not None]
     print(f"verify_edge_ratio_median: {statistics.median(ratios):.2f}" if ratios else "verify_edge_ratio_median: nan")
     print(f"verify_rounds: {rounds}")
-    print(f"verify_calibrate_s_median: {statistics.median(s for _, s in results):.0f}")
+    print(f"verify_calibrate_s_median: {statistics.median(r[1] for r in results):.0f}")
+    for name, i in (("ttft", 2), ("tpot", 3)):
+        both = [x for r in results for x in r[i]]
+        print(f"verify_{name}_p50_ratio_median: {statistics.median(both):.2f}" if both else f"verify_{name}_p50_ratio_median: nan")
 
 
 if __name__ == "__main__":

@@ -50,6 +50,18 @@ def measured_profile(profile: Profile, base_url: str, model: str | None, api_key
     return dataclasses.replace(profile, target=target)
 
 
+def common_probes(predicted: Path, measured: Path) -> list[tuple[float, float, float, float, float]]:
+    """The probes both sweeps ran at the same target rate: (rate, predicted and measured TTFT P50,
+    predicted and measured TPOT P50, in ms), by rate."""
+    import polars as pl
+
+    cols = ["target_rate", "ttft_p50_ms", "tpot_p50_ms"]
+    a = pl.read_csv(predicted / "summary.csv").select(cols)
+    b = pl.read_csv(measured / "summary.csv").select(cols)
+    j = a.join(b, on="target_rate", suffix="_m").drop_nulls().sort("target_rate")
+    return [(float(r[0]), float(r[1]), float(r[3]), float(r[2]), float(r[4])) for r in j.iter_rows()]
+
+
 def _edge(edges: list[CapacityEdge]) -> float | None:
     return edges[0].edge_rate if edges else None
 
@@ -75,4 +87,7 @@ def verify_main(profile: Profile, base_url: str, stack: str, gpu: str, out: Path
     print(f"{'mode':<20} {'predicted req/s':>16} {'measured req/s':>15} {'ratio':>6}")
     fmt = lambda x: "none" if x is None else f"{x:.3g}"  # noqa: E731
     print(f"{v.mode:<20} {fmt(v.predicted):>16} {fmt(v.measured):>15} {fmt(v.ratio):>6}")
+    for rate, ttft_p, ttft_m, tpot_p, tpot_m in common_probes(out / "predicted", out / "measured"):
+        print(f"  at {rate:.3g} req/s: TTFT P50 predicted {ttft_p:.1f} ms, measured {ttft_m:.1f} ms; "
+              f"TPOT P50 predicted {tpot_p:.2f} ms, measured {tpot_m:.2f} ms")
     return 0
