@@ -56,3 +56,12 @@ def test_a_recorded_run_gives_tpots_at_their_concurrency_and_ttfts_of_requests_s
     pts = {(p.kind, p.batch): p for p in read_points_run(tmp_path)}
     assert pts[("tpot", 1)].value_s == pytest.approx(0.010) and pts[("tpot", 4)].value_s == pytest.approx(0.015)
     assert pts[("ttft", 1)].value_s == pytest.approx(0.020) and pts[("ttft", 1)].prompt == 100
+
+
+def test_the_latencies_are_compared_at_the_rates_both_sweeps_probed(tmp_path: Path) -> None:
+    from tui.recorder.verify import common_probes
+
+    for name, rows in (("p", "2.0,50,7\n4.0,55,8\n8.0,60,11\n"), ("m", "2.0,40,7.5\n8.0,70,10\n5.6,45,9\n")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "summary.csv").write_text("target_rate,ttft_p50_ms,tpot_p50_ms\n" + rows, encoding="utf-8")
+    assert common_probes(tmp_path / "p", tmp_path / "m") == [(2.0, 50.0, 40.0, 7.0, 7.5), (8.0, 60.0, 70.0, 11.0, 10.0)]
