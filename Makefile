@@ -10,7 +10,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: run test test-fast test-loaded lint bench clean setup
+.PHONY: run test test-fast test-loaded lint bench clean setup gpu-check
 
 setup: $(STAMP)
 
@@ -59,6 +59,12 @@ bench: $(DEV_STAMP)
 	$(BIN)/python bench/write_docs.py sim_step --quick
 	$(BIN)/python bench/write_docs.py harden --quick
 	$(BIN)/python bench/write_docs.py ux --quick
+	$(BIN)/python bench/write_docs.py calib --quick
+
+# The first run on a real GPU (bench/gpu_check.py): the machine's own Python (PYTHON=...), wheels
+# brought along in WHEELS=DIR; writes gpu-check.json. Without a GPU it stops in one line.
+gpu-check:
+	PYTHONPATH=. $(or $(PYTHON),python3) bench/gpu_check.py --out gpu-check.json $(if $(WHEELS),--wheels $(WHEELS),)
 
 clean:
 	rm -rf $(VENV)

@@ -24,6 +24,9 @@ from tui.engine.sim.cost import CostModel, StepWork, step_seconds
 from tui.engine.sim.hardware import ATTN_FLOPS_FACTOR, CostParams, Efficiency, GiB, load_hardware
 from tui.engine.sim.memory import memory_split
 from tui.engine.sim.models import resolve_model, with_dtypes
+from tui.engine.sim.stack_fit import Measured, fit_stack
+from tui.engine.sim.stack_fit import predict as predict_points
+from tui.engine.sim.stacks import PRESETS as STACKS
 
 PUBLISHED = Path(__file__).with_name("published.toml")
 # which stack preset (tui.engine.sim.hardware.STACKS) each measured stack is
@@ -268,6 +271,62 @@ def source_offsets(rows: list[dict[str, Any]]) -> tuple[dict[str, tuple[int, flo
         for r, x in zip(rs, logs, strict=True):
             left.setdefault(r["phase"], []).append(100.0 * abs(float(np.expm1(x - offset))))
     return offsets, {ph: float(np.median(v)) for ph, v in left.items()}
+
+
+def anchors(points: list[dict[str, Any]], n: int) -> list[int]:
+    """The rule, fixed before any figure was seen, for which of one source's points calibrate its stack:
+    first its decode point of the smallest batch (the shortest prompt, then file order, on ties); for
+    three, also its decode point of the largest batch and its prefill point of the most prompt tokens
+    (without one, its decode point of the median batch). Indexes into ``points``."""
+    dec = sorted((i for i, p in enumerate(points) if p["phase"] == "decode"),
+                 key=lambda i: (points[i]["batch"], points[i]["prompt"], i))
+    pre = sorted((i for i, p in enumerate(points) if p["phase"] == "prefill"),
+                 key=lambda i: (-points[i]["batch"] * points[i]["prompt"], i))
+    first = dec[0] if dec else pre[0]
+    if n == 1:
+        return [first]
+    picks = [first]
+    for i in ([dec[-1]] if dec else []) + ([pre[0]] if pre else []) + ([dec[len(dec) // 2]] if dec else []):
+        if i not in picks and len(picks) < n:
+            picks.append(i)
+    return picks
+
+
+def measured_point(p: dict[str, Any]) -> Measured:
+    """A published latency point as :class:`tui.engine.sim.stack_fit.Measured` (its figure in seconds)."""
+    return Measured(_model(p), load_hardware(p["gpu"]).gpu, p["tp"], _steps(p), p["value"] / 1e3, p["phase"], p["name"])
+
+
+def calibrated_loso(n: int, points: list[dict[str, Any]] | None = None, min_points: int = 4) -> list[dict[str, Any]]:
+    """Per setup one source measured (its GPU and dtype: what a user calibrates on) with at least
+    ``min_points`` latency points: the shared constants fitted without the whole source (as
+    :func:`loso`), the setup's stack calibrated on ``n`` :func:`anchors` (from its class's preset), and
+    its other points predicted. Rows as :func:`loso`'s (anchors left out)."""
+    points = load_points() if points is None else points
+    lat = [p for p in points if p["phase"] != "capacity"]
+    table = LatencyTable(lat)
+    grid = Grid(table)
+    src = np.array([p["source_id"] for p in lat])
+    setups: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for p in lat:
+        setups.setdefault((p["source_id"], p["gpu"], p.get("dtype", "bf16")), []).append(p)
+    shared: dict[str, tuple[Efficiency, np.ndarray]] = {}
+    rows = []
+    for (s, gpu, dtype), own in sorted(setups.items()):
+        if len(own) < min_points:
+            continue
+        if s not in shared:
+            shared[s] = fit_latency(table, src != s, grid)
+        e, per_layer = shared[s]
+        cls = STACK_CLASS[own[0]["stack"]]
+        prior = dataclasses.replace(STACKS[cls], per_layer_s=float(per_layer[CLASSES.index(cls)]))
+        picks = anchors(own, n)
+        fitted = fit_stack([measured_point(own[i]) for i in picks], prior, e).stack
+        rest = [p for i, p in enumerate(own) if i not in picks]
+        pred = predict_points([measured_point(p) for p in rest], fitted, e) * 1e3
+        rows += [dict(name=p["name"], source=f"{s} {gpu} {dtype}", phase=p["phase"], value=p["value"], pred=float(v),
+                      err=100.0 * (float(v) - p["value"]) / p["value"]) for p, v in zip(rest, pred, strict=True)]
+    return rows
 
 
 def fit_all(points: list[dict[str, Any]] | None = None) -> tuple[Efficiency, dict[str, float], MemoryFit]:

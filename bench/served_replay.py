@@ -21,8 +21,10 @@ lengths are the benchmark's own counts (it re-tokenizes each answer's text).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -30,6 +32,8 @@ from typing import Any, Literal
 from tui.engine.engine import Engine
 from tui.engine.params import SamplingParams
 from tui.engine.sim.clock import VirtualClock
+from tui.engine.sim.stacks import PRESETS as STACKS
+from tui.engine.sim.stacks import dump_stack
 from tui.profile import EngineConfig
 
 RUNS = Path(__file__).with_name("served_runs.json")
@@ -69,7 +73,7 @@ def run_name(run: dict[str, Any]) -> str:
     return "/".join(run["path"].split("/")[-2:]).removesuffix("_len2048.json")
 
 
-def engine_config(run: dict[str, Any]) -> EngineConfig:
+def engine_config(run: dict[str, Any], stack: str | None = None) -> EngineConfig:
     """The server of ``run`` as a simulated engine: vLLM 0.6's defaults at ``max_model_len`` 2048."""
     devices, gpu = run["path"].split("/")[-2].split("x", 1)
     model, quantization = MODELS[run["model_id"]]
@@ -77,7 +81,7 @@ def engine_config(run: dict[str, Any]) -> EngineConfig:
     assert int(devices) == tp, run["path"]
     return EngineConfig(backend="simulated", model=model, hardware=GPUS[gpu], tensor_parallel_size=tp,
                         quantization=quantization, gpu_memory_utilization=0.9, max_model_len=2048,
-                        max_num_seqs=256, max_num_batched_tokens=2048, enable_chunked_prefill=False)
+                        max_num_seqs=256, max_num_batched_tokens=2048, enable_chunked_prefill=False, stack=stack)
 
 
 def measured(run: dict[str, Any]) -> tuple[float, float]:
@@ -91,9 +95,10 @@ def measured(run: dict[str, Any]) -> tuple[float, float]:
     return 1e3 * statistics.median(ttfts), 1e3 * statistics.median(tpots)
 
 
-def replay(run: dict[str, Any]) -> tuple[float, float]:
-    """The same requests on the simulated engine: its median TTFT and TPOT in ms."""
-    engine = Engine(engine_config(run), sim_clock=VirtualClock(0.0))
+def replay(run: dict[str, Any], stack: str | None = None) -> tuple[float, float]:
+    """The same requests on the simulated engine (under ``stack``: a preset or stack file; default
+    the shipped default, vllm): its median TTFT and TPOT in ms."""
+    engine = Engine(engine_config(run, stack), sim_clock=VirtualClock(0.0))
     lengths = {}
     for i, (prompt, out) in enumerate(zip(run["input_lens"], run["output_lens"], strict=True)):
         # an answer with no text still had its prompt prefilled and one token sampled (its end)
@@ -118,6 +123,22 @@ def replay_all() -> list[Replayed]:
     return [Replayed(run_name(r), *measured(r), *replay(r)) for r in load_runs()]
 
 
+def replay_served(tmp: Path) -> list[Replayed]:
+    """Each run replayed under the ``vllm`` stack with a serving-path cost fitted without it: the
+    median over the *other* runs of how far their measured TTFT lies past the replayed one (the
+    ``vllm-served`` preset's ``serving_s`` is that median over all runs). Stack files go to ``tmp``."""
+    runs = load_runs()
+    plain = [replay(r) for r in runs]
+    gap = [measured(r)[0] - p[0] for r, p in zip(runs, plain, strict=True)]
+    rows = []
+    for i, run in enumerate(runs):
+        serving = statistics.median(g for j, g in enumerate(gap) if j != i) / 1e3
+        path = tmp / f"served-{i}.toml"
+        path.write_text(dump_stack(dataclasses.replace(STACKS["vllm"], serving_s=max(serving, 0.0))), encoding="utf-8")
+        rows.append(Replayed(run_name(run), *measured(run), *replay(run, str(path))))
+    return rows
+
+
 def median_errors(rows: list[Replayed]) -> tuple[float, float]:
     """The median over the runs of |TTFT error| and |TPOT error|, in %."""
     return (statistics.median(abs(r.ttft_err_pct) for r in rows), statistics.median(abs(r.tpot_err_pct) for r in rows))
@@ -130,6 +151,14 @@ def main() -> None:
               f"TPOT {r.tpot_ms:6.2f} ms sim {r.sim_tpot_ms:6.2f} ({r.tpot_err_pct:+6.1f} %)")
     ttft, tpot = median_errors(rows)
     print(f"median |TTFT error| {ttft:.1f} %, median |TPOT error| {tpot:.1f} % over {len(rows)} runs")
+    with tempfile.TemporaryDirectory() as tmp:
+        served = replay_served(Path(tmp))
+    for r in served:
+        print(f"{r.name:<48} TTFT {r.ttft_ms:7.1f} ms sim {r.sim_ttft_ms:7.1f} ({r.ttft_err_pct:+6.1f} %)   "
+              f"TPOT {r.tpot_ms:6.2f} ms sim {r.sim_tpot_ms:6.2f} ({r.tpot_err_pct:+6.1f} %)")
+    ttft, tpot = median_errors(served)
+    print(f"with the serving path's cost fitted without each run: median |TTFT error| {ttft:.1f} %, "
+          f"median |TPOT error| {tpot:.1f} %")
 
 
 if __name__ == "__main__":

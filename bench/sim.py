@@ -43,6 +43,19 @@ Prints one ``name: value`` line per figure (the README quotes them):
   LambdaLabsML's vllm-benchmark: A100 and H100, Llama-3 8B and 70B, Mistral-7B, FP8, TP 1-8) replayed
   on the simulated engine with the shipped constants (bench/served_replay.py): median |error| over
   the runs of their median TPOT and median TTFT, in %;
+- sim_served_replay_served_stack_ttft_median_err_pct, ..._tpot_...: the same runs under the ``vllm``
+  stack with a serving-path cost per step that starts requests (tui/engine/sim/stacks.py), each run's
+  cost the median over the *other* runs of their measured TTFT's gap past the replayed one
+  (:func:`served_replay.replay_served`; the ``vllm-served`` preset's is the median over all 14);
+- sim_calibrated1_decode_median_err_pct, sim_calibrated1_prefill_median_err_pct,
+  sim_calibrated3_decode_median_err_pct, sim_calibrated3_prefill_median_err_pct, sim_calibrated1_points,
+  sim_calibrated3_points: each setup one source measured (its GPU and dtype, what a user calibrates on)
+  with at least 4 latency points has its stack calibrated (tui/engine/sim/stack_fit.py) on 1 or 3
+  anchor points (:func:`published_fit.anchors`: the smallest-batch decode; then the largest-batch
+  decode and the largest prefill), with every shared constant fitted without the whole source; its
+  other points are predicted and the median |error| over them, in %, is the figure (points: how many).
+  Grouping by setup was chosen after a first run grouped by source (a source such as trtllm-perf spans
+  four GPUs and two dtypes): by source, 3 anchors left 16.0 % decode and 22.7 % prefill;
 - sim_throughput_ratio_continuous_paged_vs_static_contiguous: compare's workload on Llama-3.1-8B on a
   simulated H100 (profile sim-h100-llama8b: the same KV bytes and batch cap for both), saturated:
   every request queued at t=0, output tokens per simulated second while the queue is non-empty, past
@@ -373,7 +386,7 @@ def vs_torch(compare: Profile, quick: bool) -> tuple[float, float, float, float,
     """The figures against the torch engine here: step-time MAPE, the largest TTFT and TPOT P50
     errors over compare's cells (%), the noise floor of a repeated shape (%), and comment lines on where the errors come from."""
     # 1. the torch engine on compare, step by step, with the calibration grid interleaved; then the fit
-    walker = GridWalker(compare.engine, quick=quick, passes=1 if quick else 2)
+    walker = GridWalker(compare.engine, quick=quick, passes=1 if quick else 2, cpu_time=True)
     cal = Interleaver(walker, CAL_SHARE)
     shapes: list = []
     steps: list = []
@@ -456,6 +469,9 @@ def main() -> None:
     p90 = float(np.percentile([abs(r["err"]) for r in loso], 90))
     pairs = published_fit.disagreements()
     replayed = served_replay.replay_all()
+    with tempfile.TemporaryDirectory() as tmp:
+        served = served_replay.replay_served(Path(tmp))
+    calibrated = {n: published_fit.calibrated_loso(n) for n in (1, 3)}
     ratio, tput = throughput_ratio(2000 if q else 5000)
     runs = sorted(virtual_speedup(600 if q else 1800) for _ in range(3))
     speedup, sim_s, wall_s, cpu_s = runs[-1]
@@ -477,6 +493,14 @@ def main() -> None:
     replay_ttft, replay_tpot = served_replay.median_errors(replayed)
     print(f"sim_served_replay_tpot_median_err_pct: {replay_tpot:.1f}")
     print(f"sim_served_replay_ttft_median_err_pct: {replay_ttft:.1f}")
+    served_ttft, served_tpot = served_replay.median_errors(served)
+    print(f"sim_served_replay_served_stack_ttft_median_err_pct: {served_ttft:.1f}")
+    print(f"sim_served_replay_served_stack_tpot_median_err_pct: {served_tpot:.1f}")
+    for n, rows in calibrated.items():
+        for ph in ("decode", "prefill"):
+            errs = [abs(r["err"]) for r in rows if r["phase"] == ph]
+            print(f"sim_calibrated{n}_{ph}_median_err_pct: {statistics.median(errs):.1f}")
+        print(f"sim_calibrated{n}_points: {len(rows)}")
     print(f"sim_throughput_ratio_continuous_paged_vs_static_contiguous: {ratio:.2f}")
     print(f"sim_virtual_clock_speedup: {speedup:.0f}")
     print(f"sim_sched_ms_per_step_512: {sched:.2f}")
@@ -499,6 +523,17 @@ def main() -> None:
               f"{d['floor']:.1f} %")
     print("# published vLLM serving runs replayed with the shipped constants (median TTFT, median TPOT):")
     for run in replayed:
+        print(f"#   {run.name:<46} TTFT {run.ttft_ms:6.1f} ms, modelled {run.sim_ttft_ms:6.1f} ({run.ttft_err_pct:+6.1f} %)   "
+              f"TPOT {run.tpot_ms:5.2f} ms, modelled {run.sim_tpot_ms:5.2f} ({run.tpot_err_pct:+6.1f} %)")
+    base = {row["name"]: row["err"] for row in loso}
+    for n, rows in calibrated.items():
+        print(f"# each setup's stack calibrated on {n} anchor point(s) (bench/published_fit.anchors), the shared "
+              "constants fitted without its source; its other points (uncalibrated held-out error, then calibrated):")
+        for row in rows:
+            print(f"#   {row['name']:<42} {row['source']:<34} {row['phase']:<8} {base[row['name']]:+6.1f} % -> "
+                  f"{row['err']:+6.1f} %")
+    print("# the served runs again under the vllm stack with the serving path's cost fitted without each run:")
+    for run in served:
         print(f"#   {run.name:<46} TTFT {run.ttft_ms:6.1f} ms, modelled {run.sim_ttft_ms:6.1f} ({run.ttft_err_pct:+6.1f} %)   "
               f"TPOT {run.tpot_ms:5.2f} ms, modelled {run.sim_tpot_ms:5.2f} ({run.tpot_err_pct:+6.1f} %)")
     print("# saturated throughput (out tok/s, simulated): "

@@ -18,6 +18,7 @@ from tui import __version__
 from tui.base.errors import one_line
 from tui.profile import (
     MAX_SEED,
+    EngineMode,
     Profile,
     ProfileError,
     apply_overrides,
@@ -48,6 +49,7 @@ modes:
                                   one self-contained HTML page of charts (runs overlaid), each chart
                                   also as SVG and PNG in FILE-charts/ (or --charts-dir DIR)
   kvtui report DIR --replay       play a recorded run's scheduler back (keys: space, ← →, [ ], n N, c)
+  kvtui calibrate --target URL --model M --gpu G   probe a running server; write a stack file
   kvtui calibrate [--out FILE]    measure the torch engine here and write a hardware profile for the
                                   simulated backend (engine.backend = "simulated")
   kvtui tune --profile tune --out DIR
@@ -153,7 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--real-time", action="store_true",
                         help="with --record and a simulated engine: run it behind the server in real time "
                              "(default: on the virtual clock, no HTTP)")
-    sub = parser.add_subparsers(dest="command", metavar="{serve,report,profiles,calibrate,tune}")
+    sub = parser.add_subparsers(dest="command", metavar="{serve,report,profiles,calibrate,verify,tune}")
 
     serve = sub.add_parser("serve", help="run the local engine as an OpenAI-compatible server")
     serve.add_argument("--profile", metavar="NAME|FILE", help="profile (name or file) whose [engine] and [defenses] to use")
@@ -187,10 +189,44 @@ def build_parser() -> argparse.ArgumentParser:
 
     cal = sub.add_parser("calibrate", help="measure the torch engine here; write a hardware profile for the simulated backend")
     cal.add_argument("--profile", metavar="NAME|FILE", help="profile whose [engine] (model, device, threads) to measure")
-    cal.add_argument("--out", metavar="FILE", type=Path, default=Path("calibrated-hardware.toml"),
-                     help="where to write the hardware profile (default calibrated-hardware.toml)")
+    cal.add_argument("--out", metavar="FILE", type=Path,
+                     help="where to write the hardware profile (default calibrated-hardware.toml), or with "
+                          "--target / --from the stack file (default stack.toml)")
     cal.add_argument("--quick", action="store_true", help="a smaller grid of steps (about a quarter of the time)")
+    cal.add_argument("--cpu-time", action="store_true", help="time a CPU engine's steps by process CPU time "
+                     "(an idle machine's speed) instead of the wall clock the server will see")
+    where = cal.add_mutually_exclusive_group()
+    where.add_argument("--target", metavar="URL", help="probe this running OpenAI-compatible server instead "
+                       "(its API only) and write a stack file for the simulated engine")
+    where.add_argument("--from", dest="from_file", metavar="FILE", type=Path,
+                       help="fit a stack file to a CSV of your own measurements (kind,batch,prompt,output,seconds) "
+                            "or a run directory recorded against the server (kvtui --record)")
+    cal.add_argument("--model", help="with --target/--from: the served model's shape, a simulated preset or its config.json")
+    cal.add_argument("--gpu", default="H100-SXM", help="with --target/--from: the GPU preset it runs on (default H100-SXM)")
+    cal.add_argument("--tp", type=int, default=1, help="with --target/--from: tensor-parallel devices (default 1)")
+    cal.add_argument("--stack", default="vllm", help="with --target/--from: the stack preset to start from (default vllm)")
+    cal.add_argument("--served-model", help="with --target: the model name to ask for (default: the server's first)")
+    cal.add_argument("--api-key-env", metavar="NAME", help="with --target: the bearer token's environment variable")
+    cal.add_argument("--budget-s", type=float, default=300.0, help="with --target: stop starting probes after this long")
+    cal.add_argument("--max-prompt", type=int, default=1024, help="with --target: the longest probe prompt, in tokens")
     _set_option(cal)
+
+    ver = sub.add_parser("verify", help="predict a server's capacity edge on the calibrated simulated engine, then measure it",
+                         description="Run the profile's [sweep] on the simulated engine (the profile's [engine] = the "
+                                     "server's settings, under --stack on --gpu) and then against the server; print "
+                                     "the predicted and measured capacity edge side by side. Writes DIR/predicted "
+                                     "and DIR/measured (run directories).")
+    ver.add_argument("--target", metavar="URL", required=True, help="the running OpenAI-compatible server")
+    ver.add_argument("--profile", metavar="NAME|FILE", required=True, help="the server's [engine] and the test's [sweep]")
+    ver.add_argument("--stack", required=True, help="the stack file kvtui calibrate --target wrote (or a preset)")
+    ver.add_argument("--gpu", default="H100-SXM", help="the GPU preset the stack was fitted on (default H100-SXM)")
+    ver.add_argument("--tp", type=int, default=1, help="tensor-parallel devices (default 1)")
+    ver.add_argument("--mode", help="the server's mode, e.g. continuous+paged (default: the profile's engine's)")
+    ver.add_argument("--served-model", help="the model name to ask for")
+    ver.add_argument("--api-key-env", metavar="NAME", help="the bearer token's environment variable")
+    ver.add_argument("--tokenizer", help="what sizes prompts at the server: a tokenizer.json, or 'bytes' (a kvtui serve)")
+    ver.add_argument("--out", metavar="DIR", type=Path, required=True, help="where the two runs go")
+    _set_option(ver)
 
     tune = sub.add_parser(
         "tune", help="search engine settings for the highest capacity edge at the SLO, and its cost",
@@ -363,6 +399,39 @@ def _print_anything() -> None:
                 reconfigure(errors="backslashreplace")
 
 
+def _calibrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """``kvtui calibrate``: the torch engine here, or a running server (--target), or a CSV (--from)."""
+    from tui.recorder import calibrate as cal
+
+    if args.target is None and args.from_file is None:
+        return cal.calibrate_main(load_named_profile(args.profile, args.overrides),
+                                  args.out or Path("calibrated-hardware.toml"), quick=args.quick, cpu_time=args.cpu_time)
+    if not args.model:
+        parser.error("--target / --from need --model (a simulated preset or the model's config.json)")
+    out = args.out or Path("stack.toml")
+    if args.from_file is not None:
+        return cal.calibrate_from_main(args.from_file, args.model, args.gpu, args.tp, args.stack, out)
+    from tui.recorder.probe import ProbePlan
+
+    top = max(8, args.max_prompt)
+    plan = ProbePlan(prompts=tuple(sorted({min(32, top), min(256, top), top})), mid_prompt=min(256, top),
+                     budget_s=args.budget_s)
+    return cal.calibrate_target_main(args.target, args.model, args.gpu, args.tp, args.stack, out, args.served_model,
+                                     args.api_key_env, plan)
+
+
+def _verify(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """``kvtui verify``: predicted against measured capacity edge of a running server."""
+    from tui.recorder.verify import verify_main
+
+    try:
+        mode = EngineMode.parse(args.mode) if args.mode else None
+    except ValueError as e:
+        raise ProfileError(f"--mode: {e}") from None
+    return verify_main(load_named_profile(args.profile, args.overrides), args.target, args.stack, args.gpu,
+                       args.out, mode, args.served_model, args.api_key_env, args.tp, args.tokenizer)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``kvtui`` console script; returns the exit code."""
     honour_ctrl_c()
@@ -420,12 +489,6 @@ def _serve(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     prof = check_backend(with_checkpoint(args, load_named_profile(args.profile, args.overrides), local=True))
     return serve_main(prof, host=args.host, port=args.port, api_key_env=args.api_key_env,
                       strict_fields=args.strict_fields)
-
-
-def _calibrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from tui.recorder.calibrate import calibrate_main
-
-    return calibrate_main(load_named_profile(args.profile, args.overrides), args.out, quick=args.quick)
 
 
 def _tune(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -506,6 +569,7 @@ def _record(args: argparse.Namespace, parser: argparse.ArgumentParser, prof: Pro
 
 # The subcommands; no subcommand is the dashboard or a recorded run (_run).
 _COMMANDS: dict[str | None, Callable[[argparse.Namespace, argparse.ArgumentParser], int]] = {
-    "report": _report, "serve": _serve, "calibrate": _calibrate, "tune": _tune, "profiles": _profiles,
+    "report": _report, "serve": _serve, "calibrate": _calibrate, "verify": _verify, "tune": _tune,
+    "profiles": _profiles,
 }
 

@@ -98,7 +98,8 @@ def test_which_tokenizer_sizes_the_prompts(tokenizer_dir, tmp_path):
 
 def test_a_tokenizer_that_is_not_there_is_a_one_line_profile_error(tmp_path):
     with pytest.raises(ProfileError, match=r"^p.toml: target.tokenizer = '/no/such/dir': expected a tokenizer.json, "
-                                           r"or a model directory holding one$"):
+                                           r"or a model directory holding one, or 'bytes' \(a kvtui serve on "
+                                           r"the byte tokenizer\)$"):
         profile_from_dict({"target": {"tokenizer": "/no/such/dir"}}, "p.toml")
     bad = tmp_path / "tokenizer.json"
     bad.write_text('{"not": "a tokenizer"}')

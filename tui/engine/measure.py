@@ -23,11 +23,16 @@ shapes instead of charging it to the shapes that happened to run at that moment.
 
 Each step's shape — every scheduled request's ``(new tokens, cached tokens)`` — is taken from the
 runner as the engine calls it, and its time is the engine's own ``StepTiming.duration_s``: the whole
-step, scheduling included, the time the simulated backend has to reproduce. On a CPU the engine's
-step timer is the process's CPU time (``time.process_time``: torch runs one thread there), so a step
-that lost the CPU to another process is not counted as slow; on CUDA it is wall time (the step ends
-with a device sync when tokens are read back). Whoever compares a run against the model must time
-that run's steps the same way (``bench/sim.py`` does).
+step, scheduling included, the time the simulated backend has to reproduce. Steps are timed on the
+wall clock by default: what the engine will see when it serves on this machine, neighbours included
+(on CUDA the step ends with a device sync when tokens are read back). ``cpu_time=True`` times a CPU
+engine's steps by the process's CPU time instead (``time.process_time``: torch runs one thread there),
+so a step that lost the CPU to another process is not counted as slow: what an idle machine would
+give, which a contended one then does not serve at (kvtui issue 42: 3.1 ms a step fitted on a busy
+machine against 0.44 ms on a quiet one). Either way the walk's total CPU and wall time are kept
+(:attr:`Measurement.cpu_s`, :attr:`Measurement.wall_s`): their ratio is how contended the machine was.
+Whoever compares a run against the model must time that run's steps the same way (``bench/sim.py``
+times both by CPU time).
 """
 
 from __future__ import annotations
@@ -56,6 +61,15 @@ class Measurement:
     samples: list[StepSample]
     device_label: str  # the engine's ("cpu", "cuda:0 (NVIDIA H100 80GB HBM3)")
     dtype_bytes: int  # of the engine's weights and KV (float32 on a CPU: 4)
+    clock: str = "wall"  # what timed the steps: "wall" or "cpu" (process CPU time)
+    cpu_s: float = 0.0  # the walk's process CPU time
+    wall_s: float = 0.0  # the walk's wall time
+
+    @property
+    def contention(self) -> float:
+        """Wall time over CPU time for the walk, less one: 0 on a quiet machine (one torch thread), 1
+        when the process had the CPU half the time."""
+        return self.wall_s / self.cpu_s - 1.0 if self.cpu_s > 0 else 0.0
 
 
 @dataclass(frozen=True)
@@ -173,11 +187,12 @@ class GridWalker:
     """
 
     def __init__(self, cfg: EngineConfig, *, quick: bool = False, passes: int = 2,
-                 runs: Sequence[GridRun] | None = None) -> None:
+                 runs: Sequence[GridRun] | None = None, cpu_time: bool = False) -> None:
         self.runs = list(runs) if runs is not None else grid(quick=quick)
+        self.cpu_time = cpu_time
         self.passes = passes
         self.engine = engine = Engine(measurement_config(cfg, max(r.context for r in self.runs)))
-        if engine.device_label == "cpu":
+        if cpu_time and engine.device_label == "cpu":
             engine.timer = time.process_time
         self._mode = engine.mode
         self._rec = ShapeRecorder(engine.runner)
@@ -189,6 +204,7 @@ class GridWalker:
         self._run: GridRun | None = None
         self._steps = 0
         self._run_to_end(GridRun(((64, 4),) * 4))  # warm up: allocator, rotary tables, first-call costs
+        self._t0 = (time.process_time(), time.perf_counter())
 
     def _add(self, requests: Sequence[tuple[int, int]]) -> None:
         for prompt, out in requests:
@@ -236,13 +252,16 @@ class GridWalker:
         return True
 
     def measurement(self) -> Measurement:
-        return Measurement(list(self.samples), self.engine.device_label, DTYPE_BYTES[self.engine.dtype])
+        clock = "cpu" if self.cpu_time and self.engine.device_label == "cpu" else "wall"
+        return Measurement(list(self.samples), self.engine.device_label, DTYPE_BYTES[self.engine.dtype], clock,
+                           time.process_time() - self._t0[0], time.perf_counter() - self._t0[1])
 
 
 def measure(cfg: EngineConfig, *, quick: bool = False, passes: int = 2,
-            progress: Callable[[str], None] | None = None) -> Measurement:
-    """Step samples of the torch engine built from ``cfg`` (its model, device, dtype and threads)."""
-    walker = GridWalker(cfg, quick=quick, passes=passes)
+            progress: Callable[[str], None] | None = None, cpu_time: bool = False) -> Measurement:
+    """Step samples of the torch engine built from ``cfg`` (its model, device, dtype and threads),
+    timed on the wall clock (``cpu_time``: a CPU engine's by process CPU time)."""
+    walker = GridWalker(cfg, quick=quick, passes=passes, cpu_time=cpu_time)
     seen = -1
     while walker.step():
         if progress and walker.passes_done != seen:

@@ -24,6 +24,7 @@ from tui.load.target import OpenAITarget
 from tui.load.trace_replay import GapSource, RequestSource, make_arrivals, make_workload
 from tui.load.workload import TextUnit
 from tui.profile import Profile, WorkloadConfig
+from tui.profile.sections import BYTES_TOKENIZER
 from tui.records.request import RequestRecord
 
 RecordCallback = Callable[[RequestRecord], Any]
@@ -106,6 +107,8 @@ def prompt_sizing(profile: Profile) -> tuple[TextUnit, str | None]:
     local engine's byte tokenizer (characters); else, for a remote target, words.
     """
     t, eng = profile.target, profile.engine
+    if t.tokenizer == BYTES_TOKENIZER:  # a kvtui serve on the byte tokenizer: a character a token
+        return "char", None
     if t.tokenizer:
         return "token", t.tokenizer
     if t.kind == "local":

@@ -12,7 +12,7 @@ import idna
 from tui.profile.errors import ProfileError, fail
 from tui.profile.schema import Profile
 from tui.profile.searches import SweepConfig
-from tui.profile.sections import DefensesConfig, EngineConfig, LengthDist, TargetConfig
+from tui.profile.sections import BYTES_TOKENIZER, DefensesConfig, EngineConfig, LengthDist, TargetConfig
 
 
 def check_dist(d: LengthDist, source: str, path: str) -> None:
@@ -93,6 +93,7 @@ def _is_file(path: str) -> bool:
 SIMULATED_ONLY: tuple[tuple[str, object, str], ...] = (
     ("tensor_parallel_size", 1, "1 (tensor parallelism is simulated only: set engine.backend = 'simulated')"),
     ("hardware", None, "no value unless engine.backend = 'simulated'"),
+    ("stack", None, "no value unless engine.backend = 'simulated'"),
     ("quantization", None, "no value unless engine.backend = 'simulated' (the torch engine runs its checkpoint's dtype)"),
     ("kv_cache_dtype", "auto", "'auto' unless engine.backend = 'simulated'"),
 )
@@ -137,8 +138,9 @@ def _check_target(t: TargetConfig, source: str) -> None:
             raise ProfileError(f"{source}: target.model is required when target.kind = 'openai'")
     if t.api_key_env is not None:
         check_env_name(t.api_key_env, f"{source}: target.api_key_env")
-    if t.tokenizer is not None and not (_is_file(t.tokenizer) or _is_file(str(Path(t.tokenizer) / "tokenizer.json"))):
-        fail(source, "target.tokenizer", t.tokenizer, "a tokenizer.json, or a model directory holding one")
+    if t.tokenizer is not None and t.tokenizer != BYTES_TOKENIZER and not (_is_file(t.tokenizer) or _is_file(str(Path(t.tokenizer) / "tokenizer.json"))):
+        fail(source, "target.tokenizer", t.tokenizer, "a tokenizer.json, or a model directory holding one, "
+             f"or {BYTES_TOKENIZER!r} (a kvtui serve on the byte tokenizer)")
 
 
 def _check_stages(p: Profile, source: str) -> None:

@@ -15,6 +15,9 @@ Arrival = Literal["poisson", "gamma", "constant", "trace"]  # trace: the trace f
 
 
 
+BYTES_TOKENIZER = "bytes"  # target.tokenizer for a server on kvtui's byte tokenizer
+
+
 @dataclass(frozen=True)
 class TargetConfig:
     """Where load goes: the embedded local engine, or any OpenAI-compatible endpoint."""
@@ -31,6 +34,7 @@ class TargetConfig:
     ignore_eos: bool | None = None
     # The model's tokenizer (a Hugging Face directory holding tokenizer.json, or the file): prompts are
     # then sized in its tokens. Without it a remote target's prompt lengths are in words (about a token each).
+    # "bytes": a kvtui serve on its byte tokenizer (a character a token, as for the local engine).
     tokenizer: str | None = None
 
     @property
@@ -78,6 +82,9 @@ class EngineConfig:
     device: Literal["auto", "cpu", "cuda"] = "auto"
     threads: int = 1
     hardware: str | None = None  # simulated backend: GPU preset or hardware-profile TOML (None: H100-SXM)
+    # simulated backend: the serving stack on a GPU preset, a preset (vllm, sglang, trtllm, lmdeploy,
+    # hf-eager, llamacpp) or a stack TOML written by kvtui calibrate --target / --from (None: vllm)
+    stack: str | None = None
     tensor_parallel_size: int = 1  # simulated backend only
     quantization: Literal["fp8", "int8"] | None = None  # simulated backend only: the weights' dtype
     kv_cache_dtype: Literal["auto", "fp8"] = "auto"  # simulated backend only: auto = the weights' 16 bits

@@ -29,6 +29,8 @@ cache (a decode is ``new = 1``; a prefill chunk ``new = chunk``). Per device, wi
   over all the step's tokens, the prefill chunks' attention (compute bound) and the decodes' attention
   (bound by reading their KV at ``kv_bandwidth``, decode attention's own efficiency) each take their own
   time;
+- **serving path**: ``serving_s`` once per step that starts one or more requests (tokenizing,
+  scheduling, input broadcast: a stack's per-request cost that lands in TTFT; :mod:`tui.engine.sim.stacks`);
 - **per layer**: a serving stack's launch and synchronisation floor, ``per_layer_s`` per layer per step;
 - **sampler**: ``per_seq_s`` per row plus ``per_logit_s`` per sampled row per vocabulary entry
   (softmax, top-k/p over the vocabulary), beyond the LM head's FLOPs;
@@ -78,6 +80,7 @@ class StepWork:
     dec_attn_flops: float = 0.0  # of attn_flops, the decode rows'
     dec_kv_bytes: float = 0.0  # of kv_bytes, the decode rows'
     logits: float = 0.0  # sampled rows x vocabulary entries, per device
+    starts: int = 0  # requests whose first chunk (nothing cached before it) this step computes
 
 
 @dataclass(frozen=True)
@@ -107,7 +110,7 @@ def step_seconds(w: Any, p: CostParams, maximum: Callable[[Any, Any], Any] = max
     decode_attn = maximum(w.dec_attn_flops / p.attn_flops, w.dec_kv_bytes / p.kv_bandwidth)
     return (p.overhead_s + p.per_layer_s * w.layers + p.per_seq_s * w.rows + p.per_prefill_s * w.prefills
             + p.per_pad_token_s * w.pad_tokens + p.per_logit_s * w.logits
-            + linear + prefill_attn + decode_attn + w.comm_s)
+            + p.serving_s * (w.starts > 0) + linear + prefill_attn + decode_attn + w.comm_s)
 
 
 def step_time(work: StepWork, p: CostParams) -> StepCost:
@@ -147,12 +150,13 @@ class CostModel:
 
     def work(self, chunks: Iterable[tuple[int, int]], sampled: int) -> StepWork:
         """The work of a step computing ``new`` tokens after ``past`` cached ones, per ``(new, past)``."""
-        rows = prefills = tokens = ctx = 0
+        rows = prefills = tokens = ctx = starts = 0
         pairs = 0.0
         decodes = dec_ctx = longest = 0
         for new, past in chunks:
             rows += 1
             prefills += new > 1
+            starts += past == 0
             tokens += new
             pairs += new * past + new * (new + 1) / 2
             ctx += past + new
@@ -161,15 +165,16 @@ class CostModel:
                 dec_ctx += past + 1
                 longest = max(longest, past + 1)
         return self.work_of(rows, prefills, tokens, pairs, ctx, sampled, decodes * longest - dec_ctx,
-                            dec_ctx=dec_ctx)
+                            dec_ctx=dec_ctx, starts=starts)
 
     def work_of(self, rows: int, prefills: int, tokens: int, pairs: float, ctx: int, sampled: int,
-                pad_tokens: int = 0, dec_ctx: int | None = None) -> StepWork:
+                pad_tokens: int = 0, dec_ctx: int | None = None, starts: int = 0) -> StepWork:
         """:meth:`work` from the step's sums: requests, prefill chunks, tokens, attention (query, key)
         pairs (``Σ new·past + new·(new+1)/2``), context tokens read (``Σ past + new``), sampled rows,
         and the decode rows' padding (``decodes x longest decode context - Σ their contexts``; only
         needed where :attr:`pads`); ``dec_ctx``: the decode rows' share of ``ctx`` (a decode's pairs
-        are its context; default: all of it when no row prefills, none otherwise)."""
+        are its context; default: all of it when no row prefills, none otherwise); ``starts``: requests
+        whose first chunk this is (the serving path's cost, once per step that has any)."""
         comm = self._ar_fixed + self._ar_per_token * tokens if tokens and self.tp > 1 else 0.0
         if dec_ctx is None:
             dec_ctx = ctx if not prefills else 0
@@ -185,6 +190,7 @@ class CostModel:
             dec_attn_flops=self._attn_per_pair * dec_ctx,
             dec_kv_bytes=self._kv_per_token * dec_ctx,
             logits=self._logits_per_row * sampled,
+            starts=starts,
         )
 
     @property

@@ -38,6 +38,9 @@ from typing import Any
 
 import tomli_w
 
+from tui.engine.sim.stacks import DEFAULT, StackSpec, load_stack
+from tui.engine.sim.stacks import PRESETS as STACK_PRESETS
+
 GiB = 1 << 30
 
 # All-reduce latency per call by interconnect. NVLink: NCCL's small-message all-reduce on NVLink/NVSwitch
@@ -121,16 +124,6 @@ PRESETS: dict[str, GpuSpec] = {
 
 
 @dataclass(frozen=True)
-class StackSpec:
-    """A serving stack's per-step costs beyond the roofline (see the module doc)."""
-
-    name: str
-    per_layer_s: float  # launch + synchronisation per layer per step
-    overhead_s: float  # per step (scheduler, input preparation)
-    source: str
-
-
-@dataclass(frozen=True)
 class Efficiency:
     """The fitted efficiency terms shared by every GPU preset (see the module doc)."""
 
@@ -145,17 +138,8 @@ class Efficiency:
 # their out-of-sample errors are bench/sim.py's leave-one-source-out figures (tests pin the two equal)
 EFFICIENCY = Efficiency(flops_efficiency=0.65, bandwidth_efficiency=0.9,
                         kv_bandwidth_factor=1.0, per_logit_s=0.0, per_row_s=22e-6)
-STACKS: dict[str, StackSpec] = {
-    "vllm": StackSpec("vllm", 63e-6, 0.0,
-                      "fitted: bench/published.toml's vLLM (serving and CI harness) and SGLang points"),
-    "compiled": StackSpec("compiled", 74e-6, 0.0,
-                          "fitted: TensorRT-LLM (NeMo, NIM), LMDeploy TurboMind, gpt-fast and llama.cpp points of "
-                          "bench/published.toml"),
-    "eager": StackSpec("eager", 100e-6, 0.0,
-                       "NOT validated: no published point; a kernel launch per op (~10 per layer) at ~10 us each, "
-                       "an assumption"),
-}
-DEFAULT_STACK = "vllm"
+STACKS = STACK_PRESETS  # the serving stacks (tui.engine.sim.stacks); "vllm" by default
+DEFAULT_STACK = DEFAULT
 
 
 # attention kernels' FLOP/s relative to dense GEMMs': FlashAttention-2 reaches 50-73 % of A100 peak
@@ -183,19 +167,22 @@ class CostParams:
     per_pad_token_s: float = 0.0  # per padded decode KV slot (0 on a GPU: see tui.engine.sim.cost)
     per_layer_s: float = 0.0  # per layer per step (a GPU stack's launch floor; 0 in a CPU calibration)
     per_logit_s: float = 0.0  # per sampled row per vocabulary entry (sampler, logits processing)
+    serving_s: float = 0.0  # once per step that starts a request: the serving path (tui.engine.sim.stacks)
     # a step's weight read and its linear math: False, they add (the GPU presets: what the published
     # points show); True, they overlap and the larger counts (kvtui calibrate keeps whichever fits)
     overlap: bool = False
 
     @classmethod
-    def from_gpu(cls, gpu: GpuSpec, stack: str = DEFAULT_STACK, eff: Efficiency | None = None) -> CostParams:
-        """A GPU preset's coefficients under a serving stack's preset and the fitted efficiency terms."""
+    def from_gpu(cls, gpu: GpuSpec, stack: str | StackSpec = DEFAULT_STACK, eff: Efficiency | None = None) -> CostParams:
+        """A GPU preset's coefficients under a serving stack (a preset's name or a :class:`StackSpec`) and
+        the fitted efficiency terms; the stack scales the shared rates and adds its own terms."""
         e = EFFICIENCY if eff is None else eff
-        st = STACKS[stack]
-        achieved = gpu.peak_flops * e.flops_efficiency
-        bw = gpu.mem_bandwidth * e.bandwidth_efficiency
-        return cls(st.overhead_s, e.per_row_s, achieved, bw, achieved * ATTN_FLOPS_FACTOR, bw * e.kv_bandwidth_factor,
-                   per_layer_s=st.per_layer_s, per_logit_s=e.per_logit_s)
+        st = STACKS[stack] if isinstance(stack, str) else stack
+        achieved = gpu.peak_flops * e.flops_efficiency * st.flops_scale * st.peak_factor(gpu.name)
+        bw = gpu.mem_bandwidth * e.bandwidth_efficiency * st.bandwidth_scale
+        return cls(st.overhead_s, e.per_row_s + st.per_row_s, achieved, bw, achieved * ATTN_FLOPS_FACTOR,
+                   bw * e.kv_bandwidth_factor, per_layer_s=st.per_layer_s, per_logit_s=e.per_logit_s,
+                   serving_s=st.serving_s)
 
 
 @dataclass(frozen=True)
@@ -206,25 +193,32 @@ class Hardware:
     params: CostParams
     calibrated: bool = False  # True: ``params`` were fitted to a real engine by ``kvtui calibrate``
     origin: str = ""  # the preset name or profile path
+    stack: str = ""  # the serving stack a GPU preset runs (a preset's name or a stack file's); "" on a profile
 
     @property
     def label(self) -> str:
-        return f"{self.gpu.name}{' (calibrated)' if self.calibrated else ''}"
+        return f"{self.gpu.name}{' (calibrated)' if self.calibrated else ''}{f', {self.stack}' if self.stack not in ('', DEFAULT) else ''}"
 
 
 def known_gpus() -> str:
     return ", ".join(PRESETS)
 
 
-def load_hardware(name_or_path: str) -> Hardware:
-    """A preset by name (case-insensitive), or a hardware-profile TOML written by ``kvtui calibrate``.
+def load_hardware(name_or_path: str, stack: str | None = None) -> Hardware:
+    """A preset by name (case-insensitive) under ``stack`` (a stack preset or stack file: see
+    :mod:`tui.engine.sim.stacks`; default ``vllm``), or a hardware-profile TOML written by ``kvtui
+    calibrate`` (which has its own terms: no stack applies).
 
     Raises ``ValueError`` with one line saying what was expected.
     """
     key = {k.lower(): k for k in PRESETS}.get(name_or_path.lower())
     if key is not None:
         gpu = PRESETS[key]
-        return Hardware(gpu, CostParams.from_gpu(gpu), False, key)
+        st = load_stack(stack or DEFAULT_STACK)
+        return Hardware(gpu, CostParams.from_gpu(gpu, st), False, key, st.name)
+    if stack is not None:
+        raise ValueError(f"{name_or_path!r}: a stack applies to a GPU preset ({known_gpus()}); a hardware "
+                         "profile from kvtui calibrate has its own terms")
     path = Path(name_or_path).expanduser()
     if not path.is_file():
         raise ValueError(f"{name_or_path!r} is neither a GPU preset ({known_gpus()}) nor a hardware profile file")

@@ -86,7 +86,7 @@ class SimulatedRunner:
         # One pass: the cost model's sums and the sampled tokens. This runs every step over every
         # running request (hundreds, at GPU step rates), so sim_token is inlined and the sums are
         # split: a decode's attention pairs are its context (past + 1), a chunk's its triangle.
-        prefills = tokens = ctx = dec_ctx = 0
+        prefills = tokens = ctx = dec_ctx = starts = 0
         pairs = 0.0
         requests = []
         ids: list[int] = []
@@ -96,6 +96,7 @@ class SimulatedRunner:
             new, past = c.num_new, r.num_computed
             tokens += new
             ctx += past + new
+            starts += past == 0
             if new > 1:
                 prefills += 1
                 pairs += new * past + new * (new + 1) / 2 - (past + new)  # ctx adds the rest below
@@ -119,13 +120,13 @@ class SimulatedRunner:
         if self.cost.pads:  # a calibrated CPU runner pays for padded decode slots (a GPU preset never)
             dec = [c.request.num_computed + 1 for c in chunks if c.num_new == 1]
             pad = len(dec) * max(dec, default=0) - sum(dec)
-        self.run_step(len(chunks), prefills, tokens, pairs, ctx, len(requests), pad, dec_ctx)
+        self.run_step(len(chunks), prefills, tokens, pairs, ctx, len(requests), pad, dec_ctx, starts)
         return StepResult(requests, ids)
 
     def run_step(self, rows: int, prefills: int, tokens: int, pairs: float, ctx: int, sampled: int, pad: int,
-                 dec_ctx: int | None = None) -> None:
+                 dec_ctx: int | None = None, starts: int = 0) -> None:
         """Cost one step from its sums (:meth:`CostModel.work_of`'s) and wait it out on the clock."""
-        step = self.cost.cost(self.cost.work_of(rows, prefills, tokens, pairs, ctx, sampled, pad, dec_ctx))
+        step = self.cost.cost(self.cost.work_of(rows, prefills, tokens, pairs, ctx, sampled, pad, dec_ctx, starts))
         now = self.clock.now()
         start = self.clock.step_start(self._last_release)
         end = max(start + step.time_s, now)
@@ -177,7 +178,8 @@ class SimulatedRunner:
             pad = (rows + ones) * top - (ctx + ones)
         rows_all, ctx_all = rows + len(prompts), ctx + tokens
         # the decodes' share of the context, as execute counts it: theirs and one-token prompts' (context 1)
-        self.run_step(rows_all, prefills, rows + tokens, pairs + ctx_all, ctx_all, rows_all, pad, ctx + ones)
+        self.run_step(rows_all, prefills, rows + tokens, pairs + ctx_all, ctx_all, rows_all, pad, ctx + ones,
+                      len(prompts))
 
     def swap(self, plans: Sequence[SwapPlan]) -> float | None:
         """KV copies device <-> host (swap preemption): nothing is copied; the copy time (bytes over the

@@ -22,6 +22,11 @@ def parts(cfg: EngineConfig) -> tuple[ModelSpec, Hardware]:
         hw = load_hardware(cfg.hardware or DEFAULT_HARDWARE)
     except ValueError as e:
         raise ValueError(f"engine.hardware: {e}") from None
+    if cfg.stack is not None:
+        try:
+            hw = load_hardware(cfg.hardware or DEFAULT_HARDWARE, cfg.stack)
+        except ValueError as e:
+            raise ValueError(f"engine.stack: {e}") from None
     try:
         model = resolve_model(cfg.model, cfg.model_path, hw.gpu.dtype_bytes)
     except ValueError as e:
