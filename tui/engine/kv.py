@@ -33,7 +33,7 @@ from typing import Protocol
 
 from tui.engine.capacity import contiguous_never_fits, paged_never_fits, reservation_slots
 from tui.engine.sequence import Request
-from tui.engine.snapshot import ArenaSegment, BlockView, KVTotals, contiguous_totals, paged_totals
+from tui.engine.snapshot import ArenaSegment, BlockTable, BlockView, KVTotals, contiguous_totals, paged_totals
 from tui.profile import Reservation
 
 
@@ -252,7 +252,7 @@ NO_PREFIX = PrefixMatch()
 class KVHolding:
     """Where one request's KV sits, as the snapshot shows it: block table (paged) or range (contiguous)."""
 
-    blocks: tuple[BlockView, ...] = ()
+    blocks: Sequence[BlockView] = ()  # paged: a BlockTable (runs), or any sequence of BlockViews
     arena_start: int | None = None
     arena_reserved: int = 0
     host_blocks: tuple[int, ...] = ()  # swapped out: where its KV waits in the host pool
@@ -561,13 +561,14 @@ class PagedKV:
     def holding(self, req: Request) -> KVHolding:
         if self.host.holds(req.request_id):
             return self.host.holding(req.request_id)
-        bs, refs, n = self.block_size, self.pool.ref_count, req.num_computed
+        table = self.table(req.request_id)
+        # a block is shared when two tables hold it, so only when the tables hold more entries than blocks
+        refs = self.pool.ref_count
+        shared = [int(refs[b] > 1) for b in table] if self._entries != self.pool.num_used else ()
         # the next query (position num_tokens - 1) attends to positions >= num_tokens - window
-        window_start = req.num_tokens - (self.sliding_window or req.num_tokens)
-        return KVHolding(blocks=tuple(
-            BlockView(b, min(max(n - i * bs, 0), bs), refs[b] > 1, (i + 1) * bs > window_start)
-            for i, b in enumerate(self.table(req.request_id))
-        ))
+        window_start = req.num_tokens - self.sliding_window if self.sliding_window else 0
+        return KVHolding(blocks=BlockTable.of_pool(table, req.num_computed, self.block_size, shared=shared,
+                                                   window_start=window_start))
 
     def num_blocks(self, req: Request) -> int:
         return len(self.tables.get(req.request_id, ()))

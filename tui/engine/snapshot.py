@@ -88,6 +88,36 @@ class BlockTable(Sequence[BlockView]):
         table._blocks = tuple(blocks) if all(type(b) is BlockView for b in blocks) else None
         return table
 
+    @classmethod
+    def of_pool(cls, ids: Sequence[int], computed: int, block_size: int, *, shared: Sequence[int] = (),
+                window_start: int = 0) -> BlockTable:
+        """The table of a request holding pool blocks ``ids`` (logical order) with ``computed`` tokens in them:
+        the runs straight from the integers, no :class:`BlockView` built (a replay frame takes one per held
+        block per request otherwise). Block ``i`` holds ``min(max(computed - i * block_size, 0), block_size)``
+        tokens and is in the window when ``(i + 1) * block_size > window_start``; ``shared``: one 0/1 per
+        block (empty: none shared)."""
+        id_runs: list[int] = []
+        prev = -2
+        for b in ids:
+            if b == prev + 1:
+                id_runs[-1] += 1
+            else:
+                id_runs += [b, 1]
+            prev = b
+        k = len(ids)
+        full = min(k, max(computed, 0) // block_size)
+        fill: list[int] = [block_size, full] if full else []
+        if full < k:  # then one part-filled block (or an empty one), then empty ones
+            part = max(computed - full * block_size, 0)
+            for value, count in ((part, 1), (0, k - full - 1)):
+                if count and fill and fill[-2] == value:
+                    fill[-1] += count
+                elif count:
+                    fill += [value, count]
+        out = min(k, max(window_start, 0) // block_size)  # blocks wholly behind the window
+        window = (0, out, 1, k - out) if 0 < out < k else (0, k) if out else ()
+        return cls(id_runs, fill, rle(shared) if shared else (), window)
+
     def runs(self) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
         """``(id_runs, fill_runs, shared_runs, window_runs)``."""
         return self.id_runs, self.fill_runs, self.shared_runs, self.window_runs

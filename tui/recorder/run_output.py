@@ -17,7 +17,7 @@ import os
 import signal
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,7 +44,7 @@ from tui.records.parquet import PartWriter, dataclass_rows, read_records
 from tui.records.request import RequestRecord
 from tui.records.run_dir import RunDirError, prepare_run_dir
 from tui.report.terminal import load_run, wide_console
-from tui.serve.state_wire import frame_json
+from tui.serve.state_wire import FrameEncoder, frame_json
 
 if TYPE_CHECKING:
     from tui.engine.snapshot import EngineSnapshot, StepTiming
@@ -71,6 +71,7 @@ class RunOutput:
         self.writers: dict[str, PartWriter] = {}
         self.plan: CellPlan = FixedCells((), ())  # which cells run (set by begin())
         self.bars: RunProgress | None = None  # the progress bars (made with the plan)
+        self._encode_frame = FrameEncoder()  # replay frames, each request's unchanged events encoded once
 
     # -- the directory ------------------------------------------------------------------------------
 
@@ -131,7 +132,7 @@ class RunOutput:
         """A replay frame, when the run keeps them (else nothing)."""
         frames = self.writers.get("frames")
         if frames is not None:
-            frames.add(frame_row(snap, stage, mode, t))
+            frames.add(frame_row(snap, stage, mode, t, self._encode_frame))
 
     @property
     def keeps_frames(self) -> bool:
@@ -251,10 +252,12 @@ class RunOutput:
         self.err.print(f"records written to {self.out} ({read_records(self.out).num_rows} requests)", highlight=False)
 
 
-def frame_row(snap: EngineSnapshot, stage: str, mode: str, t: float) -> dict[str, Any]:
-    """One replay frame (``tui.records.frames``): the engine state at ``t`` in its compact JSON form."""
+def frame_row(snap: EngineSnapshot, stage: str, mode: str, t: float,
+              encode: Callable[[EngineSnapshot], bytes] = frame_json) -> dict[str, Any]:
+    """One replay frame (``tui.records.frames``): the engine state at ``t`` in its compact JSON form
+    (``encode``: :func:`frame_json`, or a :class:`FrameEncoder` that keeps what did not change)."""
     return {"stage": stage, "mode": mode, "t": t, "step": snap.step, "num_running": snap.num_running,
-            "num_waiting": snap.num_waiting, "num_preemptions": snap.num_preemptions, "state": frame_json(snap)}
+            "num_waiting": snap.num_waiting, "num_preemptions": snap.num_preemptions, "state": encode(snap)}
 
 
 def without_credentials(profile: Profile) -> Profile:

@@ -28,6 +28,7 @@ import dataclasses
 import json
 import secrets
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -88,8 +89,9 @@ class View:
 # One request
 
 
-def encode_request(r: RequestView, *, brief: bool = False) -> dict[str, Any]:
-    """A request as a compact JSON object (defaults left out); ``brief``: only :data:`BRIEF_KEYS`."""
+def encode_request(r: RequestView, *, brief: bool = False, events: list[list[Any]] | None = None) -> dict[str, Any]:
+    """A request as a compact JSON object (defaults left out); ``brief``: only :data:`BRIEF_KEYS`;
+    ``events``: ``r.events`` already encoded (:func:`encode_events`, kept from an earlier frame)."""
     table = r.blocks if isinstance(r.blocks, BlockTable) else BlockTable.from_blocks(r.blocks)
     if brief or not r.detail:  # most requests of a large engine: built directly, it runs per poll
         d: dict[str, Any] = {"request_id": r.request_id, "state": r.state, "brief": True}
@@ -120,8 +122,13 @@ def encode_request(r: RequestView, *, brief: bool = False) -> dict[str, Any]:
     if r.host_blocks:
         d["host_blocks"] = list(r.host_blocks)
     if r.events:
-        d["events"] = [[e.t, e.kind, e.tokens, e.blocks, e.detail] for e in r.events]
+        d["events"] = events if events is not None else encode_events(r.events)
     return d
+
+
+def encode_events(events: Sequence[RequestEvent]) -> list[list[Any]]:
+    """A request's events as compact JSON: ``[t, kind, tokens, blocks, detail]`` each."""
+    return [[e.t, e.kind, e.tokens, e.blocks, e.detail] for e in events]
 
 
 def decode_request(d: dict[str, Any], block_size: int) -> RequestView:
@@ -238,6 +245,40 @@ def frame_json(snap: EngineSnapshot) -> bytes:
     engine["encoding"] = ENCODING
     engine["requests"] = [encode_request(r) for r in snap.requests]
     return orjson.dumps(engine)
+
+
+class FrameEncoder:
+    """:func:`frame_json` for a series of frames of one engine, the bytes the same: a request's events
+    are encoded once and again only when they change (most of a frame's requests gained none since the
+    last frame, and re-encoding them was the largest share of a frame's cost after the block tables).
+
+    A request's events only grow (or, at the cap, have their last one replaced by a new object), so
+    the count and the identity of the last one tell whether they changed. Only the requests of the
+    latest frame are remembered: memory follows the engine, not the run."""
+
+    def __init__(self) -> None:
+        self._events: dict[str, tuple[int, RequestEvent, list[list[Any]]]] = {}
+
+    def __call__(self, snap: EngineSnapshot) -> bytes:
+        engine = _engine_fields(dataclasses.replace(snap, last_steps=snap.last_steps[:1]))
+        engine["encoding"] = ENCODING
+        cache, kept = self._events, {}
+        requests = []
+        for r in snap.requests:
+            events = r.events
+            encoded = None
+            if events:
+                last = events[-1]
+                hit = cache.get(r.request_id)
+                if hit is not None and hit[0] == len(events) and hit[1] is last:
+                    encoded = hit[2]
+                else:
+                    encoded = encode_events(events)
+                kept[r.request_id] = (len(events), last, encoded)
+            requests.append(encode_request(r, events=encoded))
+        self._events = kept
+        engine["requests"] = requests
+        return orjson.dumps(engine)
 
 
 def frame_snapshot(data: bytes) -> EngineSnapshot:
