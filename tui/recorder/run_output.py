@@ -50,6 +50,10 @@ if TYPE_CHECKING:
     from tui.engine.snapshot import EngineSnapshot, StepTiming
 
 
+class RecordsUnwritable(Exception):
+    """Records could not be written mid-run; the message is the run's one-line error."""
+
+
 class RunOutput:
     """One recorded run's directory and what is known about the run as it goes (cells, failure, interrupt)."""
 
@@ -142,6 +146,17 @@ class RunOutput:
         """Every writer's rows to disk now (raises what the disk raises)."""
         for w in self.writers.values():
             w.flush()
+
+    def flush_due(self) -> None:
+        """Write a part for each writer holding :data:`~tui.records.parquet.FLUSH_ROWS` rows: what a
+        virtual-clock run holds stays bounded however long it runs (a live run flushes every second).
+        Raises :class:`RecordsUnwritable` (one line, the run's "error") when the disk refuses them."""
+        for w in self.writers.values():
+            if w.due:
+                try:
+                    w.flush()
+                except Exception as e:  # a full disk: the driver stops the run, records so far kept
+                    raise RecordsUnwritable(self.write_failure(e)) from e
 
     def write_failure(self, e: Exception) -> str:
         return f"cannot write the records to {self.out} ({one_line(e, 160)}); the run stopped, records so far kept"
