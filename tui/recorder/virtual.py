@@ -274,6 +274,7 @@ class ClockDriver:
     def _after_steps(self) -> None:
         if self.engine.step_index - self.steps_seen >= STEPS_EVERY:
             self.collect_steps()
+            self.window.forget_old()  # its stats are read at the cell's end: keep only its window till then
         if self.on_gpu is not None and self.clock.now() >= self._next_gpu:
             self.sample_gpu()
         if self.on_frame is not None and self.clock.now() >= self.next_frame:
