@@ -28,7 +28,7 @@ from tui.records.step import STEP_SCHEMA
 SCHEMAS = {"requests": REQUEST_SCHEMA, "steps": STEP_SCHEMA, "gpu": GPU_SCHEMA, "frames": FRAME_SCHEMA}
 COMPRESSION = {"frames": FRAME_COMPRESSION}  # the rest: pyarrow's default (snappy)
 ROW_GROUP = {"frames": FRAME_ROW_GROUP}  # rows per row group of the joined file (the rest: JOIN_ROWS)
-JOIN_ROWS = 65_536  # rows per row group of a joined file, read from the parts this many at a time
+JOIN_ROWS = 8192  # rows per row group of a joined file, read from the parts this many at a time (~12 MB of requests)
 # rows pending before a writer is due a part (PartWriter.due): a run on the virtual clock writes by
 # count, not every second, so what it holds does not grow with the run (a frame is ~10-100 KB of JSON)
 FLUSH_ROWS = {"frames": FRAME_ROW_GROUP}
