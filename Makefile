@@ -39,6 +39,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/write_docs.py engine --quick
 	$(BIN)/python bench/write_docs.py serve --quick
 	$(BIN)/python bench/write_docs.py sim --quick
+	$(BIN)/python bench/write_docs.py recorder --quick
 
 clean:
 	rm -rf $(VENV)
