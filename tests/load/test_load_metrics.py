@@ -251,3 +251,17 @@ def test_forgetting_as_it_goes_leaves_the_window_stats_unchanged():
             trimmed.forget_old()
     assert trimmed._itl.n - trimmed._itl.start < (kept._itl.n - kept._itl.start) / 5  # it did forget
     assert trimmed.stats(clock[0]) == kept.stats(clock[0])
+
+
+def test_the_summary_pools_gaps_as_the_lists_give_them():
+    """ITL from the column (no Python float per gap): the same array as pooling the lists, empty and
+    missing lists left out, order kept."""
+    from tui.metrics.summary import _pooled_gaps
+
+    rng = np.random.default_rng(2)
+    lists = [list(rng.uniform(0, 1, int(k))) for k in rng.integers(0, 6, 200)] + [[], None, [float("nan"), 0.5]]
+    df = pl.DataFrame({"chunk_gaps_s": lists}, schema={"chunk_gaps_s": pl.List(pl.Float64)})
+    got, want = _pooled_gaps(df), stats.pooled(lists)
+    assert got.dtype == want.dtype and np.array_equal(got, want, equal_nan=True)
+    empty = pl.DataFrame({"chunk_gaps_s": [[], None]}, schema={"chunk_gaps_s": pl.List(pl.Float64)})
+    assert _pooled_gaps(empty).size == 0 and _pooled_gaps(empty.head(0)).size == 0
