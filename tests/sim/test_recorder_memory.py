@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 
 from tui.recorder import virtual
 from tui.records import parquet
-from tui.records.parquet import PartWriter, read_records
+from tui.records.parquet import PartWriter, count_records, read_records
 from tui.testing.replay_scene import record_scene, scene_profile
 
 
@@ -56,3 +56,14 @@ def test_a_virtual_run_writes_parts_mid_cell_and_the_same_records(tmp_path, monk
     for name in ("requests", "steps", "gpu", "frames"):
         assert read_records(small, name).equals(read_records(whole, name)), name
     assert (small / "summary.csv").read_bytes() == (whole / "summary.csv").read_bytes()
+
+
+def test_records_are_counted_from_the_metadata_of_the_file_and_the_parts(tmp_path):
+    w = PartWriter(tmp_path, "gpu")
+    w.add_many([{"t": float(i), "stage": "s", "mode": "m", "index": 0} for i in range(7)])
+    w.finish()
+    w = PartWriter(tmp_path, "gpu")  # a crashed run's parts beside the joined file
+    w.add_many([{"t": float(i), "stage": "s", "mode": "m", "index": 0} for i in range(3)])
+    w.flush()
+    assert count_records(tmp_path, "gpu") == read_records(tmp_path, "gpu").num_rows == 10
+    assert count_records(tmp_path, "steps") == 0

@@ -40,7 +40,7 @@ from tui.profile import Profile, Stage, dump_profile, stage_profile
 from tui.recorder.progress import RunProgress, cell_total, run_total
 from tui.recorder.sweep import CellPlan, FixedCells, cell_plan
 from tui.records.cell import CellNote
-from tui.records.parquet import PartWriter, dataclass_rows, read_records
+from tui.records.parquet import PartWriter, count_records, dataclass_rows
 from tui.records.request import RequestRecord
 from tui.records.run_dir import RunDirError, prepare_run_dir
 from tui.report.terminal import load_run, wide_console
@@ -264,7 +264,7 @@ class RunOutput:
             self.console.print(edges_rich(edges))
             for line in edge_summary_lines(edges):
                 self.console.print(line, markup=False, highlight=False)
-        self.err.print(f"records written to {self.out} ({read_records(self.out).num_rows} requests)", highlight=False)
+        self.err.print(f"records written to {self.out} ({count_records(self.out)} requests)", highlight=False)
 
 
 def frame_row(snap: EngineSnapshot, stage: str, mode: str, t: float,

@@ -206,6 +206,19 @@ def read_records(run_dir: Path, name: str = "requests", columns: list[str] | Non
     return pa.concat_tables(tables)
 
 
+def count_records(run_dir: Path, name: str = "requests") -> int:
+    """How many rows :func:`read_records` would give, from the files' metadata (nothing decompressed).
+
+    Raises :class:`DamagedRecords` (one line naming the file) when a file cannot be read."""
+    n = 0
+    for path in _files(Path(run_dir), name):
+        try:
+            n += pq.ParquetFile(path).metadata.num_rows
+        except _READ_ERRORS as e:
+            raise _damaged(path, e) from None
+    return n
+
+
 class LazyColumn:
     """One column of a run's records, in :func:`read_records`' row order, read one row group at a time
     when a row is asked for (the few most recent groups kept): a replay's frames stay on disk."""
