@@ -90,3 +90,26 @@ def test_frames_are_the_bytes_the_block_view_path_wrote(mode, monkeypatch):
     ClockDriver(engine, clock, prof, prof.stages[0], mode, on_frame=compare).run()
     assert frames > 10
     assert shared == (mode == "continuous+paged")  # the paged run did share blocks
+
+
+@pytest.mark.parametrize("preemption", ["swap", "recompute"])
+def test_tables_kept_between_snapshots_follow_preemption_and_swaps(preemption, monkeypatch):
+    """The id runs a layout keeps between snapshots, through requests preempted, swapped out and back
+    and finished on a KV cache too small for them: every step's snapshot as the BlockView path gave it."""
+    from tui.engine.params import SamplingParams
+
+    cfg = dataclasses.replace(scene_profile().engine, kv_budget_mb=64.0, max_model_len=4096,
+                              preemption_mode=preemption, swap_space_gb=4.0).with_mode(EngineMode.parse("continuous+paged"))
+    e = Engine(cfg, sim_clock=VirtualClock())
+    for i in range(6):
+        e.add_request(f"r{i}", [97] * 60, SamplingParams.exact(200))
+    steps = 0
+    while e.has_unfinished() and steps < 5000:
+        e.step()
+        steps += 1
+        new = e.snapshot()
+        with monkeypatch.context() as m:
+            m.setattr(PagedKV, "holding", old_holding)
+            old = e.snapshot()
+        assert new == old and frame_json(new) == frame_json(old)
+    assert not e.has_unfinished() and e.num_preemptions > 0
