@@ -38,7 +38,7 @@ from tui.engine.scheduler import (
 from tui.engine.sequence import Request, Status
 from tui.engine.sim.clock import SimClock
 from tui.engine.sim.stretch import DecodeRun
-from tui.engine.snapshot import EngineSnapshot, KVTotals, StepTiming
+from tui.engine.snapshot import EngineSnapshot, KVTotals, RequestView, StepTiming
 from tui.engine.tokenizer import Tokenizer
 from tui.engine.views import request_views
 from tui.profile import DefensesConfig, EngineConfig, EngineMode, PreemptionMode, to_dict
@@ -110,6 +110,7 @@ class Engine:
         self.draining_to: EngineMode | None = None
         self.requests: dict[str, Request] = {}  # live (not finished) requests
         self._recent_finished: deque[Request] = deque(maxlen=32)
+        self._finished_views: dict[str, RequestView] = {}  # their snapshot rows, built once (request_views)
         self._pending: list[RequestOutput] = []  # finished outside step() (abort, switch); sent next step
         self._history: deque[StepTiming] = deque(maxlen=max(history, 1))
         self._busy: deque[tuple[float, float]] = deque()
@@ -450,7 +451,7 @@ class Engine:
             kv=self.mode.kv,
             paused=self.paused,
             draining_to=self.draining_to.label if self.draining_to else None,
-            requests=request_views(shown, self.kv, holders, now),
+            requests=request_views(shown, self.kv, holders, now, self._finished_views),
             totals=self.kv.totals(holders),
             segments=self.kv.segments(holders),
             last_steps=last,

@@ -253,18 +253,27 @@ class FrameEncoder:
     last frame, and re-encoding them was the largest share of a frame's cost after the block tables).
 
     A request's events only grow (or, at the cap, have their last one replaced by a new object), so
-    the count and the identity of the last one tell whether they changed. Only the requests of the
-    latest frame are remembered: memory follows the engine, not the run."""
+    the count and the identity of the last one tell whether they changed. A request whose view is the
+    very object of the last frame (the engine keeps a finished request's, :func:`request_views`) is
+    not encoded again at all. Only the requests of the latest frame are remembered: memory follows
+    the engine, not the run."""
 
     def __init__(self) -> None:
         self._events: dict[str, tuple[int, RequestEvent, list[list[Any]]]] = {}
+        self._rows: dict[str, tuple[RequestView, dict[str, Any]]] = {}  # the last frame's objects, by id
 
     def __call__(self, snap: EngineSnapshot) -> bytes:
         engine = _engine_fields(dataclasses.replace(snap, last_steps=snap.last_steps[:1]))
         engine["encoding"] = ENCODING
         cache, kept = self._events, {}
+        rows, kept_rows = self._rows, {}
         requests = []
         for r in snap.requests:
+            row = rows.get(r.request_id)
+            if row is not None and row[0] is r:  # the very view of the last frame (a finished request's)
+                kept_rows[r.request_id] = row
+                requests.append(row[1])
+                continue
             events = r.events
             encoded = None
             if events:
@@ -275,8 +284,10 @@ class FrameEncoder:
                 else:
                     encoded = encode_events(events)
                 kept[r.request_id] = (len(events), last, encoded)
-            requests.append(encode_request(r, events=encoded))
-        self._events = kept
+            d = encode_request(r, events=encoded)
+            kept_rows[r.request_id] = (r, d)
+            requests.append(d)
+        self._events, self._rows = kept, kept_rows
         engine["requests"] = requests
         return orjson.dumps(engine)
 
