@@ -26,7 +26,8 @@ class SweepConfig:
     A probe passes only when its queue also stayed steady (``tui.metrics.steady``). Once a mode's
     mean service time is known (its first probe), its probes last at least ``min_service_times`` of
     them (at most ``max_duration_s``); a probe whose queue test is undecided runs again
-    ``extend_factor`` times longer, at most ``max_extensions`` times.
+    ``extend_factor`` times longer, at most ``max_extensions`` times. The probes keep no replay
+    frames unless ``replay_frames`` is true.
     """
 
     target_attainment: float = 0.9
@@ -41,6 +42,9 @@ class SweepConfig:
     max_duration_s: float = 600.0
     max_extensions: int = 2
     extend_factor: float = 2.0
+    # replay frames of every probe (record.snapshots_per_s); off, a sweep keeps only what its edge and
+    # table read: frames were the largest share of a virtual-clock probe's cost
+    replay_frames: bool = False
 
     def probe_stage(self, index: int, rate: float, duration_s: float | None = None) -> Stage:
         """The stage that probes ``rate`` for ``duration_s`` of arrivals (default: the sweep's

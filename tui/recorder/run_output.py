@@ -92,8 +92,10 @@ class RunOutput:
         # the target's URL without its credentials (a key belongs in an environment variable)
         (self.out / "profile.toml").write_text(dump_profile(without_credentials(self.profile)), encoding="utf-8")
         names = ["requests", "steps", "gpu"]
-        if self.profile.target.kind == "local" and self.profile.record.snapshots_per_s > 0:
-            names.append("frames")  # replay frames: only the kvtui engine has a state to keep
+        sweep = self.profile.sweep
+        if self.profile.target.kind == "local" and self.profile.record.snapshots_per_s > 0 and \
+                (sweep is None or sweep.replay_frames):
+            names.append("frames")  # replay frames: only the kvtui engine has a state to keep (a sweep: if asked)
         self.writers = {name: PartWriter(self.out, name) for name in names}
         self.write_run_json(finished=False, code=None)
         return True
