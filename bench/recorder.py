@@ -15,7 +15,7 @@ second). Prints one ``name: value`` line per figure:
 - peak_rss_mb_import: peak RSS of a fresh process that only imports the recorder (what every run starts
   from; today mostly torch);
 - peak_rss_mb_<N>k: peak RSS (``VmHWM``) of a fresh process that records N requests as above, for
-  two run lengths (5,000 and 20,000; --quick: 1,000 and 4,000), each in its own subprocess;
+  two run lengths (5,000 and 20,000; --quick: 2,000 and 8,000), each in its own subprocess;
 - peak_rss_growth_kb_per_request: the difference of those two peaks per request between the lengths:
   0 when memory is flat in run length.
 
@@ -105,7 +105,7 @@ def main() -> None:
         child(args.child)
         return
     n, reps = (1500, 2) if args.quick else (5000, 3)
-    lengths = (1000, 4000) if args.quick else (5000, 20000)
+    lengths = (2000, 8000) if args.quick else (5000, 20000)
     recorder_cpu_s(200)  # warm: first-use imports (polars, pyarrow's writers) are start-up, not per request
     clock, rec, sim_s = [], [], 0.0
     for _ in range(reps):  # interleaved: both see the same stretches of a shared machine
