@@ -106,12 +106,20 @@ def encode_request(r: RequestView, *, brief: bool = False, events: list[list[Any
         if r.host_blocks:  # swapped out: the scheduler's host-pool map draws every request's
             d["host_blocks"] = list(r.host_blocks)
         return d
-    d = {"request_id": r.request_id}
-    for name in _SCALARS:
-        value = getattr(r, name)
-        if name in _DEFAULTS and value == _DEFAULTS[name]:
-            continue
-        d[name] = value
+    # _SCALARS in order, a field at its _DEFAULTS value left out; spelled out, as this runs for every
+    # request of every replay frame (tests/serve/test_state_wire.py holds it to the table)
+    d = {"request_id": r.request_id, "state": r.state, "prompt_tokens": r.prompt_tokens,
+         "output_tokens": r.output_tokens, "max_tokens": r.max_tokens}
+    if r.preemptions != 0:
+        d["preemptions"] = r.preemptions
+    if r.computed_tokens != 0:
+        d["computed_tokens"] = r.computed_tokens
+    if r.arena_start is not None:
+        d["arena_start"] = r.arena_start
+    if r.arena_reserved != 0:
+        d["arena_reserved"] = r.arena_reserved
+    if r.waited_s != 0.0:
+        d["waited_s"] = r.waited_s
     if len(table):
         d["block_ids"] = list(table.id_runs)
         d["fill"] = list(table.fill_runs)
