@@ -60,6 +60,8 @@ bench: $(DEV_STAMP)
 	$(BIN)/python bench/write_docs.py harden --quick
 	$(BIN)/python bench/write_docs.py ux --quick
 	$(BIN)/python bench/write_docs.py calib --quick
+	$(BIN)/python bench/write_docs.py recorder --quick
+	$(BIN)/python bench/write_docs.py edges --quick
 
 # The first run on a real GPU (bench/gpu_check.py): the machine's own Python (PYTHON=...), wheels
 # brought along in WHEELS=DIR; writes gpu-check.json. Without a GPU it stops in one line.

@@ -233,3 +233,35 @@ def test_parse_server_gauges_vllm_names():
     assert parse_server_gauges("# nothing\n").kv_cache_usage is None
     old = parse_server_gauges('vllm:gpu_cache_usage_perc{model_name="m"} 0.5\n')
     assert old.kv_cache_usage == 0.5
+
+
+def test_forgetting_as_it_goes_leaves_the_window_stats_unchanged():
+    """A virtual-clock driver reads the window once, at its cell's end, and drops old rows as it goes
+    (``forget_old``) so the window holds its length of records, not the run's: the same stats."""
+    rng = np.random.default_rng(4)
+    recs = [_rec(i, i * 0.5, rng.uniform(0.01, 0.3), rng.uniform(0.2, 5), int(rng.integers(2, 60))) for i in range(400)]
+    clock = [0.0]
+    kept, trimmed = RollingWindow(window_s=10.0, clock=lambda: clock[0]), RollingWindow(window_s=10.0, clock=lambda: clock[0])
+    for i, r in enumerate(recs):
+        clock[0] = r.end_t
+        for w in (kept, trimmed):
+            w.note_sent(r)
+            w.add(r)
+        if i % 25 == 0:
+            trimmed.forget_old()
+    assert trimmed._itl.n - trimmed._itl.start < (kept._itl.n - kept._itl.start) / 5  # it did forget
+    assert trimmed.stats(clock[0]) == kept.stats(clock[0])
+
+
+def test_the_summary_pools_gaps_as_the_lists_give_them():
+    """ITL from the column (no Python float per gap): the same array as pooling the lists, empty and
+    missing lists left out, order kept."""
+    from tui.metrics.summary import _pooled_gaps
+
+    rng = np.random.default_rng(2)
+    lists = [list(rng.uniform(0, 1, int(k))) for k in rng.integers(0, 6, 200)] + [[], None, [float("nan"), 0.5]]
+    df = pl.DataFrame({"chunk_gaps_s": lists}, schema={"chunk_gaps_s": pl.List(pl.Float64)})
+    got, want = _pooled_gaps(df), stats.pooled(lists)
+    assert got.dtype == want.dtype and np.array_equal(got, want, equal_nan=True)
+    empty = pl.DataFrame({"chunk_gaps_s": [[], None]}, schema={"chunk_gaps_s": pl.List(pl.Float64)})
+    assert _pooled_gaps(empty).size == 0 and _pooled_gaps(empty.head(0)).size == 0

@@ -63,6 +63,21 @@ def test_a_request_round_trips_through_its_compact_json(r):
     assert brief.output_tokens == 0 and brief.events == ()
 
 
+@given(requests)
+def test_a_request_encodes_its_scalars_as_the_table_says(r):
+    """encode_request spells out _SCALARS and _DEFAULTS (it runs for every request of every replay
+    frame): the keys in the table's order, each at its default left out."""
+    from tui.serve.state_wire import _DEFAULTS, _SCALARS
+
+    want = {"request_id": r.request_id}
+    for name in _SCALARS:
+        value = getattr(r, name)
+        if not (name in _DEFAULTS and value == _DEFAULTS[name]):
+            want[name] = value
+    got = encode_request(r)
+    assert list(got)[: len(want)] == list(want) and {k: got[k] for k in want} == want
+
+
 def wire(body: dict) -> bytes:
     return json.dumps(body).encode()
 

@@ -30,6 +30,7 @@ from tui.metrics.capacity import (
 from tui.metrics.steady import QueueTest, mean_service_s, queue_test
 from tui.profile import Profile, ProfileError, SweepConfig, find_profile, load_profile, profile_from_dict
 from tui.recorder.virtual import VirtualClockRecorder, run_virtual_cell
+from tui.records.parquet import read_records
 from tui.report.terminal import load_run
 
 # A small simulated engine (batch cap 4) and short requests: each probe takes ~0.1 s of wall time, and
@@ -297,3 +298,12 @@ def test_the_live_line_names_the_mode_the_probe_and_the_slo_count(tmp_path: Path
     assert said[-1].startswith("sweep continuous+paged: sweep-01 at 4 req/s: SLO met by 50.0% of 2 requests (50.0% of the second half) (missed")
     (probe,) = read_capacity_edges(tmp_path)[0].probes
     assert probe[:3] == (4.0, 0.5, "sweep-01") and probe.steady  # two requests: too few for a queue test
+
+
+def test_a_sweep_keeps_replay_frames_only_when_asked(swept: tuple[Profile, Path, int], tmp_path: Path) -> None:
+    """Its edge and table read the records only; frames were most of a probe's cost."""
+    _, out, code = swept
+    assert code == 0 and not (out / "frames.parquet").exists()
+    prof = small_profile(replay_frames=True, max_probes=1)
+    assert VirtualClockRecorder(prof, tmp_path / "run").run() == 0
+    assert read_records(tmp_path / "run", "frames").num_rows > 0

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tui.load.load_runner import prompt_sizing
 
+from tui.load.load_runner import prompt_sizing
 from tui.profile import EngineMode, find_profile, load_profile, profile_from_dict
 from tui.recorder.verify import Verdict, measured_profile, predicted_profile, verify_main
 

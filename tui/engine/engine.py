@@ -38,7 +38,7 @@ from tui.engine.scheduler import (
 )
 from tui.engine.sequence import Request
 from tui.engine.sim.clock import SimClock
-from tui.engine.snapshot import EngineSnapshot, KVTotals, StepTiming
+from tui.engine.snapshot import EngineSnapshot, KVTotals, RequestView, StepTiming
 from tui.engine.stretch import DecodeRun, StretchRunner
 from tui.engine.tokenizer import Tokenizer
 from tui.engine.views import request_views
@@ -92,6 +92,7 @@ class Engine:
         self.draining_to: EngineMode | None = None
         self.requests: dict[str, Request] = self.post.requests  # live (not finished) requests
         self._recent_finished: deque[Request] = self.post.recent_finished
+        self._finished_views: dict[str, RequestView] = {}  # their snapshot rows, built once (request_views)
         self._history: deque[StepTiming] = self.post.history
         self._busy: deque[tuple[float, float]] = self.post.busy
         self._preemptions_before = 0  # preemptions counted by schedulers replaced at a mode switch
@@ -422,7 +423,7 @@ class Engine:
             kv=self.mode.kv,
             paused=self.paused,
             draining_to=self.draining_to.label if self.draining_to else None,
-            requests=request_views(shown, self.kv, holders, now),
+            requests=request_views(shown, self.kv, holders, now, self._finished_views),
             totals=self.kv.totals(holders),
             segments=self.kv.segments(holders),
             last_steps=last,

@@ -26,6 +26,7 @@ model runner carries out before the step's forward, in the order the plans were 
 
 from __future__ import annotations
 
+import itertools
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -33,7 +34,15 @@ from typing import Protocol
 
 from tui.engine.capacity import contiguous_never_fits, paged_never_fits, reservation_slots
 from tui.engine.sequence import Request
-from tui.engine.snapshot import ArenaSegment, BlockView, KVTotals, contiguous_totals, paged_totals
+from tui.engine.snapshot import (
+    ArenaSegment,
+    BlockTable,
+    BlockView,
+    KVTotals,
+    contiguous_totals,
+    extend_id_runs,
+    paged_totals,
+)
 from tui.profile import Reservation
 
 
@@ -252,7 +261,7 @@ NO_PREFIX = PrefixMatch()
 class KVHolding:
     """Where one request's KV sits, as the snapshot shows it: block table (paged) or range (contiguous)."""
 
-    blocks: tuple[BlockView, ...] = ()
+    blocks: Sequence[BlockView] = ()  # paged: a BlockTable (runs), or any sequence of BlockViews
     arena_start: int | None = None
     arena_reserved: int = 0
     host_blocks: tuple[int, ...] = ()  # swapped out: where its KV waits in the host pool
@@ -394,6 +403,8 @@ class PagedKV:
         self.pool = BlockPool(num_blocks, block_size, enable_prefix_caching)
         self.tables: dict[str, list[int]] = {}
         self._entries = 0  # sum of the tables' lengths: equal to the pool's used blocks unless one is shared
+        # holding()'s block-id runs of each table, kept between snapshots: (table, its length then, runs)
+        self._id_runs: dict[str, tuple[list[int], int, list[int]]] = {}
         self.num_slots = num_blocks * block_size
         self.sliding_window = sliding_window
         self.host = HostPool(host_blocks, block_size)
@@ -496,6 +507,7 @@ class PagedKV:
     def _free_device(self, rid: str) -> None:
         """Drop ``rid``'s device blocks only (its host copy stays)."""
         table = self.tables.pop(rid, None)
+        self._id_runs.pop(rid, None)
         if table:
             self._entries -= len(table)
             self.pool.free(table)
@@ -563,13 +575,23 @@ class PagedKV:
     def holding(self, req: Request) -> KVHolding:
         if self.host.holds(req.request_id):
             return self.host.holding(req.request_id)
-        bs, refs, n = self.block_size, self.pool.ref_count, req.num_computed
+        rid = req.request_id
+        table = self.table(rid)
+        # the id runs kept from the last call, extended by the blocks added since: a table only grows
+        # while it lives (a new list on admission, popped when freed), so its identity and length say so
+        kept = self._id_runs.get(rid)
+        if kept is not None and kept[0] is table and kept[1] <= len(table):
+            runs = extend_id_runs(kept[2], itertools.islice(table, kept[1], None))
+        else:
+            runs = extend_id_runs([], table)
+        self._id_runs[rid] = (table, len(table), runs)
+        # a block is shared when two tables hold it, so only when the tables hold more entries than blocks
+        refs = self.pool.ref_count
+        shared = [int(refs[b] > 1) for b in table] if self._entries != self.pool.num_used else ()
         # the next query (position num_tokens - 1) attends to positions >= num_tokens - window
-        window_start = req.num_tokens - (self.sliding_window or req.num_tokens)
-        return KVHolding(blocks=tuple(
-            BlockView(b, min(max(n - i * bs, 0), bs), refs[b] > 1, (i + 1) * bs > window_start)
-            for i, b in enumerate(self.table(req.request_id))
-        ))
+        window_start = req.num_tokens - self.sliding_window if self.sliding_window else 0
+        return KVHolding(blocks=BlockTable.of_pool(table, req.num_computed, self.block_size, shared=shared,
+                                                   window_start=window_start, id_runs=runs))
 
     def num_blocks(self, req: Request) -> int:
         return len(self.tables.get(req.request_id, ()))

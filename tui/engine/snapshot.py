@@ -38,6 +38,19 @@ def rle(values: Iterable[int]) -> tuple[int, ...]:
     return tuple(out)
 
 
+def extend_id_runs(runs: list[int], ids: Iterable[int]) -> list[int]:
+    """``runs`` (block ids as ``(first, count, ...)``) extended in place by ``ids``, consecutive ids
+    joining the last run; returns ``runs``."""
+    prev = runs[-2] + runs[-1] - 1 if runs else -2
+    for b in ids:
+        if b == prev + 1:
+            runs[-1] += 1
+        else:
+            runs += [b, 1]
+        prev = b
+    return runs
+
+
 def _unrle(runs: Sequence[int]) -> list[int]:
     out: list[int] = []
     for i in range(0, len(runs), 2):
@@ -87,6 +100,30 @@ class BlockTable(Sequence[BlockView]):
                     rle(int(b.in_window) for b in blocks))
         table._blocks = tuple(blocks) if all(type(b) is BlockView for b in blocks) else None
         return table
+
+    @classmethod
+    def of_pool(cls, ids: Sequence[int], computed: int, block_size: int, *, shared: Sequence[int] = (),
+                window_start: int = 0, id_runs: Sequence[int] | None = None) -> BlockTable:
+        """The table of a request holding pool blocks ``ids`` (logical order) with ``computed`` tokens in them:
+        the runs straight from the integers, no :class:`BlockView` built (a replay frame takes one per held
+        block per request otherwise). Block ``i`` holds ``min(max(computed - i * block_size, 0), block_size)``
+        tokens and is in the window when ``(i + 1) * block_size > window_start``; ``shared``: one 0/1 per
+        block (empty: none shared); ``id_runs``: the ids' runs, when the caller keeps them (else built)."""
+        if id_runs is None:
+            id_runs = extend_id_runs([], ids)
+        k = len(ids)
+        full = min(k, max(computed, 0) // block_size)
+        fill: list[int] = [block_size, full] if full else []
+        if full < k:  # then one part-filled block (or an empty one), then empty ones
+            part = max(computed - full * block_size, 0)
+            for value, count in ((part, 1), (0, k - full - 1)):
+                if count and fill and fill[-2] == value:
+                    fill[-1] += count
+                elif count:
+                    fill += [value, count]
+        out = min(k, max(window_start, 0) // block_size)  # blocks wholly behind the window
+        window = (0, out, 1, k - out) if 0 < out < k else (0, k) if out else ()
+        return cls(id_runs, fill, rle(shared) if shared else (), window)
 
     def runs(self) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
         """``(id_runs, fill_runs, shared_runs, window_runs)``."""

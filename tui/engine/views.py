@@ -50,13 +50,31 @@ def request_view(req: Request, kv: KVManager, now: float, holds: bool) -> Reques
 
 
 def request_views(requests: Iterable[Request], kv: KVManager, holders: Mapping[str, Request],
-                  now: float) -> tuple[RequestView, ...]:
-    """Rows for ``requests`` in the order given, each request once (the first time it appears)."""
+                  now: float, finished: dict[str, RequestView] | None = None) -> tuple[RequestView, ...]:
+    """Rows for ``requests`` in the order given, each request once (the first time it appears).
+
+    ``finished``: the rows of finished requests from the last call, by id, updated in place to this
+    call's: a request that finished after it was admitted and holds no KV never changes again, so
+    its row is built once (a snapshot shows the last few dozen finished requests, every time)."""
     views: list[RequestView] = []
     seen: set[str] = set()
+    kept: dict[str, RequestView] = {}
     for req in requests:
-        if req.request_id in seen:
+        rid = req.request_id
+        if rid in seen:
             continue
-        seen.add(req.request_id)
-        views.append(request_view(req, kv, now, holds=req.request_id in holders))
+        seen.add(rid)
+        holds = rid in holders
+        if finished is not None and req.status is Status.FINISHED and not holds and \
+                req.first_admitted_time is not None:
+            view = finished.get(rid)
+            if view is None:
+                view = request_view(req, kv, now, holds=False)
+            kept[rid] = view
+        else:
+            view = request_view(req, kv, now, holds=holds)
+        views.append(view)
+    if finished is not None:
+        finished.clear()
+        finished.update(kept)
     return tuple(views)

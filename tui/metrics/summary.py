@@ -129,6 +129,14 @@ def _part(df: pl.DataFrame | None, stage: str, mode: str) -> pl.DataFrame | None
     return df.filter((pl.col("stage") == stage) & (pl.col("mode") == mode))
 
 
+def _pooled_gaps(ok: pl.DataFrame) -> np.ndarray:
+    """Every inter-chunk gap of every request in ``ok``, in order, as one array (ITL): what
+    :func:`stats.pooled` gives for the column's lists, without making each gap a Python float (at
+    ~32 bytes a gap, that was most of a long run's summary memory)."""
+    gaps = ok.get_column("chunk_gaps_s").explode().drop_nulls()  # empty and missing lists explode to nulls
+    return gaps.cast(pl.Float64).to_numpy() if gaps.len() else np.empty(0)
+
+
 def _arr(df: pl.DataFrame, col: str) -> np.ndarray:
     return df.get_column(col).cast(pl.Float64).fill_null(float("nan")).to_numpy()
 
@@ -174,7 +182,7 @@ def _row(stage: str, mode: str, r: pl.DataFrame, steps: pl.DataFrame | None, gpu
     ttft, e2el, tpot = stats.latencies(
         _arr(ok, "send_t"), _arr(ok, "first_token_t"), _arr(ok, "last_token_t"), _arr(ok, "completion_tokens")
     )
-    itl = stats.pooled(ok.get_column("chunk_gaps_s").to_list())
+    itl = _pooled_gaps(ok)
     client_wait = stats.percentiles(_arr(r, "wire_t") - _arr(r, "send_t"))  # pool + connect inside the client
     wall = 0.0
     if r.height:

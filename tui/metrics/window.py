@@ -69,14 +69,19 @@ class _Columns:
             self.data[key] = fresh
         self.start, self.n = 0, live
 
-    def window(self, cutoff: float) -> dict[str, np.ndarray]:
-        """Rows with ``t >= cutoff``; rows before the first such row are forgotten."""
+    def forget(self, cutoff: float) -> np.ndarray:
+        """Forget the leading run of rows with ``t < cutoff``; the mask ``t >= cutoff`` of the rest."""
         t = self.data["t"][self.start : self.n]
         mask = t >= cutoff
         if mask.size and not mask[0]:
             first = int(np.argmax(mask)) if mask.any() else mask.size
             self.start += first  # only a leading run of old rows: nearly sorted times stay correct
             mask = mask[first:]
+        return mask
+
+    def window(self, cutoff: float) -> dict[str, np.ndarray]:
+        """Rows with ``t >= cutoff``; rows before the first such row are forgotten."""
+        mask = self.forget(cutoff)
         return {k: v[self.start : self.n][mask] for k, v in self.data.items()}
 
 
@@ -164,6 +169,15 @@ class RollingWindow:
         )
         if rec.chunk_gaps_s:
             self._itl.extend(t, "gap", rec.chunk_gaps_s)
+
+    def forget_old(self, t_now: float | None = None) -> None:
+        """Drop the rows that have left the window at ``t_now``, as :meth:`stats` does on its way: a
+        driver that reads the stats only at the end (the virtual clock) calls this as it goes, so what
+        the window holds follows its length, not the run's. What a later :meth:`stats` returns is the
+        same (it would have dropped those rows itself)."""
+        cutoff = (self.clock() if t_now is None else t_now) - self.window_s
+        for columns in (self._done, self._itl, self._lags, self._sends, self._tokens):
+            columns.forget(cutoff)
 
     def stats(self, t_now: float | None = None) -> WindowStats:
         """Percentiles and rates over the last ``window_s`` seconds (counts since start)."""

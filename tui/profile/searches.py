@@ -29,7 +29,8 @@ class SweepConfig:
     them (at most ``max_duration_s``); a probe whose queue test is undecided runs again
     ``extend_factor`` times longer, at most ``max_extensions`` times. Once the bracket is within the
     tolerance, the rate that passed is run again ``confirm_factor`` times a probe's length (0: never);
-    the edge is found only when that confirmation passes too, else the search steps down.
+    the edge is found only when that confirmation passes too, else the search steps down. The probes
+    keep no replay frames unless ``replay_frames`` is true.
     """
 
     target_attainment: float = 0.9
@@ -46,6 +47,9 @@ class SweepConfig:
     extend_factor: float = 2.0
     confirm_factor: float = 5.0
     exact_rate: bool = True  # each probe's arrivals offer exactly its rate (tui.load.arrivals.ExactRateGaps)
+    # replay frames of every probe (record.snapshots_per_s); off, a sweep keeps only what its edge and
+    # table read: frames were the largest share of a virtual-clock probe's cost
+    replay_frames: bool = False
 
     def probe_stage(self, index: int, rate: float, duration_s: float | None = None) -> Stage:
         """The stage that probes ``rate`` for ``duration_s`` of arrivals (default: the sweep's

@@ -17,7 +17,7 @@ import os
 import signal
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,14 +40,18 @@ from tui.profile import Profile, Stage, dump_profile, stage_profile
 from tui.recorder.progress import RunProgress, cell_total, run_total
 from tui.recorder.sweep import CellPlan, FixedCells, cell_plan
 from tui.records.cell import CellNote
-from tui.records.parquet import PartWriter, dataclass_rows, read_records
+from tui.records.parquet import PartWriter, count_records, dataclass_rows
 from tui.records.request import RequestRecord
 from tui.records.run_dir import RunDirError, prepare_run_dir
 from tui.report.terminal import load_run, wide_console
-from tui.serve.state_wire import frame_json
+from tui.serve.state_wire import FrameEncoder, frame_json
 
 if TYPE_CHECKING:
     from tui.engine.snapshot import EngineSnapshot, StepTiming
+
+
+class RecordsUnwritable(Exception):
+    """Records could not be written mid-run; the message is the run's one-line error."""
 
 
 class RunOutput:
@@ -71,6 +75,7 @@ class RunOutput:
         self.writers: dict[str, PartWriter] = {}
         self.plan: CellPlan = FixedCells((), ())  # which cells run (set by begin())
         self.bars: RunProgress | None = None  # the progress bars (made with the plan)
+        self._encode_frame = FrameEncoder()  # replay frames, each request's unchanged events encoded once
 
     # -- the directory ------------------------------------------------------------------------------
 
@@ -87,8 +92,10 @@ class RunOutput:
         # the target's URL without its credentials (a key belongs in an environment variable)
         (self.out / "profile.toml").write_text(dump_profile(without_credentials(self.profile)), encoding="utf-8")
         names = ["requests", "steps", "gpu"]
-        if self.profile.target.kind == "local" and self.profile.record.snapshots_per_s > 0:
-            names.append("frames")  # replay frames: only the kvtui engine has a state to keep
+        sweep = self.profile.sweep
+        if self.profile.target.kind == "local" and self.profile.record.snapshots_per_s > 0 and \
+                (sweep is None or sweep.replay_frames):
+            names.append("frames")  # replay frames: only the kvtui engine has a state to keep (a sweep: if asked)
         self.writers = {name: PartWriter(self.out, name) for name in names}
         self.write_run_json(finished=False, code=None)
         return True
@@ -131,7 +138,7 @@ class RunOutput:
         """A replay frame, when the run keeps them (else nothing)."""
         frames = self.writers.get("frames")
         if frames is not None:
-            frames.add(frame_row(snap, stage, mode, t))
+            frames.add(frame_row(snap, stage, mode, t, self._encode_frame))
 
     @property
     def keeps_frames(self) -> bool:
@@ -141,6 +148,17 @@ class RunOutput:
         """Every writer's rows to disk now (raises what the disk raises)."""
         for w in self.writers.values():
             w.flush()
+
+    def flush_due(self) -> None:
+        """Write a part for each writer holding :data:`~tui.records.parquet.FLUSH_ROWS` rows: what a
+        virtual-clock run holds stays bounded however long it runs (a live run flushes every second).
+        Raises :class:`RecordsUnwritable` (one line, the run's "error") when the disk refuses them."""
+        for w in self.writers.values():
+            if w.due:
+                try:
+                    w.flush()
+                except Exception as e:  # a full disk: the driver stops the run, records so far kept
+                    raise RecordsUnwritable(self.write_failure(e)) from e
 
     def write_failure(self, e: Exception) -> str:
         return f"cannot write the records to {self.out} ({one_line(e, 160)}); the run stopped, records so far kept"
@@ -248,7 +266,7 @@ class RunOutput:
             self.console.print(edges_renderable(self.console, edges))
             for line in edge_summary_lines(edges):
                 self.console.print(line, markup=False, highlight=False)
-        self.err.print(f"records written to {self.out} ({read_records(self.out).num_rows} requests)", highlight=False)
+        self.err.print(f"records written to {self.out} ({count_records(self.out)} requests)", highlight=False)
 
 
 def err_console() -> Console:
@@ -259,10 +277,12 @@ def err_console() -> Console:
     return console
 
 
-def frame_row(snap: EngineSnapshot, stage: str, mode: str, t: float) -> dict[str, Any]:
-    """One replay frame (``tui.records.frames``): the engine state at ``t`` in its compact JSON form."""
+def frame_row(snap: EngineSnapshot, stage: str, mode: str, t: float,
+              encode: Callable[[EngineSnapshot], bytes] = frame_json) -> dict[str, Any]:
+    """One replay frame (``tui.records.frames``): the engine state at ``t`` in its compact JSON form
+    (``encode``: :func:`frame_json`, or a :class:`FrameEncoder` that keeps what did not change)."""
     return {"stage": stage, "mode": mode, "t": t, "step": snap.step, "num_running": snap.num_running,
-            "num_waiting": snap.num_waiting, "num_preemptions": snap.num_preemptions, "state": frame_json(snap)}
+            "num_waiting": snap.num_waiting, "num_preemptions": snap.num_preemptions, "state": encode(snap)}
 
 
 def without_credentials(profile: Profile) -> Profile:

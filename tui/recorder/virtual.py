@@ -37,7 +37,13 @@ from tui.load.arrivals import Schedule
 from tui.load.trace_replay import make_arrivals, make_workload
 from tui.metrics.window import RollingWindow
 from tui.profile import EngineMode, Profile, Stage, stage_profile
-from tui.recorder.run_output import RunOutput, finishing, interruptible, restore_signal_handlers
+from tui.recorder.run_output import (
+    RecordsUnwritable,
+    RunOutput,
+    finishing,
+    interruptible,
+    restore_signal_handlers,
+)
 from tui.records.request import RequestRecord
 
 STEPS_EVERY = 2000  # collect the engine's steps this often (its history holds 20,000)
@@ -71,7 +77,11 @@ class VirtualClockRecorder:
             with self._plan_progress():
                 while (cell := plan.next_cell()) is not None:
                     stage, mode = cell
-                    self._simulated_s += self._run_virtual_cell(stage, EngineMode.parse(mode))
+                    try:
+                        self._simulated_s += self._run_virtual_cell(stage, EngineMode.parse(mode))
+                    except RecordsUnwritable as e:  # a full disk mid-cell: stop here, keep what reached it
+                        output.fatal, code = str(e), 1
+                        break
                     plan.cell_done(partial=False)
                     try:
                         output.flush()
@@ -121,12 +131,24 @@ class VirtualClockRecorder:
         start = self._t_next if self._t_next is not None else records_now()
         note = output.start_cell(stage, mode.label, start)
         name, label = stage.name, mode.label
+
+        # every callback then writes a part of any records pending past their count (RunOutput.flush_due)
+        def on_record(r: RequestRecord) -> None:
+            output.on_record(r)
+            output.flush_due()
+
+        def on_steps(steps: list[StepTiming]) -> None:
+            output.add_steps(steps, name, label)
+            output.flush_due()
+
+        def on_frame(snap: EngineSnapshot, t: float) -> None:
+            output.add_frame(snap, name, label, t)
+            output.flush_due()
+
         cell = run_virtual_cell(self.profile, stage, mode, start=start, run_id=output.run_id,
-                                on_record=output.on_record,
-                                on_steps=lambda steps: output.add_steps(steps, name, label),
+                                on_record=on_record, on_steps=on_steps,
                                 on_gpu=lambda samples: output.add_gpu(samples, name, label),
-                                on_frame=(lambda snap, t: output.add_frame(snap, name, label, t))
-                                if output.keeps_frames else None)
+                                on_frame=on_frame if output.keeps_frames else None)
         clock = cell.clock
         note.partial = False
         note.ended_t = clock.origin + clock.now()
@@ -256,6 +278,7 @@ class ClockDriver:
     def _after_steps(self) -> None:
         if self.engine.step_index - self.steps_seen >= STEPS_EVERY:
             self.collect_steps()
+            self.window.forget_old()  # its stats are read at the cell's end: keep only its window till then
         if self.on_gpu is not None and self.clock.now() >= self._next_gpu:
             self.sample_gpu()
         if self.on_frame is not None and self.clock.now() >= self.next_frame:

@@ -27,7 +27,12 @@ from tui.records.step import STEP_SCHEMA
 
 SCHEMAS = {"requests": REQUEST_SCHEMA, "steps": STEP_SCHEMA, "gpu": GPU_SCHEMA, "frames": FRAME_SCHEMA}
 COMPRESSION = {"frames": FRAME_COMPRESSION}  # the rest: pyarrow's default (snappy)
-ROW_GROUP = {"frames": FRAME_ROW_GROUP}  # rows per row group of the joined file (the rest: pyarrow's default)
+ROW_GROUP = {"frames": FRAME_ROW_GROUP}  # rows per row group of the joined file (the rest: JOIN_ROWS)
+JOIN_ROWS = 8192  # rows per row group of a joined file, read from the parts this many at a time (~12 MB of requests)
+# rows pending before a writer is due a part (PartWriter.due): a run on the virtual clock writes by
+# count, not every second, so what it holds does not grow with the run (a frame is ~10-100 KB of JSON)
+FLUSH_ROWS = {"frames": FRAME_ROW_GROUP}
+FLUSH_ROWS_DEFAULT = 4096
 
 
 def rows_to_table(rows: list[dict[str, Any]], schema: pa.Schema) -> pa.Table:
@@ -66,6 +71,12 @@ class PartWriter:
         self._pending: list[dict[str, Any]] = []
         self._n_parts = len(list(self.parts_dir.glob("part-*.parquet")))
         self._compression = COMPRESSION.get(name, "snappy")
+        self._flush_rows = FLUSH_ROWS.get(name, FLUSH_ROWS_DEFAULT)
+
+    @property
+    def due(self) -> bool:
+        """Enough rows pending for a part of their own (:data:`FLUSH_ROWS`)."""
+        return len(self._pending) >= self._flush_rows
 
     def add(self, row: dict[str, Any]) -> None:
         self._pending.append(row)
@@ -92,18 +103,43 @@ class PartWriter:
         self._pending.clear()
 
     def finish(self) -> Path:
-        """Flush, join all parts into ``DIR/NAME.parquet`` (atomically) and remove the parts."""
+        """Flush, join all parts into ``DIR/NAME.parquet`` (atomically) and remove the parts.
+
+        The parts are streamed: read a few at a time and written as row groups of :data:`JOIN_ROWS`
+        (frames: :data:`FRAME_ROW_GROUP`) rows, so joining holds one row group, never the whole run."""
         self.flush()
-        table = _read_parts(self.parts_dir, self.schema)
         final = self.out_dir / f"{self.name}.parquet"
         tmp = final.with_suffix(".parquet.tmp")
-        pq.write_table(table, tmp, compression=self._compression, row_group_size=ROW_GROUP.get(self.name))
+        group = ROW_GROUP.get(self.name, JOIN_ROWS)
+        with pq.ParquetWriter(tmp, self.schema, compression=self._compression) as writer:
+            held: list[pa.Table] = []
+            rows = 0
+            for path in sorted(self.parts_dir.glob("part-*.parquet")):
+                table = _read(path, self.schema)
+                held.append(table)
+                rows += table.num_rows
+                if rows >= group:
+                    rows = _write_groups(writer, pa.concat_tables(held), group, held)
+            if held:
+                _write_groups(writer, pa.concat_tables(held), group, held, last=True)
         os.replace(tmp, final)
         shutil.rmtree(self.parts_dir, ignore_errors=True)
         parts_root = self.out_dir / ".parts"
         if parts_root.is_dir() and not any(parts_root.iterdir()):
             parts_root.rmdir()
         return final
+
+
+def _write_groups(writer: pq.ParquetWriter, table: pa.Table, group: int, held: list[pa.Table], *,
+                  last: bool = False) -> int:
+    """Write ``table``'s whole row groups of ``group`` rows (all of it when ``last``); ``held`` becomes
+    the rest, still to write. Returns the rows of that rest."""
+    whole = table.num_rows if last else table.num_rows - table.num_rows % group
+    if whole:
+        writer.write_table(table.slice(0, whole), row_group_size=group)
+    rest = table.slice(whole)
+    held[:] = [rest] if rest.num_rows else []
+    return rest.num_rows
 
 
 def _conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
@@ -168,6 +204,19 @@ def read_records(run_dir: Path, name: str = "requests", columns: list[str] | Non
     if not tables:
         return schema.empty_table()
     return pa.concat_tables(tables)
+
+
+def count_records(run_dir: Path, name: str = "requests") -> int:
+    """How many rows :func:`read_records` would give, from the files' metadata (nothing decompressed).
+
+    Raises :class:`DamagedRecords` (one line naming the file) when a file cannot be read."""
+    n = 0
+    for path in _files(Path(run_dir), name):
+        try:
+            n += pq.ParquetFile(path).metadata.num_rows
+        except _READ_ERRORS as e:
+            raise _damaged(path, e) from None
+    return n
 
 
 class LazyColumn:

@@ -28,6 +28,7 @@ import dataclasses
 import json
 import secrets
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -88,28 +89,26 @@ class View:
 # One request
 
 
-def encode_request(r: RequestView, *, brief: bool = False) -> dict[str, Any]:
-    """A request as a compact JSON object (defaults left out); ``brief``: only :data:`BRIEF_KEYS`."""
+def encode_request(r: RequestView, *, brief: bool = False, events: list[list[Any]] | None = None) -> dict[str, Any]:
+    """A request as a compact JSON object (defaults left out); ``brief``: only :data:`BRIEF_KEYS`;
+    ``events``: ``r.events`` already encoded (:func:`encode_events`, kept from an earlier frame)."""
     table = r.blocks if isinstance(r.blocks, BlockTable) else BlockTable.from_blocks(r.blocks)
     if brief or not r.detail:  # most requests of a large engine: built directly, it runs per poll
-        d: dict[str, Any] = {"request_id": r.request_id, "state": r.state, "brief": True}
-        if len(table):
-            d["block_ids"] = list(table.id_runs)
-            if table.shared_runs:
-                d["shared"] = list(table.shared_runs)
-        if r.arena_start is not None:
-            d["arena_start"] = r.arena_start
-        if r.arena_reserved:
-            d["arena_reserved"] = r.arena_reserved
-        if r.host_blocks:  # swapped out: the scheduler's host-pool map draws every request's
-            d["host_blocks"] = list(r.host_blocks)
-        return d
-    d = {"request_id": r.request_id}
-    for name in _SCALARS:
-        value = getattr(r, name)
-        if name in _DEFAULTS and value == _DEFAULTS[name]:
-            continue
-        d[name] = value
+        return _encode_brief(r, table)
+    # _SCALARS in order, a field at its _DEFAULTS value left out; spelled out, as this runs for every
+    # request of every replay frame (tests/serve/test_state_wire.py holds it to the table)
+    d = {"request_id": r.request_id, "state": r.state, "prompt_tokens": r.prompt_tokens,
+         "output_tokens": r.output_tokens, "max_tokens": r.max_tokens}
+    if r.preemptions != 0:
+        d["preemptions"] = r.preemptions
+    if r.computed_tokens != 0:
+        d["computed_tokens"] = r.computed_tokens
+    if r.arena_start is not None:
+        d["arena_start"] = r.arena_start
+    if r.arena_reserved != 0:
+        d["arena_reserved"] = r.arena_reserved
+    if r.waited_s != 0.0:
+        d["waited_s"] = r.waited_s
     if len(table):
         d["block_ids"] = list(table.id_runs)
         d["fill"] = list(table.fill_runs)
@@ -120,8 +119,29 @@ def encode_request(r: RequestView, *, brief: bool = False) -> dict[str, Any]:
     if r.host_blocks:
         d["host_blocks"] = list(r.host_blocks)
     if r.events:
-        d["events"] = [[e.t, e.kind, e.tokens, e.blocks, e.detail] for e in r.events]
+        d["events"] = events if events is not None else encode_events(r.events)
     return d
+
+
+def _encode_brief(r: RequestView, table: BlockTable) -> dict[str, Any]:
+    """A request as its brief form: only :data:`BRIEF_KEYS`."""
+    d: dict[str, Any] = {"request_id": r.request_id, "state": r.state, "brief": True}
+    if len(table):
+        d["block_ids"] = list(table.id_runs)
+        if table.shared_runs:
+            d["shared"] = list(table.shared_runs)
+    if r.arena_start is not None:
+        d["arena_start"] = r.arena_start
+    if r.arena_reserved:
+        d["arena_reserved"] = r.arena_reserved
+    if r.host_blocks:  # swapped out: the scheduler's host-pool map draws every request's
+        d["host_blocks"] = list(r.host_blocks)
+    return d
+
+
+def encode_events(events: Sequence[RequestEvent]) -> list[list[Any]]:
+    """A request's events as compact JSON: ``[t, kind, tokens, blocks, detail]`` each."""
+    return [[e.t, e.kind, e.tokens, e.blocks, e.detail] for e in events]
 
 
 def decode_request(d: dict[str, Any], block_size: int) -> RequestView:
@@ -238,6 +258,51 @@ def frame_json(snap: EngineSnapshot) -> bytes:
     engine["encoding"] = ENCODING
     engine["requests"] = [encode_request(r) for r in snap.requests]
     return orjson.dumps(engine)
+
+
+class FrameEncoder:
+    """:func:`frame_json` for a series of frames of one engine, the bytes the same: a request's events
+    are encoded once and again only when they change (most of a frame's requests gained none since the
+    last frame, and re-encoding them was the largest share of a frame's cost after the block tables).
+
+    A request's events only grow (or, at the cap, have their last one replaced by a new object), so
+    the count and the identity of the last one tell whether they changed. A request whose view is the
+    very object of the last frame (the engine keeps a finished request's, :func:`request_views`) is
+    not encoded again at all. Only the requests of the latest frame are remembered: memory follows
+    the engine, not the run."""
+
+    def __init__(self) -> None:
+        self._events: dict[str, tuple[int, RequestEvent, list[list[Any]]]] = {}
+        self._rows: dict[str, tuple[RequestView, dict[str, Any]]] = {}  # the last frame's objects, by id
+
+    def __call__(self, snap: EngineSnapshot) -> bytes:
+        engine = _engine_fields(dataclasses.replace(snap, last_steps=snap.last_steps[:1]))
+        engine["encoding"] = ENCODING
+        cache, kept = self._events, {}
+        rows, kept_rows = self._rows, {}
+        requests = []
+        for r in snap.requests:
+            row = rows.get(r.request_id)
+            if row is not None and row[0] is r:  # the very view of the last frame (a finished request's)
+                kept_rows[r.request_id] = row
+                requests.append(row[1])
+                continue
+            events = r.events
+            encoded = None
+            if events:
+                last = events[-1]
+                hit = cache.get(r.request_id)
+                if hit is not None and hit[0] == len(events) and hit[1] is last:
+                    encoded = hit[2]
+                else:
+                    encoded = encode_events(events)
+                kept[r.request_id] = (len(events), last, encoded)
+            d = encode_request(r, events=encoded)
+            kept_rows[r.request_id] = (r, d)
+            requests.append(d)
+        self._events, self._rows = kept, kept_rows
+        engine["requests"] = requests
+        return orjson.dumps(engine)
 
 
 def frame_snapshot(data: bytes) -> EngineSnapshot:

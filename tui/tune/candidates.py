@@ -150,7 +150,8 @@ def rung_profile(candidate: Candidate, rung: int, rungs: int, reduction: int, st
     ``num_requests``) and a tolerance as many times coarser (at most 50%). ``min_service_times`` is kept:
     it is the floor below which the sweep's steady-state test reads the ramp from an empty server as a
     growing queue, so no rung's probes go below it. A rung after the first starts at the candidate's edge from the rung before.
-    Only the last rung confirms its edges (``confirm_factor``): the earlier ones only choose who goes on."""
+    Only the last rung confirms its edges (``confirm_factor``): the earlier ones only choose who goes on.
+    Trials keep no replay frames (``record.snapshots_per_s`` 0): tune reads their edges and summaries only."""
     prof = candidate.profile
     sweep = prof.sweep
     assert sweep is not None
@@ -162,7 +163,10 @@ def rung_profile(candidate: Candidate, rung: int, rungs: int, reduction: int, st
         sweep, num_requests=max(10, math.ceil(sweep.num_requests / shorter)), duration_s=sweep.duration_s / shorter,
         tolerance=min(0.5, sweep.tolerance * shorter) if shorter > 1 else sweep.tolerance, start_rate=start,
         confirm_factor=sweep.confirm_factor if shorter == 1 else 0.0)
-    return dataclasses.replace(prof, sweep=rung_sweep, name=f"{prof.name}-rung{rung + 1}")
+    # no replay frames: a trial is read back for its edge and summary only, and frames were the largest
+    # share of a virtual-clock probe's cost
+    record = dataclasses.replace(prof.record, snapshots_per_s=0.0)
+    return dataclasses.replace(prof, sweep=rung_sweep, record=record, name=f"{prof.name}-rung{rung + 1}")
 
 
 def _describe(settings: dict[str, Any]) -> str:
