@@ -59,4 +59,4 @@ def test_a_quoted_figure_equals_the_benchmarks(path: str, pattern: str, names: t
 def test_every_figure_read_here_is_parsed_from_the_benchmarks() -> None:
     written = figures()
     assert len(written) > 30  # every benchmark's section, not a stray line
-    assert all(re.fullmatch(r"-?[\d.]+", v) for v in written.values()), written
+    assert all(re.fullmatch(r"-?[\d.]+(e[-+]?\d+)?", v) for v in written.values()), written

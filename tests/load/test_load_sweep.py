@@ -63,7 +63,7 @@ ttft_ms = 2000
     assert edge.probes[0].rate == 20.0 and all(0 < p.rate <= 40.0 for p in edge.probes)
     # the edge is what its probes show, whatever a busy machine made of each (its queue test reads real
     # time); a machine that kept up with every probe tops out at max_rate after two
-    assert edge == edge_of("remote", edge.probes, edge.target, 0.1)
+    assert edge == edge_of("remote", edge.probes, edge.target, 0.1, edge.confirm)
     if all(probe_passes(p, edge.target) for p in edge.probes):
         assert edge.status == "above" and [p.rate for p in edge.probes] == [20.0, 40.0]
     _table_agrees_with_sweep_json(out)

@@ -6,16 +6,13 @@ from tui.metrics.capacity import Probe, edge_of, edge_ratio, edge_ratio_of, edge
 from tui.metrics.ratio import Figure, Ratio, caveat, ratio_text, ratio_value
 
 
-def _edges(static_fail_steady: bool) -> list:
-    # static's missed probe: a steady queue means latency alone failed it (its SLO set the edge)
-    growth = 0.01 if static_fail_steady else 0.5
-    return [edge_of("static+contiguous", [Probe(2.0, 1.0, "a", True, 0.0),
-                                          Probe(2.1, 0.1, "b", static_fail_steady, growth)], 0.9, 0.1),
+def _edges() -> list:
+    return [edge_of("static+contiguous", [Probe(2.0, 1.0, "a", True, 0.0), Probe(2.1, 0.1, "b", False, 0.5)], 0.9, 0.1),
             edge_of("continuous+paged", [Probe(10.0, 1.0, "a", True, 0.0), Probe(10.5, 0.1, "b", False, 0.4)], 0.9, 0.1)]
 
 
 def test_a_capacity_baseline_gives_a_multiple_with_its_baseline_and_caveat() -> None:
-    edges = _edges(static_fail_steady=False)
+    edges = _edges()
     assert edge_ratio(edges) == 5.0
     text = ratio_text(edge_ratio_of(edges))
     assert "5x" in text and "static+contiguous (the baseline) 2 req/s" in text
@@ -23,7 +20,11 @@ def test_a_capacity_baseline_gives_a_multiple_with_its_baseline_and_caveat() -> 
 
 
 def test_an_slo_bound_baseline_prints_no_multiple_and_says_why() -> None:
-    edges = _edges(static_fail_steady=True)
+    # static misses at every rate, steady, and halving the rate does not help: its SLO, not its load
+    static = edge_of("static+contiguous", [Probe(1.0, 0.85, "a", True, 0.0, requests=200),
+                                           Probe(2.0, 0.84, "b", True, 0.01, requests=200)], 0.9, 0.1)
+    assert static.status == "slo_bound"
+    edges = [static, _edges()[1]]
     assert edge_ratio(edges) is None
     line = next(x for x in edge_summary_lines(edges) if x.startswith("Capacity edge:") and "baseline" in x)
     assert "no multiple" in line and "SLO-bound" in line and "5x" not in line
