@@ -43,34 +43,21 @@ import numpy as np
 
 from tui.engine.engine import Engine
 from tui.engine.params import SamplingParams
-from tui.engine.sim.clock import RealClock
 from tui.load.load_runner import LoadRunner
 from tui.profile import EngineConfig, LengthDist, LoadConfig, Profile, TargetConfig, WorkloadConfig
 from tui.records.request import RequestRecord
+from tui.testing.watched_clock import WatchedRealClock
 
 REPO = Path(__file__).resolve().parents[1]
 H100_70B = EngineConfig(backend="simulated", model="llama-3.1-70b", hardware="H100-SXM", kv_budget_mb=2048.0,
                         max_model_len=4096)
 
 
-class _WatchedRealClock(RealClock):
-    """The real clock, noting each wait: (deadline, when it was asked for, when it returned)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.waits: list[tuple[float, float, float]] = []
-
-    def wait_until(self, t: float) -> None:
-        asked = self.now()
-        super().wait_until(t)
-        self.waits.append((t, asked, self.now()))
-
-
 def release_waits(runs: int) -> np.ndarray:
     """Every step's wait (deadline, asked, returned) over ``runs`` runs of four requests of six tokens."""
     waits: list[tuple[float, float, float]] = []
     for run in range(runs):
-        clock = _WatchedRealClock()
+        clock = WatchedRealClock()
         e = Engine(H100_70B, sim_clock=clock)
         for i in range(4):
             e.add_request(f"r{run}-{i}", [97] * 64, SamplingParams.exact(6))

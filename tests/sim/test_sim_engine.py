@@ -20,6 +20,7 @@ from tui.engine.sim.models import resolve_model
 from tui.engine.snapshot import EngineSnapshot
 from tui.profile import EngineConfig, EngineMode, Profile, ProfileError, Stage, profile_from_dict
 from tui.recorder.virtual import ClockDriver, VirtualClockRecorder
+from tui.testing.watched_clock import WatchedRealClock
 
 H100_8B = EngineConfig(backend="simulated", model="llama-3.1-8b", hardware="H100-SXM", gpu_memory_utilization=0.9,
                        max_num_seqs=256, max_num_batched_tokens=8192, max_model_len=8192, static_batch_size=256)
@@ -117,26 +118,13 @@ def _modelled_70b(rec: _Shapes) -> list[float]:
     return [cm.step(s, k).time_s for s, k in zip(rec.shapes, rec.sampled, strict=True)]
 
 
-class _WatchedRealClock(RealClock):
-    """The real clock, noting each wait it is asked for: (deadline, asked at, returned at)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.waits: list[tuple[float, float, float]] = []
-
-    def wait_until(self, t: float) -> None:
-        asked = self.now()
-        super().wait_until(t)
-        self.waits.append((t, asked, self.now()))
-
-
 def test_real_time_release_honours_the_modelled_times() -> None:
     """Steps on the real clock are released on the modelled timeline: each step waits once, until the
     sum of the modelled step times since the first step began (later only if the host itself was later
     than that), and the real clock never lets it go early. How late a busy machine releases them is a
     figure of the machine (``bench/timing.py``: ``timing_release_lateness_median_ms``), not of the
     engine, so it is not asserted here. Llama-3.1-70B on one H100 makes each step ~50 ms."""
-    clock = _WatchedRealClock()
+    clock = WatchedRealClock()
     e = Engine(_H100_70B, sim_clock=clock)
     for i in range(4):
         e.add_request(f"r{i}", [97] * 64, SamplingParams.exact(6))

@@ -86,7 +86,8 @@ def _get_int(body: dict[str, Any], key: str, default: int | None) -> int | None:
     return value
 
 
-def _get_bool(body: dict[str, Any], key: str, default: bool) -> bool:
+def get_bool(body: dict[str, Any], key: str, default: bool) -> bool:
+    """``body[key]`` as a JSON boolean (``default`` when absent or null); a 400 naming ``key`` otherwise."""
     value = body.get(key)
     if value is None:
         return default
@@ -155,7 +156,7 @@ def _logprobs(body: dict[str, Any], chat: bool) -> int | None:
     Completions: ``logprobs`` is that number. Chat: ``logprobs`` is true or false and
     ``top_logprobs`` the number (it needs ``logprobs: true``)."""
     if chat:
-        wanted = _get_bool(body, "logprobs", False)
+        wanted = get_bool(body, "logprobs", False)
         if body.get("top_logprobs") is not None and not wanted:
             raise bad("'top_logprobs' needs 'logprobs': true", "top_logprobs")
         return (_count(body, "top_logprobs") or 0) if wanted else None
@@ -252,7 +253,7 @@ def _completion_prompts(body: dict[str, Any], encode: Encode, vocab_size: int) -
     prompt = body.get("prompt")
     if prompt is None:
         raise bad("'prompt' is required", "prompt")
-    add_special = _get_bool(body, "add_special_tokens", True)
+    add_special = get_bool(body, "add_special_tokens", True)
     batch = isinstance(prompt, list) and bool(prompt) and all(isinstance(p, (str, list)) for p in prompt)
     if not batch:
         return (_one_prompt(prompt, encode, vocab_size, add_special),)
@@ -268,7 +269,7 @@ def _chat_prompt(body: dict[str, Any], encode: Encode, encode_chat: EncodeChat |
         raise bad("'chat_template_kwargs' must be an object", "chat_template_kwargs")
     kwargs = dict(kwargs or {})
     if body.get("add_generation_prompt") is not None:
-        kwargs["add_generation_prompt"] = _get_bool(body, "add_generation_prompt", True)
+        kwargs["add_generation_prompt"] = get_bool(body, "add_generation_prompt", True)
     try:
         return list(encode_chat(messages, kwargs or None) if encode_chat else encode(plain_prompt(messages)))
     except UnicodeError:
@@ -349,14 +350,14 @@ class _Streaming:
 
 
 def _streaming(body: dict[str, Any]) -> _Streaming:
-    stream = _get_bool(body, "stream", False)
+    stream = get_bool(body, "stream", False)
     options = body.get("stream_options")
     if options is not None and not isinstance(options, dict):
         raise bad("'stream_options' must be an object", "stream_options")
     if options is not None and not stream:  # vLLM's 400
         raise bad("'stream_options' is only allowed with 'stream': true", "stream_options")
-    return _Streaming(stream, _get_bool(options or {}, "include_usage", False),
-                      _get_bool(options or {}, "continuous_usage_stats", False))
+    return _Streaming(stream, get_bool(options or {}, "include_usage", False),
+                      get_bool(options or {}, "continuous_usage_stats", False))
 
 
 def _check_model(body: dict[str, Any], served_model: str) -> None:
@@ -409,7 +410,7 @@ def parse_completion(
     ignored = check_fields(body, chat=chat, strict=strict_fields)
     _check_plain_types(body)
     defaults = sampling_defaults or {}
-    echo = not chat and _get_bool(body, "echo", False)
+    echo = not chat and get_bool(body, "echo", False)
     prompts = _prompts(body, chat, encode, encode_chat, vocab_size)
     max_tokens = _max_tokens(body, chat, prompts, max_model_len, echo)
     n = _n(body)
@@ -429,7 +430,7 @@ def parse_completion(
         chat=chat, prompts=prompts, sampling=sampling, stop=_stop_strings(body), stream=streaming.stream,
         include_usage=streaming.include_usage, n=n, echo=echo, echo_only=max_tokens == 0,
         continuous_usage=streaming.continuous_usage,
-        token_ids_as_names=_get_bool(body, "return_tokens_as_token_ids", False), ignored_fields=tuple(ignored),
+        token_ids_as_names=get_bool(body, "return_tokens_as_token_ids", False), ignored_fields=tuple(ignored),
         prompt_logprobs=None if chat else _count(body, "prompt_logprobs"))
 
 
@@ -437,7 +438,7 @@ def _sampling(body: dict[str, Any], defaults: dict[str, float], max_tokens: int,
               logprobs: int | None, prompt_logprobs: int | None, vocab_size: int) -> SamplingParams:
     return SamplingParams(
         max_tokens=max_tokens, temperature=_temperature(body, defaults), seed=_seed(body),
-        ignore_eos=_get_bool(body, "ignore_eos", False),  # vLLM's extension, and vLLM's default
+        ignore_eos=get_bool(body, "ignore_eos", False),  # vLLM's extension, and vLLM's default
         top_p=_knob(body, "top_p", defaults), top_k=max(0, int(_knob(body, "top_k", defaults))),
         min_p=_knob(body, "min_p", defaults), presence_penalty=_knob(body, "presence_penalty", defaults),
         frequency_penalty=_knob(body, "frequency_penalty", defaults),

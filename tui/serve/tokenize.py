@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from tui.serve.errors import ApiError, bad, type_name
-from tui.serve.protocol import Encode, EncodeChat, chat_messages
+from tui.serve.errors import ApiError, bad
+from tui.serve.protocol import Encode, EncodeChat, chat_messages, get_bool
 
 
 def _check_model(body: dict[str, Any], served_model: str) -> None:
@@ -20,22 +20,13 @@ def _check_model(body: dict[str, Any], served_model: str) -> None:
                        param="model", code="model_not_found")
 
 
-def _flag(body: dict[str, Any], key: str, default: bool) -> bool:
-    value = body.get(key)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise bad(f"'{key}' must be true or false, got {type_name(value)}", key)
-    return value
-
-
 def _chat_ids(body: dict[str, Any], encode_chat: EncodeChat) -> list[int]:
     kwargs = body.get("chat_template_kwargs")
     if kwargs is not None and not isinstance(kwargs, dict):
         raise bad("'chat_template_kwargs' must be an object", "chat_template_kwargs")
     kwargs = dict(kwargs or {})
-    kwargs["add_generation_prompt"] = _flag(body, "add_generation_prompt", True)
-    if _flag(body, "add_special_tokens", False):  # vLLM's default for messages: the template writes them
+    kwargs["add_generation_prompt"] = get_bool(body, "add_generation_prompt", True)
+    if get_bool(body, "add_special_tokens", False):  # vLLM's default for messages: the template writes them
         raise bad("'add_special_tokens' = true is not supported with 'messages' (the template writes them)",
                   "add_special_tokens")
     try:
@@ -61,12 +52,12 @@ def tokenize_body(
     if not isinstance(body, dict):
         raise bad("the request body must be a JSON object")
     _check_model(body, served_model)
-    want_strs = _flag(body, "return_token_strs", False)
+    want_strs = get_bool(body, "return_token_strs", False)
     try:
         if body.get("messages") is not None:
             ids = _chat_ids(body, encode_chat)
         elif isinstance(body.get("prompt"), str):
-            ids = list(encode(body["prompt"], add_special_tokens=_flag(body, "add_special_tokens", True)))
+            ids = list(encode(body["prompt"], add_special_tokens=get_bool(body, "add_special_tokens", True)))
         else:
             raise bad("'prompt' (a string) or 'messages' is required", "prompt")
     except UnicodeError:
