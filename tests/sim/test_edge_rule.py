@@ -6,9 +6,11 @@ from pathlib import Path
 
 from tui.metrics.capacity import (
     EdgeSearch,
+    Probe,
     edge_ratio,
     edge_rows,
     edge_summary_lines,
+    probe_passes,
     read_capacity_edges,
     wilson,
     write_capacity_edges,
@@ -20,6 +22,15 @@ from tui.profile import SweepConfig
 def _queue(steady: bool, achieved: float = 1.0) -> QueueTest:
     growth = 0.0 if steady else 0.2
     return QueueTest(growth, 1.0, 1.0 + growth, 1.0, achieved, 10.0, 0.02)
+
+
+def test_a_confirmation_whose_second_half_slides_fails_though_both_halves_meet_the_target() -> None:
+    """A KV cache that fills slowly: first half 0.99, second half 0.91 (both over 0.9). A probe may
+    show that; a confirmation several probes long must be flat (halves within 0.05)."""
+    sliding = Probe(1.0, 0.95, "c", True, 0.0, late_attainment=0.91, requests=1600)
+    assert probe_passes(sliding, 0.9)
+    assert not probe_passes(sliding._replace(confirm=True), 0.9)
+    assert probe_passes(sliding._replace(late_attainment=0.94, confirm=True), 0.9)
 
 
 def test_a_short_probe_that_misses_an_overload_is_caught_by_the_confirmation() -> None:
