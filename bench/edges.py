@@ -17,16 +17,14 @@ Figures (one ``name: value`` line each):
   that mode run alone at the edge and at 1.1x for five probe lengths (``..._at_1x_attainment``,
   ``..._at_1x_second_half``, ``..._at_1p1x_attainment``): the edge holds at 1x (>= target - 0.05, halves
   within 0.05) and fails at 1.1x (tight).
-- ``--decompose DIR`` (a recorded ``decompose`` run): the same three figures for every edge of the chain
-  that run found at its SLO (``decomposition_modes.csv``), as ``decompose_<preset>_<mode>_...``, each run
-  alone for five times the sweep's longest probe (``max_duration_s``).
+
+The same check on a recorded ``decompose`` run: ``bench/edges_hold.py``.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import io
 import sys
 import tempfile
@@ -97,46 +95,11 @@ def shipped(work: Path) -> None:
         print(f"shipped_{key}_at_1p1x_attainment: {over.attainment:.3f}")
 
 
-def decomposed(run: Path) -> None:
-    """Every found edge of a recorded decomposition, run alone at 1x and 1.1x (the issue's check)."""
-    import polars as pl
-
-    from tui.profile import load_profile as load
-
-    prof = load(run / "profile.toml")
-    assert prof.sweep is not None
-    length = 5 * prof.sweep.max_duration_s
-    modes = pl.read_csv(run / "decomposition_modes.csv").filter(pl.col("edge_status") == "found")
-    for row in modes.iter_rows(named=True):
-        preset = load_profile(find_profile(row["stage"]))
-        label, _, reservation = str(row["mode"]).partition("/")
-        kept: dict[str, Any] = {"reservation": reservation or preset.engine.reservation}  # max, pow2 or exact
-        engine = dataclasses.replace(preset.engine, **kept)
-        cell = dataclasses.replace(preset, engine=engine, slo=prof.slo, sweep=prof.sweep,
-                                   record=dataclasses.replace(preset.record, drain_timeout_s=prof.record.drain_timeout_s,
-                                                              snapshots_per_s=0.0))
-        mode = EngineMode.parse(label)
-        rate = float(row["edge_req_s"])
-        at = probe_alone(cell, mode, rate, length)
-        over = probe_alone(cell, mode, 1.1 * rate, length)
-        key = f"decompose_{row['stage']}_{row['mode']}".replace("-", "_").replace("+", "_").replace("/", "_").replace(".", "")
-        print(f"# {row['stage']} {row['mode']}: edge {rate:.4g} req/s, {at.requests} requests at 1x, "
-              f"{over.requests} at 1.1x, {length:.0f} s each")
-        print(f"{key}_at_1x_attainment: {at.attainment:.3f}")
-        print(f"{key}_at_1x_halves_gap: {abs(at.second_half - at.first_half):.3f}")
-        print(f"{key}_at_1p1x_attainment: {over.attainment:.3f}")
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="the known-answer cases only, cheaper (under two minutes)")
     ap.add_argument("--shipped-only", action="store_true", help="only the shipped sweep's edges (the long part)")
-    ap.add_argument("--decompose", type=Path, metavar="DIR",
-                    help="only check the edges a recorded decompose run (DIR) found, each alone at 1x and 1.1x")
     args = ap.parse_args()
-    if args.decompose is not None:
-        decomposed(args.decompose)
-        return
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         if not args.shipped_only:
