@@ -360,7 +360,8 @@ def _streaming(body: dict[str, Any]) -> _Streaming:
                       get_bool(options or {}, "continuous_usage_stats", False))
 
 
-def _check_model(body: dict[str, Any], served_model: str) -> None:
+def check_model(body: dict[str, Any], served_model: str) -> None:
+    """A 404 where ``body`` names a model this server does not serve (vLLM's answer)."""
     model = body.get("model")
     if model is not None and not isinstance(model, str):
         raise bad("'model' must be a string", "model")
@@ -406,7 +407,7 @@ def parse_completion(
     """
     if not isinstance(body, dict):
         raise bad("the request body must be a JSON object")
-    _check_model(body, served_model)
+    check_model(body, served_model)
     ignored = check_fields(body, chat=chat, strict=strict_fields)
     _check_plain_types(body)
     defaults = sampling_defaults or {}

@@ -7,17 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from tui.serve.errors import ApiError, bad
-from tui.serve.protocol import Encode, EncodeChat, chat_messages, get_bool
-
-
-def _check_model(body: dict[str, Any], served_model: str) -> None:
-    model = body.get("model")
-    if model is not None and not isinstance(model, str):
-        raise bad("'model' must be a string", "model")
-    if model is not None and model != served_model:
-        raise ApiError(404, f"The model `{model}` does not exist; this server serves `{served_model}`.",
-                       param="model", code="model_not_found")
+from tui.serve.errors import bad
+from tui.serve.protocol import Encode, EncodeChat, chat_messages, check_model, get_bool
 
 
 def _chat_ids(body: dict[str, Any], encode_chat: EncodeChat) -> list[int]:
@@ -51,7 +42,7 @@ def tokenize_body(
     ``return_token_strs`` fills ``token_strs`` with each token's text (``token_text``)."""
     if not isinstance(body, dict):
         raise bad("the request body must be a JSON object")
-    _check_model(body, served_model)
+    check_model(body, served_model)
     want_strs = get_bool(body, "return_token_strs", False)
     try:
         if body.get("messages") is not None:
@@ -71,7 +62,7 @@ def detokenize_body(body: Any, *, decode: Callable[[list[int]], str], vocab_size
     """``{"prompt": text}`` for ``{"tokens": [ids]}`` (vLLM's ``/detokenize``)."""
     if not isinstance(body, dict):
         raise bad("the request body must be a JSON object")
-    _check_model(body, served_model)
+    check_model(body, served_model)
     tokens = body.get("tokens")
     if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
         raise bad("'tokens' must be a list of token ids", "tokens")
