@@ -107,7 +107,7 @@ class Postprocessor:
             if n >= params.min_tokens and ((token in req.eos_token_ids and not params.ignore_eos)
                                            or token in params.stop_token_ids):
                 reason = "stop"  # vLLM: no stop before min_tokens outputs
-            elif n >= params.output_limit:
+            elif n >= req.output_limit:
                 reason = params.limit_reason
             if n == 1:
                 self.first_token(req, now)

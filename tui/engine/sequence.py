@@ -55,12 +55,14 @@ class Request:
     generator: object | None = None
     events: list[RequestEvent] = field(default_factory=list)  # its transitions, oldest first
     plain: bool = field(init=False)  # params.plain, read once (the sampler asks it every step)
+    output_limit: int = field(init=False)  # params.output_limit, read once (checked for every token)
     # per prompt position, that token's logprobs given the tokens before it (params.prompt_logprobs;
     # the first is always None): filled by the prefill, sent with the first output token
     prompt_logprobs: list[TokenLogprobs | None] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.plain = self.params.plain
+        self.output_limit = self.params.output_limit
         if not self.original_prompt_len:
             self.original_prompt_len = len(self.prompt)
         if self.params.prompt_logprobs is not None:

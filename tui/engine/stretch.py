@@ -158,7 +158,7 @@ class _Stretch:
 
     def join(self, r: Request, first: int, decodes_from: int) -> None:
         """``r`` samples its next output token in step ``first`` and decodes from step ``decodes_from`` on."""
-        last = first + r.params.output_limit - len(r.output) - 1  # the step sampling its last token
+        last = first + r.output_limit - len(r.output) - 1  # the step sampling its last token
         self.started.append((r, first))
         if last < self.max_steps:
             self.finishing.setdefault(last, []).append((r, first))
