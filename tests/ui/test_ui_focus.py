@@ -46,15 +46,21 @@ async def test_tab_then_enter_never_changes_the_experiment(size: tuple[int, int]
     app = KVTuiApp(backend, live=False)
     async with app.run_test(size=size) as pilot:
         before = (backend.load, backend.defenses)
-        for tabs in range(1, 10):  # every focus stop the keyboard can reach, and around again
-            app.screen.set_focus(None)
-            await pilot.press(*["tab"] * tabs, "enter")
+        visited: set[str] = set()
+        stop = 0
+        while stop <= len(app.screen.focus_chain):  # every focus stop tab reaches, and around to the first
+            chain = app.screen.focus_chain
+            app.screen.set_focus(chain[stop - 1] if stop else None)
+            await pilot.press("tab", "enter")  # tab onto the stop after the one focused, then enter on it
             await pilot.pause()
             while app.screen is not app.screen_stack[0]:  # enter on the request table opens a timeline
                 await pilot.press("escape")
                 await pilot.pause()
-            assert (backend.load, backend.defenses) == before, (size, tabs, app.focused)
-            assert backend.controls == [], (size, tabs, app.focused)
+            visited.add(type(chain[stop % len(chain)]).__name__)
+            assert (backend.load, backend.defenses) == before, (size, stop, app.focused)
+            assert backend.controls == [], (size, stop, app.focused)
+            stop += 1
+        assert visited == {type(w).__name__ for w in app.screen.focus_chain}, visited
 
 
 async def test_an_engine_key_echoes_at_once_and_its_echo_does_not_go_stale() -> None:
