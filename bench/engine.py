@@ -9,8 +9,13 @@ Prints one ``name: value`` line per figure (the README quotes them), then the se
   averaged over the steps of those two runs;
 - max_concurrent_ratio_paged_vs_contiguous: the most sequences holding KV at once at that budget with
   no batch cap (the mixed workload, continuous+paged vs static+contiguous);
-- decode_step_ratio_paged_vs_contiguous: median decode step at batch 32 with 1,024-token contexts,
-  continuous+paged vs continuous+contiguous (interleaved runs);
+- engine_paged_decode_step_ratio: CPU time of a decode step, continuous+paged / continuous+contiguous,
+  the same prompts at the same batch, steps interleaved one for one (the median of each pair's ratio),
+  the geometric mean over three points (batch x context: 32 x 1,024, 64 x 512, 16 x 1,024; comment lines
+  give each); the two layouts' tokens are checked identical step by step (the run fails otherwise);
+- engine_decode_step_chunked_vs_one_gather: on the same engines and steps, a decode step with the
+  shipped CPU attention (each group's context gathered and attended a chunk at a time) / with the whole
+  context gathered at once, then one attention (the path before; CUDA's), both layouts, geometric mean;
 - engine_vs_forward_throughput: decode tokens/s of the engine (continuous+paged) / replaying the very
   same model forwards (same batches, contexts, paged reads) with no scheduler or bookkeeping around
   them; a comment line adds the ratio against a dense-KV-cache forward loop (no paging at all).
@@ -21,6 +26,7 @@ Prints one ``name: value`` line per figure (the README quotes them), then the se
 from __future__ import annotations
 
 import argparse
+import math
 import random
 import statistics
 import time
@@ -99,7 +105,12 @@ def max_holders(eng: Engine, work: list[tuple[list[int], int]], steps: int) -> i
     return most
 
 
-def decode_step_time(mode: str, batch: int, ctx: int, reps: int, preset: str) -> float:
+# (batch, context) of the decode-step comparison
+DECODE_POINTS = [(32, 1024), (64, 512), (16, 1024)]
+
+
+def prefilled(mode: str, batch: int, ctx: int, preset: str) -> Engine:
+    """An engine whose ``batch`` requests (the same seeded prompts for every mode) are all decoding."""
     eng = engine(mode, model=preset, kv_budget_mb=64.0 * (8 if preset == "small" else 1), max_num_seqs=batch,
                  max_num_batched_tokens=8192, reservation="exact", max_model_len=4096)
     g = torch.Generator().manual_seed(0)
@@ -107,14 +118,45 @@ def decode_step_time(mode: str, batch: int, ctx: int, reps: int, preset: str) ->
         eng.add_request(f"r{i}", torch.randint(0, 256, (ctx,), generator=g).tolist(), SamplingParams.exact(512))
     while any(r.num_computed < len(r.prompt) for r in eng.requests.values()):
         eng.step()
-    for _ in range(3):
-        eng.step()
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        eng.step()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+    return eng
+
+
+def paged_vs_contiguous_decode(batch: int, ctx: int, rounds: int, preset: str) -> dict[tuple[str, str], list[float]]:
+    """CPU seconds of decode steps by (layout, attention): the shipped chunked attention and the one-gather
+    path take turns step by step, the layouts take turns going first; raises if the two layouts ever
+    sample different tokens."""
+    runners = {}
+    for name, mode in (("paged", "continuous+paged"), ("contiguous", "continuous+contiguous")):
+        runner = (eng := prefilled(mode, batch, ctx, preset)).runner
+        assert isinstance(runner, TorchModelRunner)  # only the torch runner has a decode attention to pick
+        runners[name] = (eng, runner)
+    attention = {"chunked": runners["paged"][1].decode_chunk_bytes, "one gather": None}
+    times: dict[tuple[str, str], list[float]] = {(n, a): [] for n in runners for a in attention}
+    warmup = 3
+    for i in range(warmup + 2 * rounds):
+        how = "chunked" if i % 2 else "one gather"
+        order = list(runners) if i // 2 % 2 else list(reversed(runners))
+        tokens = {}
+        for name in order:
+            eng, runner = runners[name]
+            runner.decode_chunk_bytes = attention[how]
+            t = time.process_time()
+            out = eng.step().outputs
+            if i >= warmup:
+                times[(name, how)].append(time.process_time() - t)
+            tokens[name] = {o.request_id: o.new_token_ids for o in out}
+        if tokens["paged"] != tokens["contiguous"]:
+            raise SystemExit(f"paged and contiguous sampled different tokens at decode step {i} ({batch} x {ctx})")
+    return times
+
+
+def paired_ratio(num: list[float], den: list[float]) -> float:
+    """The median ratio of steps measured side by side (so load that hits one pair hits both)."""
+    return statistics.median(a / b for a, b in zip(num, den, strict=True))
+
+
+def geomean(xs: list[float]) -> float:
+    return math.exp(statistics.fmean(math.log(x) for x in xs))
 
 
 def bare_forward_time(eng: Engine, batch: int, prompt_len: int, new_tokens: int) -> float:
@@ -167,6 +209,20 @@ def engine_vs_forward(eng: Engine, batch: int, prompt_len: int, new_tokens: int,
     return engine_t, time.perf_counter() - t0
 
 
+def decode_lines(decode: dict, layout_ratio: dict, chunk_ratio: dict) -> list[str]:
+    """One comment line per decode point: median step times and the ratios of that point."""
+    lines = []
+    for (batch, ctx), t in decode.items():
+        ms = {k: statistics.median(v) * 1e3 for k, v in t.items()}
+        lines.append(
+            f"# decode step at batch {batch} x {ctx} ctx ({len(t[('paged', 'chunked')])} steps each, paged and contiguous tokens identical): "
+            f"paged {ms[('paged', 'chunked')]:.2f} ms, contiguous {ms[('contiguous', 'chunked')]:.2f} ms "
+            f"(ratio {layout_ratio[(batch, ctx)]:.3f}); one gather: paged {ms[('paged', 'one gather')]:.2f} ms, "
+            f"contiguous {ms[('contiguous', 'one gather')]:.2f} ms (chunked / one gather: paged "
+            f"{chunk_ratio[((batch, ctx), 'paged')]:.3f}, contiguous {chunk_ratio[((batch, ctx), 'contiguous')]:.3f})\n")
+    return lines
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer requests, same mix (< 2 min on 2 cores)")
@@ -190,11 +246,11 @@ def main() -> int:
     cap_paged = max_holders(engine("continuous+paged", **uncapped), cap_work, cap_steps)
     cap_contig = max_holders(engine("static+contiguous", **uncapped), cap_work, cap_steps)
 
-    reps = 15 if args.quick else 40
-    paged_t, contig_t = [], []
-    for _ in range(2 if args.quick else 4):  # interleave so background load hits both alike
-        paged_t.append(decode_step_time("continuous+paged", 32, 1024, reps, args.preset))
-        contig_t.append(decode_step_time("continuous+contiguous", 32, 1024, reps, args.preset))
+    rounds = 30 if args.quick else 80
+    decode = {p: paged_vs_contiguous_decode(*p, rounds, args.preset) for p in DECODE_POINTS}
+    layout_ratio = {p: paired_ratio(t[("paged", "chunked")], t[("contiguous", "chunked")]) for p, t in decode.items()}
+    chunk_ratio = {(p, n): paired_ratio(t[(n, "chunked")], t[(n, "one gather")])
+                   for p, t in decode.items() for n in ("paged", "contiguous")}
 
     new_tokens = 64 if args.quick else 256
     e = engine("continuous+paged", **{**common, "kv_budget_mb": 64.0, "max_num_batched_tokens": 8192})
@@ -209,7 +265,8 @@ def main() -> int:
     print(f"kv_utilization_paged: {cont['util']:.3f}")
     print(f"kv_utilization_static_contiguous: {stat['util']:.3f}")
     print(f"max_concurrent_ratio_paged_vs_contiguous: {cap_paged / cap_contig:.2f}")
-    print(f"decode_step_ratio_paged_vs_contiguous: {min(paged_t) / min(contig_t):.3f}")
+    print(f"engine_paged_decode_step_ratio: {geomean(list(layout_ratio.values())):.3f}")
+    print(f"engine_decode_step_chunked_vs_one_gather: {geomean(list(chunk_ratio.values())):.3f}")
     print(f"engine_vs_forward_throughput: {statistics.median(ratios):.3f}")
     print(
         f"# saturated closed loop ({2 * args.batch_cap} waiting), {window:.0f} s window, preset {args.preset}, kv_budget_mb {args.kv_budget_mb}, batch cap {args.batch_cap}, "
@@ -219,7 +276,7 @@ def main() -> int:
         f"{stat['steps']} steps\n"
         f"# most sequences holding KV (no batch cap, {cap_steps} steps): paged {cap_paged}, "
         f"contiguous {cap_contig}\n"
-        f"# decode step at batch 32 x 1024 ctx: paged {min(paged_t) * 1e3:.2f} ms, contiguous {min(contig_t) * 1e3:.2f} ms\n"
+        + "".join(decode_lines(decode, layout_ratio, chunk_ratio)) +
         f"# engine decode throughput / a dense-KV-cache forward loop (no paging at all): {statistics.median(dense):.3f}"
     )
     return 0

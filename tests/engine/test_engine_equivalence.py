@@ -112,6 +112,28 @@ def test_length_grouped_decode_attention_matches_full_forward(engine_factory, dr
         check_against_reference(eng, seen, got, prompts, max_tokens)
 
 
+def test_chunked_decode_attention_matches_full_forward_in_both_layouts(engine_factory, drive):
+    """Decode attention read one block at a time (the CPU's path for long contexts), the chunks merged by
+    their log-sum-exp, gives the full forward's logits and tokens, the same in both layouts."""
+    g = torch.Generator().manual_seed(5)
+    prompts = {f"r{i}": torch.randint(0, 256, (n,), generator=g).tolist() for i, n in enumerate([70, 33, 16, 5])}
+    max_tokens = dict.fromkeys(prompts, 5)
+    got = {}
+    for mode in ("continuous+paged", "continuous+contiguous"):
+        eng = engine_factory(mode, model="tiny", reservation="exact", max_model_len=256)
+        runner = eng.runner
+        runner.decode_chunk_bytes = 1  # a chunk is one block
+        merged: list[int] = []  # chunks per merged decode group
+        runner._attend_chunks = lambda *a, f=runner._attend_chunks, n=merged: n.append(len(a[3])) or f(*a)
+        seen = record_logits(eng)
+        for rid, p in prompts.items():
+            eng.add_request(rid, p, SamplingParams.exact(max_tokens[rid]))
+        got[mode] = drive(eng)
+        assert max(merged) == 5  # the 70-token prompt's row reads five blocks
+        check_against_reference(eng, seen, got[mode], prompts, max_tokens)
+    assert got["continuous+paged"] == got["continuous+contiguous"]
+
+
 def test_same_seed_and_calls_give_the_same_schedule_and_tokens(engine_factory, drive):
     def run() -> tuple[dict, list]:
         eng = engine_factory("continuous+paged", slots=10 * 16, max_num_batched_tokens=40)

@@ -89,6 +89,9 @@ def run_engine(path: Path, mode: str, prompts: dict[str, list[int]], max_tokens:
                  DefensesConfig(prefix_caching=True))
     hits: list[int] = []
     if m.kv == "paged":
+        # decode attention one block at a time (the CPU's path for long contexts, sliding window included);
+        # the contiguous modes keep one chunk, so both paths meet transformers here
+        eng.runner.decode_chunk_bytes = 1
         lookup = eng.kv.prefix_hits
 
         def counted(hashes, num_tokens):
