@@ -247,7 +247,7 @@ class RunOutput:
 
     def _summarise(self) -> None:
         """summary.csv, summary.md and the table on the terminal, from the records on disk."""
-        run = load_run(self.out)
+        run = load_run(self.out, summary_only=True)
         table = run.table  # repeated cells as one row: mean and 95 % interval
         table.write_csv(self.out / "summary.csv")
         title = f"kvtui run {self.run_id} ({self.profile.name})" + (" (partial)" if run.partial else "")
