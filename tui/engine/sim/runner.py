@@ -40,6 +40,7 @@ _LETTERS = 26
 _FIRST = ord("a")
 SIM_TOKEN_IDS = range(_FIRST, _FIRST + _LETTERS)  # every token the simulated model emits
 _MASK = 0xFFFFFFFF
+BASES_KEPT = 8192  # token bases kept between steps (it was 100,000: one per request a long run ran)
 _NUMPY_FROM = 48  # tokens() for a run this long or longer in numpy (cheaper from ~40 tokens on)
 
 
@@ -110,7 +111,7 @@ class SimulatedRunner:
                 continue
             base = bases.get(r.request_id)
             if base is None:
-                if len(bases) > 100_000:  # finished requests' entries; rebuilt on demand
+                if len(bases) > BASES_KEPT:  # most are finished requests': rebuilt on demand
                     bases.clear()
                 base = bases[r.request_id] = token_base(self.seed, r.request_id)
             x = ((base + position * 7_919) & 0xFFFFFFFF) * 2_654_435_761 & 0xFFFFFFFF  # = sim_token
