@@ -30,10 +30,10 @@ K = TypeVar("K", bound=Hashable)  # what names a group
 
 
 def _keys(values: np.ndarray) -> np.ndarray:
-    """Finite float64 values as uint64 keys in the same order (-0.0 as 0.0): the bits of a positive
-    value with the sign bit set, those of a negative one inverted."""
-    bits = (values + 0.0).view(np.uint64)  # + 0.0 turns -0.0 into 0.0
-    return np.where(bits >= _SIGN, ~bits, bits | _SIGN)
+    """Finite float64 values as uint64 keys in the same order: the bits of a positive value with the
+    sign bit set, those of a negative one inverted (-0.0 just below 0.0: equal values, either order)."""
+    bits = values.view(np.uint64)
+    return bits ^ ((np.uint64(0) - (bits >> np.uint64(63))) | _SIGN)  # all ones where negative, else the sign bit
 
 
 def _value(key: int) -> float:
@@ -76,7 +76,9 @@ class ExactPercentiles:
             self._add(values[start : start + SLICE])
 
     def _add(self, v: np.ndarray) -> None:
-        v = v[np.isfinite(v)]
+        finite = np.isfinite(v)
+        if not finite.all():
+            v = v[finite]
         if not v.size:
             return
         if self._first:
