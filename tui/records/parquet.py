@@ -52,7 +52,7 @@ class PendingRows:
     ``list<double>`` column (a request's chunk gaps) as one flat buffer of floats and the offsets
     into it, never a Python list per row. What a writer holds between parts is then a few bytes a
     value, and the collector has nothing to walk in it (a row's dict and its gaps' list, kept until
-    the part was written, were most of a long virtual-clock run's young objects)."""
+    the part was written, were much of what a long virtual-clock run's young collections walked)."""
 
     def __init__(self, schema: pa.Schema):
         self.schema = schema
@@ -117,6 +117,7 @@ class PendingRows:
         return pa.Table.from_arrays(arrays, schema=self.schema)
 
     def clear(self) -> None:
+        """Hold nothing (the rows are written, or given up); new buffers, as a table may still view the old."""
         for column in self._columns.values():
             column.clear()
         for name in self._lists:
