@@ -98,7 +98,8 @@ def test_tokens_are_seeded_letters_and_never_end_early() -> None:
 
 def test_a_run_of_tokens_is_what_the_step_samples_one_at_a_time() -> None:
     """SimulatedRunner.tokens (the fast-forward's, a list or a numpy pass by length) is sim_token at
-    each position, for short and long runs and request ids with large hashes."""
+    each position, for short and long runs and request ids with large hashes; tokens_for is tokens of
+    several runs at once."""
     from tui.engine.sim.runner import sim_token, token_base
 
     runner = Engine(H100_8B, sim_clock=VirtualClock()).backend.runner
@@ -106,6 +107,9 @@ def test_a_run_of_tokens_is_what_the_step_samples_one_at_a_time() -> None:
         base = token_base(runner.seed, rid)
         for first, n in ((0, 1), (3, 20), (0, 47), (5, 48), (1000, 800), (10**6, 300)):
             assert runner.tokens(rid, first, n) == [sim_token(base, p) for p in range(first, first + n)]
+    runs = [(rid, first, n) for rid in ("a", "\u00e9" * 40) for first, n in ((0, 1), (3, 20), (10**6, 300))]
+    assert runner.tokens_for(runs) == [runner.tokens(*run) for run in runs]  # all at once, the same
+    assert runner.tokens_for([]) == []
 
 
 _H100_70B = EngineConfig(backend="simulated", model="llama-3.1-70b", hardware="H100-SXM", kv_budget_mb=2048.0,

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import operator
 import time
 from collections import deque
 from collections.abc import Callable
@@ -45,6 +46,7 @@ from tui.engine.views import request_views
 from tui.profile import DefensesConfig, EngineConfig, EngineMode, PreemptionMode, to_dict
 
 FINISH_REASONS = ("length", "stop", "aborted", "timeout", "rejected_backlog", "rejected_too_long")
+_DURATION = operator.itemgetter(1)  # of a busy entry (end, duration)
 
 
 class RequestRejected(Exception):
@@ -403,7 +405,8 @@ class Engine:
         if not self._busy:
             return 0.0
         span = min(window_s, now - (self._busy[0][0] - self._busy[0][1]))
-        return min(1.0, sum(d for _, d in self._busy) / span) if span > 0 else 0.0
+        # the durations summed in order, as a generator would, in one C loop (a replay frame asks every time)
+        return min(1.0, sum(map(_DURATION, self._busy)) / span) if span > 0 else 0.0
 
     def totals(self) -> KVTotals:
         """KV accounting now (the layout's own, over the requests holding KV, whose computed tokens the
@@ -411,7 +414,9 @@ class Engine:
         return self.kv.totals(self.scheduler.holders(), self.scheduler.held_computed)
 
     def snapshot(self) -> EngineSnapshot:
-        """The engine now, as plain data."""
+        """The engine now, as plain data (between a stretch's steps too: its tokens caught up first)."""
+        if self.post.catch_up is not None:
+            self.post.catch_up()
         now = self.clock()
         holders = self.scheduler.holders()
         shown = [*self.scheduler.running, *holders.values(), *self.scheduler.swapped, *self.waiting,

@@ -403,8 +403,9 @@ class PagedKV:
         self.pool = BlockPool(num_blocks, block_size, enable_prefix_caching)
         self.tables: dict[str, list[int]] = {}
         self._entries = 0  # sum of the tables' lengths: equal to the pool's used blocks unless one is shared
-        # holding()'s block-id runs of each table, kept between snapshots: (table, its length then, runs)
-        self._id_runs: dict[str, tuple[list[int], int, list[int]]] = {}
+        # holding()'s block-id runs of each table, kept between snapshots: (table, its length then, runs,
+        # the runs as the tuple a BlockTable holds, shared by every snapshot until the table grows)
+        self._id_runs: dict[str, tuple[list[int], int, list[int], tuple[int, ...]]] = {}
         self.num_slots = num_blocks * block_size
         self.sliding_window = sliding_window
         self.host = HostPool(host_blocks, block_size)
@@ -580,18 +581,23 @@ class PagedKV:
         # the id runs kept from the last call, extended by the blocks added since: a table only grows
         # while it lives (a new list on admission, popped when freed), so its identity and length say so
         kept = self._id_runs.get(rid)
-        if kept is not None and kept[0] is table and kept[1] <= len(table):
-            runs = extend_id_runs(kept[2], itertools.islice(table, kept[1], None))
+        n = len(table)
+        if kept is not None and kept[0] is table and kept[1] == n:
+            ids = kept[3]
         else:
-            runs = extend_id_runs([], table)
-        self._id_runs[rid] = (table, len(table), runs)
+            if kept is not None and kept[0] is table and kept[1] < n:
+                runs = extend_id_runs(kept[2], itertools.islice(table, kept[1], None))
+            else:
+                runs = extend_id_runs([], table)
+            ids = tuple(runs)
+            self._id_runs[rid] = (table, n, runs, ids)
         # a block is shared when two tables hold it, so only when the tables hold more entries than blocks
         refs = self.pool.ref_count
         shared = [int(refs[b] > 1) for b in table] if self._entries != self.pool.num_used else ()
         # the next query (position num_tokens - 1) attends to positions >= num_tokens - window
         window_start = req.num_tokens - self.sliding_window if self.sliding_window else 0
         return KVHolding(blocks=BlockTable.of_pool(table, req.num_computed, self.block_size, shared=shared,
-                                                   window_start=window_start, id_runs=runs))
+                                                   window_start=window_start, id_runs=ids))
 
     def num_blocks(self, req: Request) -> int:
         return len(self.tables.get(req.request_id, ()))

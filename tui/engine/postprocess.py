@@ -88,6 +88,9 @@ class Postprocessor:
         self.history: deque[StepTiming] = deque(maxlen=max(history, 1))
         self.busy: deque[tuple[float, float]] = deque()  # (end, duration) of recent steps, on timer
         self.step_index = 0
+        # while a stretch runs (tui.engine.stretch), what puts its requests' tokens so far into their
+        # outputs: a reader of the requests between its steps (a snapshot) calls it first
+        self.catch_up: Callable[[], None] | None = None
 
     # -- tokens --------------------------------------------------------------------------------------
 

@@ -109,8 +109,6 @@ class BlockTable(Sequence[BlockView]):
         block per request otherwise). Block ``i`` holds ``min(max(computed - i * block_size, 0), block_size)``
         tokens and is in the window when ``(i + 1) * block_size > window_start``; ``shared``: one 0/1 per
         block (empty: none shared); ``id_runs``: the ids' runs, when the caller keeps them (else built)."""
-        if id_runs is None:
-            id_runs = extend_id_runs([], ids)
         k = len(ids)
         full = min(k, max(computed, 0) // block_size)
         fill: list[int] = [block_size, full] if full else []
@@ -123,7 +121,15 @@ class BlockTable(Sequence[BlockView]):
                     fill += [value, count]
         out = min(k, max(window_start, 0) // block_size)  # blocks wholly behind the window
         window = (0, out, 1, k - out) if 0 < out < k else (0, k) if out else ()
-        return cls(id_runs, fill, rle(shared) if shared else (), window)
+        # the runs are canonical and cover the k blocks by construction: no check (a frame takes one
+        # table per request, and the checks cost more than building them)
+        table = cls.__new__(cls)
+        table.id_runs = tuple(id_runs) if id_runs is not None else tuple(extend_id_runs([], ids))
+        table.fill_runs = tuple(fill)
+        table.shared_runs = rle(shared) if any(shared) else ()
+        table.window_runs = window
+        table._len, table._blocks = k, None
+        return table
 
     def runs(self) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
         """``(id_runs, fill_runs, shared_runs, window_runs)``."""

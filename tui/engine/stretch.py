@@ -53,6 +53,10 @@ class StepParts(Protocol):
         """Output tokens ``first .. first + n - 1`` of a request, as its steps would sample them."""
         ...
 
+    def tokens_for(self, runs: Sequence[tuple[str, int, int]]) -> list[list[int]]:
+        """:meth:`tokens` of each ``(request_id, first, n)`` at once."""
+        ...
+
 
 @dataclass
 class DecodeRun:
@@ -144,6 +148,8 @@ class _Stretch:
         self.crossings: dict[int, list[tuple[int, Request, int]]] = {}
         self.finishing: dict[int, list[tuple[Request, int]]] = {}  # step -> (request, its first step), in order
         self.started: list[tuple[Request, int]] = []
+        self.first: dict[str, int] = {}  # request id -> the step of its first token in the stretch
+        self.synced = 0  # the steps whose tokens are in every request's output (catch_up)
         self.places = itertools.count()  # scheduling order: running is in admission order
         for r in running:
             self.join(r, 0, 0)
@@ -160,6 +166,7 @@ class _Stretch:
         """``r`` samples its next output token in step ``first`` and decodes from step ``decodes_from`` on."""
         last = first + r.output_limit - len(r.output) - 1  # the step sampling its last token
         self.started.append((r, first))
+        self.first[r.request_id] = first
         if last < self.max_steps:
             self.finishing.setdefault(last, []).append((r, first))
         # its decode in step i >= decodes_from needs room for num_computed + (i - decodes_from) + 1 tokens
@@ -168,6 +175,7 @@ class _Stretch:
             self.crossings.setdefault(cross, []).append((next(self.places), r, last))
 
     def run(self, between: Callable[[float], bool]) -> DecodeRun | None:
+        self.post.catch_up = self.catch_up
         try:
             for j in range(self.max_steps):
                 released = self.step(j)
@@ -176,13 +184,22 @@ class _Stretch:
                 if between(self.ends[-1]) or released:
                     break
         finally:  # the tokens of the steps run, for every request still running
-            k = len(self.ends)
-            for r, first in self.started:
-                if r.status is Status.RUNNING and k > first:
-                    self.post.extend(r, self.parts.tokens(r.request_id, len(r.output), k - first))
+            self.post.catch_up = None
+            self.catch_up()
         if not self.ends:
             return None
         return DecodeRun(self.started, self.ends, self.finished)
+
+    def catch_up(self) -> None:
+        """Every running request's tokens of the steps run so far into its output, which the stretch
+        otherwise leaves behind until it ends: the engine's state between two steps is then what
+        stepping one at a time leaves (a snapshot for a replay frame reads it, and the stretch goes on)."""
+        k, synced, first = len(self.ends), self.synced, self.first
+        behind = [r for r in self.running if r.status is Status.RUNNING and k > max(first[r.request_id], synced)]
+        runs = [(r.request_id, len(r.output), k - max(first[r.request_id], synced)) for r in behind]
+        for r, tokens in zip(behind, self.parts.tokens_for(runs), strict=True):
+            self.post.extend(r, tokens)
+        self.synced = k
 
     def _blocked(self, rows: int) -> bool:
         """Whether step() would do something a stretch does not follow, before this step."""
@@ -258,8 +275,8 @@ class _Stretch:
         done = self.finishing.pop(j, None)
         if not done:
             return
-        for r, first in done:  # as step() finishes them: its tokens, then the end (KV freed)
-            self.post.extend(r, self.parts.tokens(r.request_id, len(r.output), j + 1 - first))
+        for r, first in done:  # as step() finishes them: its tokens (those not caught up yet), then the end (KV freed)
+            self.post.extend(r, self.parts.tokens(r.request_id, len(r.output), j + 1 - max(first, self.synced)))
             self.post.finish(r, r.params.limit_reason)
             self.finished.append((j, r))
             if self.static:  # it stays in the batch as a padding row, its KV held, its context fixed

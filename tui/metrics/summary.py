@@ -7,7 +7,7 @@ same code (so a crashed run's report still has a table). Latencies in the table 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -15,6 +15,8 @@ import polars as pl
 
 from tui.metrics import stats
 from tui.metrics.repeats import plus_minus
+from tui.metrics.streamed import exact_percentiles
+from tui.metrics.types import Percentiles
 from tui.profile import SloConfig
 from tui.records.cell import CellNote, cell_notes
 from tui.records.request import FAILURE_STATUSES
@@ -98,18 +100,31 @@ def _ms(x: float | None) -> float | None:
     return None if x is None else x * 1e3
 
 
+# The record columns summary_table reads (the requests' chunk gaps aside: pooled_itl passes over them),
+# all a recorder's own summary reads back of a long run
+SUMMARY_COLUMNS: dict[str, list[str]] = {
+    "requests": ["stage", "mode", "warmup", "status", "reason", "scheduled_t", "send_t", "wire_t", "first_token_t",
+                 "last_token_t", "end_t", "dispatch_lag_s", "prompt_tokens", "completion_tokens", "tokens_estimated"],
+    "steps": ["stage", "mode", "kv_usage", "fragmentation", "preempted", "swaps", "swapped_bytes", "swap_s"],
+    "gpu": ["stage", "mode", "sm_active_pct", "sm_util_pct", "mem_used_bytes"],
+}
+
+
 def summary_table(
     requests: pl.DataFrame,
     steps: pl.DataFrame | None = None,
     gpu: pl.DataFrame | None = None,
     slo: SloConfig | None = None,
     cells: Sequence[CellNote | Mapping[str, Any]] = (),
+    itl: Mapping[tuple[str, str], Percentiles] | None = None,
 ) -> pl.DataFrame:
     """One row per stage x mode from a run's records.
 
     ``requests``/``steps``/``gpu`` are the Parquet tables (``warmup`` requests are left out);
     ``cells`` are the recorder's per-cell notes (target rate, partial flag, the server's token
     counter deltas for reconciliation), in run order; cells found only in the records follow.
+    ``itl``: each cell's ITL percentiles, where the caller pooled them from the records on disk
+    (:func:`pooled_itl`; ``requests`` then need no ``chunk_gaps_s``); else pooled from ``requests``.
     """
     slo = slo or SloConfig()
     reqs = requests.filter(~pl.col("warmup")) if requests.height else requests
@@ -119,7 +134,8 @@ def summary_table(
     for stage, mode in _cell_order(reqs, known):
         note = notes.get((stage, mode)) or CellNote(stage, mode)
         r = reqs.filter((pl.col("stage") == stage) & (pl.col("mode") == mode))
-        rows.append(_row(stage, mode, r, _part(steps, stage, mode), _part(gpu, stage, mode), slo, note))
+        cell_itl = itl.get((stage, mode), Percentiles()) if itl is not None else None
+        rows.append(_row(stage, mode, r, _part(steps, stage, mode), _part(gpu, stage, mode), slo, note, cell_itl))
     return pl.DataFrame(rows, schema=_SCHEMA) if rows else pl.DataFrame(schema=_SCHEMA)
 
 
@@ -127,6 +143,20 @@ def _part(df: pl.DataFrame | None, stage: str, mode: str) -> pl.DataFrame | None
     if df is None or df.height == 0:
         return None
     return df.filter((pl.col("stage") == stage) & (pl.col("mode") == mode))
+
+
+def pooled_itl(batches: Callable[[], Iterable[pl.DataFrame]]) -> dict[tuple[str, str], Percentiles]:
+    """Each cell's ITL percentiles, exactly as :func:`summary_table` pools them from a whole frame, from
+    a run's requests in batches (``batches()`` gives the same batches each time: once a pass, see
+    :mod:`tui.metrics.streamed`), so a long run's gaps are never held at once."""
+
+    def groups() -> Iterator[tuple[tuple[str, str], np.ndarray]]:
+        for batch in batches():
+            ok = batch.filter(~pl.col("warmup") & (pl.col("status") == "ok"))
+            for (stage, mode), part in ok.group_by("stage", "mode"):
+                yield (str(stage), str(mode)), _pooled_gaps(part)
+
+    return exact_percentiles(groups)
 
 
 def _pooled_gaps(ok: pl.DataFrame) -> np.ndarray:
@@ -177,22 +207,24 @@ _SCHEMA: dict[str, Any] = {
 
 
 def _row(stage: str, mode: str, r: pl.DataFrame, steps: pl.DataFrame | None, gpu: pl.DataFrame | None,
-         slo: SloConfig, note: CellNote) -> dict[str, Any]:
+         slo: SloConfig, note: CellNote, itl: Percentiles | None) -> dict[str, Any]:
     ok = r.filter(pl.col("status") == "ok")
     ttft, e2el, tpot = stats.latencies(
         _arr(ok, "send_t"), _arr(ok, "first_token_t"), _arr(ok, "last_token_t"), _arr(ok, "completion_tokens")
     )
-    itl = _pooled_gaps(ok)
     client_wait = stats.percentiles(_arr(r, "wire_t") - _arr(r, "send_t"))  # pool + connect inside the client
     wall = 0.0
     if r.height:
         t0 = np.nanmin(_arr(r, "scheduled_t"))
         ends = _arr(r, "end_t")
         wall = float(np.nanmax(ends) - t0) if np.isfinite(ends).any() else 0.0
-    dists = {"ttft": ttft, "tpot": tpot, "itl": itl, "e2el": e2el, "dispatch_lag": _arr(r, "dispatch_lag_s")}
+    dists = {"ttft": ttft, "tpot": tpot, "e2el": e2el, "dispatch_lag": _arr(r, "dispatch_lag_s")}
     pct: dict[str, float | None] = {}
     for metric in DISTRIBUTIONS:
-        p = stats.percentiles(dists[metric])
+        if metric == "itl":
+            p = itl if itl is not None else stats.percentiles(_pooled_gaps(ok))
+        else:
+            p = stats.percentiles(dists[metric])
         pct.update(zip(percentile_columns(metric), (_ms(p.p50), _ms(p.p90), _ms(p.p99)), strict=True))
     out_tokens = float(np.nansum(_arr(ok, "completion_tokens")))
     counts = dict(r.group_by("status").len().iter_rows()) if r.height else {}

@@ -342,7 +342,7 @@ class DecomposeRecorder:
     def _write_decomposition(self) -> None:
         if not self._chains:
             return
-        summary = load_run(self.output.out).summary
+        summary = load_run(self.output.out, summary_only=True).summary
         rows = {(r["stage"], r["mode"]): r for r in summary.iter_rows(named=True)}
         chains = []
         for chain in self._chains:

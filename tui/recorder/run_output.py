@@ -40,7 +40,7 @@ from tui.profile import Profile, Stage, dump_profile, stage_profile
 from tui.recorder.progress import RunProgress, cell_total, run_total
 from tui.recorder.sweep import CellPlan, FixedCells, cell_plan
 from tui.records.cell import CellNote
-from tui.records.parquet import PartWriter, count_records, dataclass_rows
+from tui.records.parquet import PartWriter, count_records
 from tui.records.request import RequestRecord
 from tui.records.run_dir import RunDirError, prepare_run_dir
 from tui.report.terminal import load_run, wide_console
@@ -129,10 +129,10 @@ class RunOutput:
             self.bars.finished(rec)
 
     def add_steps(self, steps: Sequence[StepTiming], stage: str, mode: str) -> None:
-        self.writers["steps"].add_many(dataclass_rows(steps, stage=stage, mode=mode))
+        self.writers["steps"].add_items(steps, stage=stage, mode=mode)
 
     def add_gpu(self, samples: Sequence[GpuSample], stage: str, mode: str) -> None:
-        self.writers["gpu"].add_many(dataclass_rows(samples, stage=stage, mode=mode))
+        self.writers["gpu"].add_items(samples, stage=stage, mode=mode)
 
     def add_frame(self, snap: EngineSnapshot, stage: str, mode: str, t: float) -> None:
         """A replay frame, when the run keeps them (else nothing)."""
@@ -247,7 +247,7 @@ class RunOutput:
 
     def _summarise(self) -> None:
         """summary.csv, summary.md and the table on the terminal, from the records on disk."""
-        run = load_run(self.out)
+        run = load_run(self.out, summary_only=True)
         table = run.table  # repeated cells as one row: mean and 95 % interval
         table.write_csv(self.out / "summary.csv")
         title = f"kvtui run {self.run_id} ({self.profile.name})" + (" (partial)" if run.partial else "")

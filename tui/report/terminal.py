@@ -23,11 +23,12 @@ from tui.metrics.decomposition import decomposition_rich, read_tables
 from tui.metrics.repeats import collapse_repeats
 from tui.metrics.review import RunReview, review_run
 from tui.metrics.significance import METHOD, significance_table
-from tui.metrics.summary import compare_table, format_cell, summary_table
+from tui.metrics.summary import SUMMARY_COLUMNS, compare_table, format_cell, pooled_itl, summary_table
 from tui.metrics.table_view import print_summary
 from tui.profile import Profile, ProfileError, SloConfig, load_profile, to_dict
 from tui.records.cell import CellNote, cell_notes
-from tui.records.parquet import DamagedRecords, read_records
+from tui.records.parquet import DamagedRecords, iter_records, read_records
+from tui.records.request import REQUEST_SCHEMA
 
 
 @dataclass
@@ -70,12 +71,16 @@ class RunData:
                 f"{self.info.get('hardware')}, {self.info.get('clock', 'real')} clock")
 
 
+_ITL_COLUMNS = ["stage", "mode", "warmup", "status", "chunk_gaps_s"]  # what pooled_itl reads
+
+
 def is_run_dir(path: Path) -> bool:
     return (path / "requests.parquet").is_file() or (path / ".parts" / "requests").is_dir()
 
 
-def load_run(path: Path) -> RunData:
-    """Read a run directory (a finished run, or the parts a crashed one left)."""
+def load_run(path: Path, *, summary_only: bool = False) -> RunData:
+    """Read a run directory (a finished run, or the parts a crashed one left). ``summary_only``: of the
+    records only the columns the summary reads (:data:`SUMMARY_COLUMNS`; a recorder's own summary)."""
     path = Path(path)
     info: dict[str, Any] = {}
     if (path / "run.json").is_file():
@@ -91,14 +96,19 @@ def load_run(path: Path) -> RunData:
             profile = load_profile(path / "profile.toml")
         except ProfileError:
             profile = None
-    tables = {name: pl.from_arrow(read_records(path, name)) for name in ("requests", "steps", "gpu")}
+    # never the requests' chunk gaps, the largest column by far: the summary's ITL passes over them in
+    # batches (pooled_itl), so a long run is read back in bounded memory
+    columns = dict(SUMMARY_COLUMNS) if summary_only else \
+        {"requests": [n for n in REQUEST_SCHEMA.names if n != "chunk_gaps_s"], "steps": None, "gpu": None}
+    tables = {name: pl.from_arrow(read_records(path, name, cols)) for name, cols in columns.items()}
     run = RunData(path, tables["requests"], tables["steps"], tables["gpu"], info, profile)  # type: ignore[arg-type]
     try:
         run.cells  # noqa: B018 -- read once here, so a damaged run.json is refused in one line
     except (TypeError, AttributeError, ValueError):
         raise DamagedRecords(f"{path / 'run.json'}: damaged: its cells are not the recorder's notes") from None
     slo = profile.slo if profile is not None else SloConfig()
-    run.summary = summary_table(run.requests, run.steps, run.gpu, slo, run.cells)
+    itl = pooled_itl(lambda: (pl.DataFrame(pl.from_arrow(t)) for t in iter_records(path, "requests", _ITL_COLUMNS)))
+    run.summary = summary_table(run.requests, run.steps, run.gpu, slo, run.cells, itl)
     run.edges = read_capacity_edges(path)
     return run
 

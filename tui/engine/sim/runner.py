@@ -22,6 +22,7 @@ the live engine's TPOT came out ~30 % above the modelled one (now ~7 %; ARCHITEC
 
 from __future__ import annotations
 
+import itertools
 import zlib
 from collections import deque
 from collections.abc import Sequence
@@ -39,6 +40,7 @@ _LETTERS = 26
 _FIRST = ord("a")
 SIM_TOKEN_IDS = range(_FIRST, _FIRST + _LETTERS)  # every token the simulated model emits
 _MASK = 0xFFFFFFFF
+BASES_KEPT = 8192  # token bases kept between steps (it was 100,000: one per request a long run ran)
 _NUMPY_FROM = 48  # tokens() for a run this long or longer in numpy (cheaper from ~40 tokens on)
 
 
@@ -109,7 +111,7 @@ class SimulatedRunner:
                 continue
             base = bases.get(r.request_id)
             if base is None:
-                if len(bases) > 100_000:  # finished requests' entries; rebuilt on demand
+                if len(bases) > BASES_KEPT:  # most are finished requests': rebuilt on demand
                     bases.clear()
                 base = bases[r.request_id] = token_base(self.seed, r.request_id)
             x = ((base + position * 7_919) & 0xFFFFFFFF) * 2_654_435_761 & 0xFFFFFFFF  # = sim_token
@@ -150,6 +152,24 @@ class SimulatedRunner:
         x = (np.arange(first, first + n, dtype=np.uint64) * np.uint64(7_919) + np.uint64(base)) & np.uint64(_MASK)
         x = (x * np.uint64(2_654_435_761)) & np.uint64(_MASK)
         return ((x >> np.uint64(11)) % np.uint64(_LETTERS) + np.uint64(_FIRST)).tolist()
+
+    def tokens_for(self, runs: Sequence[tuple[str, int, int]]) -> list[list[int]]:
+        """:meth:`tokens` of each ``(request_id, first, n)``, in one numpy pass over them all (a stretch
+        catching up every running request's few tokens since the last frame: one pass, not one each)."""
+        if not runs:
+            return []
+        counts = np.fromiter((n for _, _, n in runs), dtype=np.int64, count=len(runs))
+        bases = np.fromiter((token_base(self.seed, rid) & _MASK for rid, _, _ in runs), dtype=np.uint64, count=len(runs))
+        firsts = np.fromiter((first for _, first, _ in runs), dtype=np.int64, count=len(runs))
+        ends = np.cumsum(counts)
+        # position of each token: its run's first, plus its place in the run
+        place = np.arange(int(ends[-1]), dtype=np.int64) - np.repeat(ends - counts, counts)
+        positions = (np.repeat(firsts, counts) + place).astype(np.uint64)
+        x = (positions * np.uint64(7_919) + np.repeat(bases, counts)) & np.uint64(_MASK)  # as tokens(), exact
+        x = (x * np.uint64(2_654_435_761)) & np.uint64(_MASK)
+        flat = ((x >> np.uint64(11)) % np.uint64(_LETTERS) + np.uint64(_FIRST)).tolist()
+        bounds = [0, *ends.tolist()]
+        return [flat[a:b] for a, b in itertools.pairwise(bounds)]
 
     def decode_step(self, rows: int, ctx: int, longest: int, prompts: Sequence[int] = (), padding: int = 0) -> None:
         """One step of ``rows`` decodes and of whole prompts of ``prompts`` tokens (requests admitted this
