@@ -15,8 +15,8 @@ prefill step yields the first token) and the capacity follows by hand:
   not bind: capacity = ``kv_requests / (output x step_s)``.
 
 :func:`probe_alone` runs one mode of a case alone at a rate for a given length, as a reviewer checks an
-edge, and reports its attainment over the whole run and over each half, and the rule's verdict on it. ``tests/sim/test_known_edges.py``
-and ``bench/edges.py`` use both.
+edge, and reports its attainment over the whole run and over each half, and the rule's verdict on it.
+``tests/sim/test_known_edges.py``, ``bench/edges.py`` and ``bench/edges_hold.py`` use them.
 """
 
 from __future__ import annotations
