@@ -59,7 +59,10 @@ ttft_ms = 2000
     (edge,) = read_capacity_edges(out)
     assert edge.mode == "remote"
     # each probe an ordinary stage, the first at start_rate, none past max_rate
-    assert [p.stage for p in edge.probes] == [f"sweep-{i:02d}" for i in range(1, len(edge.probes) + 1)]
+    # (numbered in run order: a probe whose queue test was undecided on a busy machine ran again, longer,
+    # under the next number, and only the longer one counts)
+    numbers = [int(p.stage.removeprefix("sweep-")) for p in edge.probes]
+    assert numbers[0] == 1 and numbers == sorted(set(numbers))
     assert edge.probes[0].rate == 20.0 and all(0 < p.rate <= 40.0 for p in edge.probes)
     # the edge is what its probes show, whatever a busy machine made of each (its queue test reads real
     # time); a machine that kept up with every probe tops out at max_rate after two

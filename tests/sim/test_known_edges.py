@@ -16,7 +16,7 @@ import pytest
 
 from tui.metrics.capacity import probe_passes, read_capacity_edges
 from tui.recorder.virtual import record_virtual
-from tui.testing.known_edges import KnownCase, judge_alone, kv_case, probe_alone, throughput_case
+from tui.testing.known_edges import KnownCase, kv_case, probe_alone, throughput_case
 
 CASES = {"throughput": throughput_case, "kv": kv_case}
 
@@ -65,5 +65,5 @@ def test_five_per_cent_over_the_capacity_fails_the_rule(case: str, tmp_path: Pat
     for seed in (0, 1, 2):
         c: KnownCase = CASES[case](tmp_path, seed, **CHEAP)
         assert c.profile.sweep is not None
-        probe = judge_alone(c.profile, c.mode, 1.05 * c.capacity, 150.0)
+        probe = probe_alone(c.profile, c.mode, 1.05 * c.capacity, 150.0).verdict
         assert not probe_passes(probe, c.profile.sweep.target_attainment), (seed, probe)

@@ -43,8 +43,10 @@ SMALL = {
                  "output_len": {"dist": "mixture", "components": [{"weight": 0.8, "value": 8},
                                                                   {"weight": 0.2, "value": 64}]}, "seed": 3},
     "load": {"warmup_requests": 0},
+    # no confirmation runs: these tests hold the bisection to a scan of the same short probes (the rule with
+    # its confirmations is tested in test_edge_rule.py and test_known_edges.py)
     "sweep": {"target_attainment": 0.85, "start_rate": 4, "growth": 2, "tolerance": 0.1, "num_requests": 30,
-              "duration_s": 0.01},
+              "duration_s": 0.01, "confirm_factor": 0},
     "record": {"modes": ["static+contiguous", "continuous+paged"]},
     "slo": {"ttft_ms": 150, "tpot_ms": 50},
 }

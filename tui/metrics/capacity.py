@@ -43,7 +43,8 @@ RATIO_MODES = ("continuous+paged", "static+contiguous")
 
 EdgeStatus = Literal["found", "above", "below", "slo_bound", "incomplete"]
 STATUS_MEANING: dict[str, str] = {
-    "found": "bracketed within the tolerance, and the rate that passed held a confirmation run",
+    "found": "bracketed within the tolerance, the rate that passed held a confirmation run, and the next "
+             "rate up failed one (or missed the target beyond doubt)",
     "slo_bound": "SLO-bound: meets the target at no rate (attainment does not rise as the rate falls)",
     "above": "never missed the target: the edge is at least this rate",
     "below": "missed the target at every rate probed: the edge is below the lowest",
@@ -125,6 +126,11 @@ class CapacityEdge:
         return self.status == "found"
 
     @property
+    def fail_probe(self) -> Probe | None:
+        """The probe that decided ``fail_rate`` (None without one)."""
+        return next((p for p in deciding(self.probes) if p.rate == self.fail_rate), None)
+
+    @property
     def edge_probe(self) -> Probe | None:
         """The probe that set ``edge_rate`` (None without one)."""
         return next((p for p in reversed(self.probes) if p.rate == self.edge_rate and probe_passes(p, self.target)
@@ -160,6 +166,30 @@ def drift(probe: Probe) -> float:
     return 2.0 * (probe.attainment - late)
 
 
+def clear_miss(probe: Probe, target: float) -> bool:
+    """Whether a probe missed the target beyond chance: the 95 % Wilson interval of its attainment (or of
+    its second half's, over half its requests) lies below the target. A miss by the queue test alone, or
+    by an attainment within noise of the target, is not clear: a short probe can show it by chance, and
+    the rule runs that rate again confirmation-length before it takes the miss as the edge's upper bound.
+    A probe without a request count is taken as it is."""
+    if probe.requests is None:
+        return not probe_passes(probe, target)
+    n = probe.requests
+    late_hi = 1.0 if probe.late_attainment is None else wilson(probe.late_attainment, max(n // 2, 1))[1]
+    return wilson(probe.attainment, n)[1] < target or late_hi < target
+
+
+def deciding(probes: Sequence[Probe]) -> list[Probe]:
+    """The probe that decides each rate probed: its confirmation-length run if it had one (it outlasts what
+    a short probe saw, either way), else its last probe; in the order the rates were first probed."""
+    by_rate: dict[float, Probe] = {}
+    for p in probes:
+        held = by_rate.get(p.rate)
+        if held is None or p.confirm or not held.confirm:
+            by_rate[p.rate] = p
+    return list(by_rate.values())
+
+
 def pooled_attainment(probes: Sequence[Probe]) -> tuple[float, float, float] | None:
     """The attainment over every steady probe's requests together, with its Wilson interval; None
     without request counts."""
@@ -172,13 +202,14 @@ def pooled_attainment(probes: Sequence[Probe]) -> tuple[float, float, float] | N
 
 
 def slo_bound(probes: Sequence[Probe], target: float) -> bool:
-    """Whether the probes say the target is met at no rate: none passed, and the two lowest rates both
-    missed with a steady queue and attainments whose 95 % intervals overlap (halving the load did not
-    help: the misses come from the SLO, e.g. static batching under a TTFT shorter than its batch)."""
+    """Whether the probes say the target is met at no rate: none passed, the two lowest rates both missed
+    with a steady queue and attainments whose 95 % intervals overlap (halving the load did not help: the
+    misses come from the SLO, e.g. static batching under a TTFT shorter than its batch), and the lowest
+    missed beyond doubt (:func:`clear_miss`: a miss within noise of the target says nothing of lower rates)."""
     if any(probe_passes(p, target) for p in probes):
         return False
-    low = sorted((p for p in probes if p.requests), key=lambda p: p.rate)[:2]
-    if len(low) < 2 or not all(p.steady for p in low) or low[0].rate == low[1].rate:
+    low = sorted((p for p in deciding(probes) if p.requests), key=lambda p: p.rate)[:2]
+    if len(low) < 2 or not all(p.steady for p in low) or not clear_miss(low[0], target):
         return False
     (a_lo, a_hi), (b_lo, b_hi) = (wilson(p.attainment, p.requests or 0) for p in low)
     return a_lo <= b_hi and b_lo <= a_hi
@@ -186,17 +217,20 @@ def slo_bound(probes: Sequence[Probe], target: float) -> bool:
 
 def edge_of(mode: str, probes: Sequence[Probe], target: float, tolerance: float,
             confirm: bool = False) -> CapacityEdge:
-    """The capacity edge the probes so far show (whatever order they ran in); with ``confirm`` the
-    bracket counts as found only once its passing rate also passed a confirmation run."""
-    fails = [p for p in probes if not probe_passes(p, target)]
+    """The capacity edge the probes so far show (whatever order they ran in), each rate as its deciding
+    probe says (:func:`deciding`); with ``confirm`` the bracket counts as found only once its passing rate
+    also passed a confirmation run and the next rate up failed one or missed clearly (:func:`clear_miss`):
+    the edge is then tight, a run as long at the next rate up fails."""
+    decided = deciding(probes)
+    fails = [p for p in decided if not probe_passes(p, target)]
     low_fail = min(fails, key=lambda p: p.rate) if fails else None
     # a confirmation whose queue grew served only what it achieved: a short probe that passed above that
     # rate could not see the overload, and counts for nothing
     served = [p.achieved for p in fails if p.confirm and not p.steady and p.achieved is not None]
     void_above = min(served) if served else math.inf
-    ok = [p for p in probes if probe_passes(p, target) and (low_fail is None or p.rate < low_fail.rate)
+    ok = [p for p in decided if probe_passes(p, target) and (low_fail is None or p.rate < low_fail.rate)
           and (p.confirm or p.rate <= void_above)]
-    high_pass = max(ok, key=lambda p: (p.rate, p.confirm)) if ok else None  # a confirmation speaks for its rate
+    high_pass = max(ok, key=lambda p: p.rate) if ok else None
     status: EdgeStatus
     if not probes:
         status = "incomplete"
@@ -205,7 +239,7 @@ def edge_of(mode: str, probes: Sequence[Probe], target: float, tolerance: float,
     elif low_fail is None:
         status = "above"
     elif low_fail.rate <= high_pass.rate * (1 + tolerance) and (
-            not confirm or any(p.confirm and p.rate == high_pass.rate for p in ok)):
+            not confirm or (high_pass.confirm and (low_fail.confirm or clear_miss(low_fail, target)))):
         status = "found"
     else:
         status = "incomplete"
@@ -233,10 +267,15 @@ class EdgeSearch:
     ``config.extend_factor`` times longer, at most ``config.max_extensions``
     times; then the test's final call (growth <= the limit) decides.
 
-    Once the bracket is within the tolerance, the passing rate runs once more, ``config.confirm_factor``
-    times a probe's length (at least the first probe's ``max_duration_s`` allows); a failed confirmation
-    is a miss at that rate, so the search steps down and bisects below it; from then on every probe runs
-    as long as a confirmation (the short ones could not see this overload) and counts as one.
+    Once the bracket is within the tolerance, its ends run again ``config.confirm_factor`` times a
+    probe's length (a probe at that rate: at least ``config.num_requests`` requests, so a low rate's
+    confirmation holds ``confirm_factor`` times as many). First the rate that missed, unless it missed
+    beyond doubt (:func:`clear_miss`): a short probe that misses by chance would set the edge too low, so
+    a confirmation that passes there raises the edge and the search goes on above it. Then the rate that
+    passed: a failed confirmation is a miss at that rate, so the search steps down and bisects below it;
+    from then on every probe runs as long as a confirmation (the short ones could not see this overload)
+    and counts as one. The edge is found when a confirmation passed at it and the next rate up (within
+    the tolerance) failed one or missed beyond doubt: it is tight.
     """
 
     def __init__(self, mode: str, config: SweepConfig):
@@ -269,13 +308,15 @@ class EdgeSearch:
         if self._long:
             self._confirming = rate
         if self._confirming is not None:
-            return rate, self.confirm_length_s()
+            return rate, self.confirm_length_s(rate)
         return rate, self.probe_length_s()
 
-    def confirm_length_s(self) -> float:
-        """How long a confirmation runs: ``confirm_factor`` probes (not capped by ``max_duration_s``: its
-        point is to outlast what the probes saw)."""
-        return self.config.confirm_factor * self.probe_length_s()
+    def confirm_length_s(self, rate: float) -> float:
+        """How long a confirmation at ``rate`` runs: ``confirm_factor`` probes at that rate (not capped by
+        ``max_duration_s``: its point is to outlast what the probes saw), a probe being at least
+        ``num_requests`` requests (a low rate's probe outlasts its length: so must its confirmation)."""
+        cfg = self.config
+        return cfg.confirm_factor * max(self.probe_length_s(), cfg.num_requests / rate)
 
     def observe_probe(self, rate: float, duration_s: float, attainment: float, stage: str,
                       queue: QueueTest | None, service_s: float | None = None,
@@ -342,8 +383,14 @@ class EdgeSearch:
         if edge.status == "found":
             return None
         if cfg.confirm_factor > 0 and edge.fail_rate <= edge.edge_rate * (1 + cfg.tolerance):
-            self._confirming = edge.edge_rate  # bracketed, not yet confirmed
-            return edge.edge_rate
+            # bracketed, not yet tight: the miss above is re-judged first (passing, it raises the edge and
+            # saves the confirmation below), then the pass is confirmed
+            miss = edge.fail_probe
+            if miss is not None and not miss.confirm and not clear_miss(miss, cfg.target_attainment):
+                self._confirming = edge.fail_rate
+            else:
+                self._confirming = edge.edge_rate
+            return self._confirming
         return math.sqrt(edge.edge_rate * edge.fail_rate)  # a relative tolerance halves in log space
 
     def observe(self, rate: float, attainment: float, stage: str) -> None:
@@ -518,7 +565,7 @@ def edge_rows(edges: Sequence[CapacityEdge]) -> list[list[str]]:
         if e.slo_attainment is not None:  # no rate to report: the attainment and its interval instead
             share, lo, hi = e.slo_attainment
             edge, met = "SLO-bound", f"{share:.2f} [{lo:.2f}, {hi:.2f}]"
-        fail = next((p for p in e.probes if p.rate == e.fail_rate and not probe_passes(p, e.target)), None)
+        fail = e.fail_probe
         rows.append([e.mode, edge, num(e.achieved_at_edge), met, num(e.fail_rate),
                      num(e.attainment_at_fail, ".2f"), _queue_text(fail), str(len(e.probes)), e.status])
     return rows
@@ -534,7 +581,8 @@ def edge_summary_lines(edges: Sequence[CapacityEdge]) -> list[str]:
              f"after the measured warm-up, requests in the system over the second half against the first grew by "
              f"at most {GROWTH_LIMIT:.0%} of the arrivals), bracketed to {e0.tolerance:.0%} (the next rate up "
              f"missed it)" + (", confirmed by a run several probes long at that rate whose second half met the SLOs at most "
-                                f"{DRIFT_LIMIT:.0%} less often than its first" if e0.confirm else "")
+                                f"{DRIFT_LIMIT:.0%} less often than its first, while a run as long at the next rate up "
+                                "failed (unless it missed beyond doubt)" if e0.confirm else "")
              + ". Achieved: the throughput the edge's probe served."]
     modes = {e.mode for e in edges}
     if set(RATIO_MODES) <= modes:

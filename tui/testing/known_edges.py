@@ -15,8 +15,8 @@ prefill step yields the first token) and the capacity follows by hand:
   not bind: capacity = ``kv_requests / (output x step_s)``.
 
 :func:`probe_alone` runs one mode of a case alone at a rate for a given length, as a reviewer checks an
-edge, and reports its attainment over the whole run and over each half. ``tests/sim/test_known_edges.py``
-and ``bench/edges.py`` use both.
+edge, and reports its attainment over the whole run and over each half, and the rule's verdict on it.
+``tests/sim/test_known_edges.py``, ``bench/edges.py`` and ``bench/edges_hold.py`` use them.
 """
 
 from __future__ import annotations
@@ -123,7 +123,8 @@ def _kv_bytes_per_token() -> int:
 
 @dataclass(frozen=True)
 class AloneRun:
-    """One mode run alone at one rate: attainment over the run and over each half of its arrivals."""
+    """One mode run alone at one rate: attainment over the run and over each half of its arrivals, and the
+    rule's verdict on it."""
 
     rate: float
     duration_s: float
@@ -132,26 +133,17 @@ class AloneRun:
     attainment: float
     first_half: float
     second_half: float
-
-
-def judge_alone(profile: Profile, mode: EngineMode, rate: float, duration_s: float, seed: int | None = None) -> Probe:
-    """The sweep rule's verdict on ``mode`` run alone at ``rate`` for ``duration_s`` of arrivals, judged as a
-    confirmation is (:meth:`~tui.metrics.capacity.ProbeMeasure.probe`): pass it to ``probe_passes``."""
-    records = _run_alone(profile, mode, rate, duration_s, seed)
-    return measure_probe(records, profile.slo).probe(rate, "alone", duration_s, confirm=True)
-
-
-def _run_alone(profile: Profile, mode: EngineMode, rate: float, duration_s: float, seed: int | None) -> list[RequestRecord]:
-    stage = Stage("alone", rate, max(2, math.ceil(rate * duration_s)), seed=seed)
-    records: list[RequestRecord] = []
-    run_virtual_cell(profile, stage, mode, start=0.0, on_record=lambda r: None if r.warmup else records.append(r))
-    return records
+    verdict: Probe  # judged as a confirmation is (``probe_passes(verdict, target)``: the rule passes it)
 
 
 def probe_alone(profile: Profile, mode: EngineMode, rate: float, duration_s: float, seed: int | None = None) -> AloneRun:
     """Run ``mode`` alone at ``rate`` for ``duration_s`` of arrivals (``seed``: the arrivals' draw, default
-    the profile's) and measure its goodput attainment whole and by half (sent before / after the middle)."""
-    records = _run_alone(profile, mode, rate, duration_s, seed)
+    the profile's: a sweep's probe of as many requests at that rate draws the same ones), measure its goodput
+    attainment whole and by half (sent before / after the median send), and judge it as the sweep rule
+    judges a confirmation (:meth:`~tui.metrics.capacity.ProbeMeasure.probe`)."""
+    stage = Stage("alone", rate, max(2, math.ceil(round(rate * duration_s, 9))), seed=seed)
+    records: list[RequestRecord] = []
+    run_virtual_cell(profile, stage, mode, start=0.0, on_record=lambda r: None if r.warmup else records.append(r))
     sent = [(r.send_t, r) for r in records if r.send_t is not None]  # every virtual-clock record is sent
     send = np.array([t for t, _ in sent], dtype=float)
     middle = float(np.median(send)) if send.size else 0.0
@@ -160,4 +152,5 @@ def probe_alone(profile: Profile, mode: EngineMode, rate: float, duration_s: flo
     first, second = (cell_attainment(h, profile.slo) or 0.0 for h in halves)
     span = float(send.max() - send.min()) if send.size > 1 else 0.0
     offered = (send.size - 1) / span if span > 0 else 0.0
-    return AloneRun(rate, duration_s, len(records), offered, whole, first, second)
+    verdict = measure_probe(records, profile.slo).probe(rate, "alone", duration_s, confirm=True)
+    return AloneRun(rate, duration_s, len(records), offered, whole, first, second, verdict)
