@@ -212,16 +212,18 @@ def build_parser() -> argparse.ArgumentParser:
     _set_option(cal)
 
     ver = sub.add_parser("verify", help="predict a server's capacity edge on the calibrated simulated engine, then measure it",
-                         description="Run the profile's [sweep] on the simulated engine (the profile's [engine] = the "
-                                     "server's settings, under --stack on --gpu) and then against the server; print "
-                                     "the predicted and measured capacity edge side by side. Writes DIR/predicted "
-                                     "and DIR/measured (run directories).")
+                         description="Per mode, run the profile's [sweep] on the simulated engine (the profile's "
+                                     "[engine] = the server's settings, under --stack on --gpu) and then against the "
+                                     "server; print the predicted and measured capacity edge side by side, one row per "
+                                     "mode. A kvtui serve is switched into each mode of [record] modes (its control "
+                                     "API); any other server is verified in the one mode it runs. Writes "
+                                     "DIR/MODE/predicted and DIR/MODE/measured (run directories).")
     ver.add_argument("--target", metavar="URL", required=True, help="the running OpenAI-compatible server")
     ver.add_argument("--profile", metavar="NAME|FILE", required=True, help="the server's [engine] and the test's [sweep]")
     ver.add_argument("--stack", required=True, help="the stack file kvtui calibrate --target wrote (or a preset)")
     ver.add_argument("--gpu", default="H100-SXM", help="the GPU preset the stack was fitted on (default H100-SXM)")
     ver.add_argument("--tp", type=int, default=1, help="tensor-parallel devices (default 1)")
-    ver.add_argument("--mode", help="the server's mode, e.g. continuous+paged (default: the profile's engine's)")
+    ver.add_argument("--mode", help="the modes, comma-separated (a kvtui serve: default [record] modes; another server: the one it runs, default the profile's engine's)")
     ver.add_argument("--served-model", help="the model name to ask for")
     ver.add_argument("--api-key-env", metavar="NAME", help="the bearer token's environment variable")
     ver.add_argument("--tokenizer", help="what sizes prompts at the server: a tokenizer.json, or 'bytes' (a kvtui serve)")
@@ -425,11 +427,11 @@ def _verify(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from tui.recorder.verify import verify_main
 
     try:
-        mode = EngineMode.parse(args.mode) if args.mode else None
+        modes = tuple(EngineMode.parse(m.strip()) for m in args.mode.split(",")) if args.mode else ()
     except ValueError as e:
         raise ProfileError(f"--mode: {e}") from None
     return verify_main(load_named_profile(args.profile, args.overrides), args.target, args.stack, args.gpu,
-                       args.out, mode, args.served_model, args.api_key_env, args.tp, args.tokenizer)
+                       args.out, modes, args.served_model, args.api_key_env, args.tp, args.tokenizer)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tui.load.load_runner import prompt_sizing
+from tui.metrics.ratio import Figure
 from tui.profile import EngineMode, find_profile, load_profile, profile_from_dict
 from tui.recorder.verify import Verdict, measured_profile, predicted_profile, verify_main
 
@@ -26,8 +27,12 @@ def test_the_prediction_simulates_the_servers_engine_and_the_measurement_targets
 
 
 def test_the_ratio_is_predicted_over_measured_and_a_profile_without_a_sweep_is_refused(tmp_path: Path, capsys) -> None:
-    assert Verdict("continuous+paged", 6.0, 4.0).ratio == 1.5
-    assert Verdict("continuous+paged", None, 4.0).ratio is None
+    assert Verdict("continuous+paged", Figure("predicted", 6.0), Figure("measured", 4.0)).ratio == 1.5
+    assert Verdict("continuous+paged", Figure("predicted", None), Figure("measured", 4.0)).ratio is None
+    # a floor is at least its rate: over a real edge it bounds the ratio, under one there is none
+    assert Verdict("continuous+paged", Figure("predicted", 8.0, floor=True), Figure("measured", 4.0)).ratio == 2.0
+    floor = Verdict("continuous+paged", Figure("predicted", 4.0), Figure("measured", 8.0, floor=True))
+    assert floor.ratio is None and "only a lower bound" in (floor.why_no_ratio() or "")
     prof = profile_from_dict({}, source="p.toml")
     assert verify_main(prof, "http://127.0.0.1:9/v1", "vllm", "H100-SXM", tmp_path) == 2
     assert "no [sweep]" in capsys.readouterr().err
