@@ -3,6 +3,7 @@ the server's mode only; the measurement is the same test against the server, pro
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -70,3 +71,21 @@ def test_the_latencies_are_compared_at_the_rates_both_sweeps_probed(tmp_path: Pa
         (tmp_path / name).mkdir()
         (tmp_path / name / "summary.csv").write_text("target_rate,ttft_p50_ms,tpot_p50_ms\n" + rows, encoding="utf-8")
     assert common_probes(tmp_path / "p", tmp_path / "m") == [(2.0, 50.0, 40.0, 7.0, 7.5), (8.0, 60.0, 70.0, 11.0, 10.0)]
+
+
+def _sweep(d: Path, mode: str, probes: list[tuple[float, bool]]) -> None:
+    d.mkdir(parents=True)
+    rows = [{"rate": r, "attainment": 1.0 if ok else 0.5, "stage": f"sweep-{i:02d}"} for i, (r, ok) in enumerate(probes)]
+    doc = {"edges": [{"mode": mode, "probes": rows, "target": 0.9, "tolerance": 0.25}]}
+    (d / "sweep.json").write_text(json.dumps(doc), encoding="utf-8")
+
+
+def test_an_unbracketed_edge_is_compared_as_it_stands_and_named_a_floor_is_not_divided_by(tmp_path: Path) -> None:
+    _sweep(tmp_path / "continuous+paged" / "predicted", "continuous+paged", [(8, True), (9, False)])
+    _sweep(tmp_path / "continuous+paged" / "measured", "remote", [(8, True), (16, False)])  # 8-16: not bracketed
+    v = Verdict.read(tmp_path, "continuous+paged")
+    assert (v.predicted.value, v.measured.value, v.unbracketed) == (8, 8, ("measured",)) and v.ratio == 1.0
+    _sweep(tmp_path / "static+contiguous" / "predicted", "static+contiguous", [(8, True), (9, False)])
+    _sweep(tmp_path / "static+contiguous" / "measured", "remote", [(4, True), (8, True)])  # never missed
+    v = Verdict.read(tmp_path, "static+contiguous")
+    assert v.measured.floor and v.ratio is None and "lower bound" in (v.why_no_ratio() or "")

@@ -45,25 +45,36 @@ class SwitchError(Exception):
 
 @dataclasses.dataclass(frozen=True)
 class Verdict:
-    """One mode's predicted and measured capacity edge (each a :class:`~tui.metrics.ratio.Figure`: a
-    floor where the sweep never missed, with a bound where it is no capacity)."""
+    """One mode's predicted and measured capacity edge, each a :class:`~tui.metrics.ratio.Figure` (a floor
+    where the sweep never missed; a bound where the edge is no capacity: SLO-bound, below every rate).
+    An edge the sweep did not bracket to its tolerance is compared as it stands (the rate that passed
+    below the one that missed) and named in ``unbracketed``: verify asks how near the prediction came,
+    and a short sweep near a server's capacity often ends so."""
 
     mode: str
     predicted: Figure
     measured: Figure
+    unbracketed: tuple[str, ...] = ()  # "predicted", "measured": edges not bracketed to the tolerance
 
     @classmethod
     def read(cls, out: Path, mode: str) -> Verdict:
         """The verdict of ``mode``'s two runs under ``out`` (``out/MODE/predicted``, ``out/MODE/measured``)."""
-        def figure(run: str) -> Figure:
+        figures: dict[str, Figure] = {}
+        unbracketed = []
+        for run in ("predicted", "measured"):
             edges = read_capacity_edges(out / mode / run)
-            return dataclasses.replace(edge_figure(edges[0] if edges else None), mode=run)
-        return cls(mode, figure("predicted"), figure("measured"))
+            edge = edges[0] if edges else None
+            f = dataclasses.replace(edge_figure(edge), mode=run)
+            if edge is not None and edge.status == "incomplete":
+                unbracketed.append(run)
+                f = dataclasses.replace(f, bound=None)
+            figures[run] = f
+        return cls(mode, figures["predicted"], figures["measured"], tuple(unbracketed))
 
     @property
     def ratio(self) -> float | None:
-        """Predicted over measured; None where the measured edge is no capacity (a floor, SLO-bound,
-        not bracketed) or either is missing: :func:`tui.metrics.ratio.why_not` says which."""
+        """Predicted over measured; None where the measured edge is a floor or no capacity, or either is
+        missing (:meth:`why_no_ratio` says which)."""
         return ratio_value(Ratio("capacity edge", self.predicted, self.measured))
 
     def why_no_ratio(self) -> str | None:
@@ -176,7 +187,9 @@ def print_verdicts(verdicts: list[Verdict], out: Path) -> None:
     for v in verdicts:
         d = out / v.mode
         why = v.why_no_ratio()
-        print(f"{v.mode}: " + (f"no ratio: {why}; " if why else "") + f"runs in {d / 'predicted'} and {d / 'measured'}")
+        notes = ([f"no ratio: {why}"] if why else []) + [f"the {run} edge is not bracketed to the sweep's tolerance"
+                                                         for run in v.unbracketed]
+        print(f"{v.mode}: " + "".join(f"{n}; " for n in notes) + f"runs in {d / 'predicted'} and {d / 'measured'}")
         for rate, ttft_p, ttft_m, tpot_p, tpot_m in common_probes(d / "predicted", d / "measured"):
             print(f"  at {rate:.3g} req/s: TTFT P50 predicted {ttft_p:.1f} ms, measured {ttft_m:.1f} ms; "
                   f"TPOT P50 predicted {tpot_p:.2f} ms, measured {tpot_m:.2f} ms")
