@@ -209,6 +209,9 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--api-key-env", metavar="NAME", help="with --target: the bearer token's environment variable")
     cal.add_argument("--budget-s", type=float, default=300.0, help="with --target: stop starting probes after this long")
     cal.add_argument("--max-prompt", type=int, default=1024, help="with --target: the longest probe prompt, in tokens")
+    cal.add_argument("--repeats", type=int, default=3,
+                     help="with --target: runs of each shape, interleaved across the probe (default 3; more on a "
+                          "server whose load moves)")
     _set_option(cal)
 
     ver = sub.add_parser("verify", help="predict a server's capacity edge on the calibrated simulated engine, then measure it",
@@ -415,9 +418,11 @@ def _calibrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
         return cal.calibrate_from_main(args.from_file, args.model, args.gpu, args.tp, args.stack, out)
     from tui.recorder.probe import ProbePlan
 
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
     top = max(8, args.max_prompt)
     plan = ProbePlan(prompts=tuple(sorted({min(32, top), min(256, top), top})), mid_prompt=min(256, top),
-                     budget_s=args.budget_s)
+                     repeats=args.repeats, budget_s=args.budget_s)
     return cal.calibrate_target_main(args.target, args.model, args.gpu, args.tp, args.stack, out, args.served_model,
                                      args.api_key_env, plan)
 
