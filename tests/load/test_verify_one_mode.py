@@ -32,3 +32,16 @@ def test_several_modes_of_a_server_that_cannot_switch_are_refused_before_any_swe
     assert verify_main(prof, fake_server().base_url, "vllm", "H100-SXM", tmp_path, (STATIC, PAGED)) == 2
     assert "cannot be switched between them" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
+
+
+def test_without_the_control_api_verify_runs_the_profiles_mode_unswitched_and_says_why(fake_server, tmp_path,
+                                                                                      capsys, monkeypatch) -> None:
+    ran = []
+    monkeypatch.setattr("tui.recorder.verify._verify_modes", lambda profile, modes, switch, *a: ran.append(
+        (modes, switch)) or [])
+    prof = profile_from_dict({"engine": {"batching": "static", "kv": "contiguous"}, "slo": {"ttft_ms": 1000},
+                              "sweep": {"max_probes": 1}}, source="p.toml")
+    assert verify_main(prof, fake_server().base_url, "vllm", "H100-SXM", tmp_path) == 0
+    assert ran == [((STATIC,), None)]
+    err = capsys.readouterr().err
+    assert "one mode, static+contiguous: the server answers no kvtui control API" in err and "HTTP 404" in err
