@@ -209,19 +209,24 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--api-key-env", metavar="NAME", help="with --target: the bearer token's environment variable")
     cal.add_argument("--budget-s", type=float, default=300.0, help="with --target: stop starting probes after this long")
     cal.add_argument("--max-prompt", type=int, default=1024, help="with --target: the longest probe prompt, in tokens")
+    cal.add_argument("--repeats", type=int, default=3,
+                     help="with --target: runs of each shape, interleaved across the probe (default 3; more on a "
+                          "server whose load moves)")
     _set_option(cal)
 
     ver = sub.add_parser("verify", help="predict a server's capacity edge on the calibrated simulated engine, then measure it",
-                         description="Run the profile's [sweep] on the simulated engine (the profile's [engine] = the "
-                                     "server's settings, under --stack on --gpu) and then against the server; print "
-                                     "the predicted and measured capacity edge side by side. Writes DIR/predicted "
-                                     "and DIR/measured (run directories).")
+                         description="Per mode, run the profile's [sweep] on the simulated engine (the profile's "
+                                     "[engine] = the server's settings, under --stack on --gpu) and then against the "
+                                     "server; print the predicted and measured capacity edge side by side, one row per "
+                                     "mode. A kvtui serve is switched into each mode of [record] modes (its control "
+                                     "API); any other server is verified in the one mode it runs. Writes "
+                                     "DIR/MODE/predicted and DIR/MODE/measured (run directories).")
     ver.add_argument("--target", metavar="URL", required=True, help="the running OpenAI-compatible server")
     ver.add_argument("--profile", metavar="NAME|FILE", required=True, help="the server's [engine] and the test's [sweep]")
     ver.add_argument("--stack", required=True, help="the stack file kvtui calibrate --target wrote (or a preset)")
     ver.add_argument("--gpu", default="H100-SXM", help="the GPU preset the stack was fitted on (default H100-SXM)")
     ver.add_argument("--tp", type=int, default=1, help="tensor-parallel devices (default 1)")
-    ver.add_argument("--mode", help="the server's mode, e.g. continuous+paged (default: the profile's engine's)")
+    ver.add_argument("--mode", help="the modes, comma-separated (a kvtui serve: default [record] modes; another server: the one it runs, default the profile's engine's)")
     ver.add_argument("--served-model", help="the model name to ask for")
     ver.add_argument("--api-key-env", metavar="NAME", help="the bearer token's environment variable")
     ver.add_argument("--tokenizer", help="what sizes prompts at the server: a tokenizer.json, or 'bytes' (a kvtui serve)")
@@ -413,9 +418,11 @@ def _calibrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
         return cal.calibrate_from_main(args.from_file, args.model, args.gpu, args.tp, args.stack, out)
     from tui.recorder.probe import ProbePlan
 
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
     top = max(8, args.max_prompt)
     plan = ProbePlan(prompts=tuple(sorted({min(32, top), min(256, top), top})), mid_prompt=min(256, top),
-                     budget_s=args.budget_s)
+                     repeats=args.repeats, budget_s=args.budget_s)
     return cal.calibrate_target_main(args.target, args.model, args.gpu, args.tp, args.stack, out, args.served_model,
                                      args.api_key_env, plan)
 
@@ -425,11 +432,11 @@ def _verify(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from tui.recorder.verify import verify_main
 
     try:
-        mode = EngineMode.parse(args.mode) if args.mode else None
+        modes = tuple(EngineMode.parse(m.strip()) for m in args.mode.split(",")) if args.mode else ()
     except ValueError as e:
         raise ProfileError(f"--mode: {e}") from None
     return verify_main(load_named_profile(args.profile, args.overrides), args.target, args.stack, args.gpu,
-                       args.out, mode, args.served_model, args.api_key_env, args.tp, args.tokenizer)
+                       args.out, modes, args.served_model, args.api_key_env, args.tp, args.tokenizer)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -33,6 +33,12 @@ QUOTES: list[tuple[str, str, tuple[str, ...]]] = [
     ("docs/simulator.md", r"Median TPOT: within \*\*([\d.]+) %\*\* of the measured",
      ("sim_served_replay_tpot_median_err_pct",)),
     ("docs/simulator.md", r"Median TTFT: \*\*([\d.]+) % too fast\*\*", ("sim_served_replay_ttft_median_err_pct",)),
+    ("docs/simulator.md",
+     r"came out \*\*([\d.]+) static\+contiguous, ([\d.]+) continuous\+paged\*\* \(median ([\d.]+)\)",
+     ("verify_edge_ratio_median_static_contiguous", "verify_edge_ratio_median_continuous_paged",
+      "verify_edge_ratio_median")),
+    ("docs/simulator.md", r"TTFT and TPOT P50 ran a median ([\d.]+) and ([\d.]+) of the measured",
+     ("verify_ttft_p50_ratio_median", "verify_tpot_p50_ratio_median")),
 ]
 
 

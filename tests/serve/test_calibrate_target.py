@@ -31,7 +31,7 @@ def test_calibrate_target_writes_a_stack_a_simulated_profile_loads_and_from_refi
                                                                                      capsys) -> None:
     out = tmp_path / "mine.toml"
     rc = main(["calibrate", "--target", fresh_server.root, "--model", "tiny", "--gpu", "H100-SXM", "--budget-s", "20",
-               "--max-prompt", "64", "--out", str(out)])
+               "--max-prompt", "64", "--repeats", "2", "--out", str(out)])
     assert rc == 0, capsys.readouterr().err
     stack = load_stack(str(out))
     _, hw = parts(EngineConfig(backend="simulated", model="tiny", stack=str(out)))

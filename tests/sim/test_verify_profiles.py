@@ -3,11 +3,13 @@ the server's mode only; the measurement is the same test against the server, pro
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from tui.load.load_runner import prompt_sizing
+from tui.metrics.ratio import Figure
 from tui.profile import EngineMode, find_profile, load_profile, profile_from_dict
 from tui.recorder.verify import Verdict, measured_profile, predicted_profile, verify_main
 
@@ -26,8 +28,12 @@ def test_the_prediction_simulates_the_servers_engine_and_the_measurement_targets
 
 
 def test_the_ratio_is_predicted_over_measured_and_a_profile_without_a_sweep_is_refused(tmp_path: Path, capsys) -> None:
-    assert Verdict("continuous+paged", 6.0, 4.0).ratio == 1.5
-    assert Verdict("continuous+paged", None, 4.0).ratio is None
+    assert Verdict("continuous+paged", Figure("predicted", 6.0), Figure("measured", 4.0)).ratio == 1.5
+    assert Verdict("continuous+paged", Figure("predicted", None), Figure("measured", 4.0)).ratio is None
+    # a floor is at least its rate: over a real edge it bounds the ratio, under one there is none
+    assert Verdict("continuous+paged", Figure("predicted", 8.0, floor=True), Figure("measured", 4.0)).ratio == 2.0
+    floor = Verdict("continuous+paged", Figure("predicted", 4.0), Figure("measured", 8.0, floor=True))
+    assert floor.ratio is None and "only a lower bound" in (floor.why_no_ratio() or "")
     prof = profile_from_dict({}, source="p.toml")
     assert verify_main(prof, "http://127.0.0.1:9/v1", "vllm", "H100-SXM", tmp_path) == 2
     assert "no [sweep]" in capsys.readouterr().err
@@ -65,3 +71,21 @@ def test_the_latencies_are_compared_at_the_rates_both_sweeps_probed(tmp_path: Pa
         (tmp_path / name).mkdir()
         (tmp_path / name / "summary.csv").write_text("target_rate,ttft_p50_ms,tpot_p50_ms\n" + rows, encoding="utf-8")
     assert common_probes(tmp_path / "p", tmp_path / "m") == [(2.0, 50.0, 40.0, 7.0, 7.5), (8.0, 60.0, 70.0, 11.0, 10.0)]
+
+
+def _sweep(d: Path, mode: str, probes: list[tuple[float, bool]]) -> None:
+    d.mkdir(parents=True)
+    rows = [{"rate": r, "attainment": 1.0 if ok else 0.5, "stage": f"sweep-{i:02d}"} for i, (r, ok) in enumerate(probes)]
+    doc = {"edges": [{"mode": mode, "probes": rows, "target": 0.9, "tolerance": 0.25}]}
+    (d / "sweep.json").write_text(json.dumps(doc), encoding="utf-8")
+
+
+def test_an_unbracketed_edge_is_compared_as_it_stands_and_named_a_floor_is_not_divided_by(tmp_path: Path) -> None:
+    _sweep(tmp_path / "continuous+paged" / "predicted", "continuous+paged", [(8, True), (9, False)])
+    _sweep(tmp_path / "continuous+paged" / "measured", "remote", [(8, True), (16, False)])  # 8-16: not bracketed
+    v = Verdict.read(tmp_path, "continuous+paged")
+    assert (v.predicted.value, v.measured.value, v.unbracketed) == (8, 8, ("measured",)) and v.ratio == 1.0
+    _sweep(tmp_path / "static+contiguous" / "predicted", "static+contiguous", [(8, True), (9, False)])
+    _sweep(tmp_path / "static+contiguous" / "measured", "remote", [(4, True), (8, True)])  # never missed
+    v = Verdict.read(tmp_path, "static+contiguous")
+    assert v.measured.floor and v.ratio is None and "lower bound" in (v.why_no_ratio() or "")

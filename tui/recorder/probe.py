@@ -3,9 +3,9 @@
 A short designed set of streamed completions (``/v1/completions``, ``ignore_eos``, temperature 0, usage
 included): batch-1 requests at several prompt lengths (each gives a TTFT: prefill plus the serving
 path; and a TPOT: decode at batch 1 at that context), then decodes at several concurrencies (that
-many requests sent at once; the TPOT of the batch), each shape repeated. A shape's figure is the median
-over its repeats. Every request is bounded (``timeout_s``); the whole probe stops starting shapes once
-``budget_s`` has gone by, and fits what it has.
+many requests sent at once; the TPOT of the batch), each shape repeated, the repeats interleaved (every
+shape once, then again). A shape's figure is the median over its repeats. Every request is bounded
+(``timeout_s``); the whole probe stops starting runs once ``budget_s`` has gone by, and fits what it has.
 
 The prompt is a repeated word; how many tokens it came to is the server's own count (``usage``), so the
 points are built from the lengths the server computed, whatever its tokenizer.
@@ -130,26 +130,42 @@ class Prober:
 
 
 def probe(prober: Prober, plan: ProbePlan, say: Callable[[str], None] = lambda m: None) -> list[ProbePoint]:
-    """Run ``plan`` against the server (see the module doc); the shapes' figures, in the order run."""
+    """Run ``plan`` against the server (see the module doc); the shapes' figures, in the plan's order.
+
+    The repeats are interleaved (every shape once, then again), so each shape's repeats spread over the
+    whole probe: on a server whose load moves (a shared machine), back-to-back repeats give each shape
+    the load of its own few seconds, which the fit reads as that shape's cost (the tiny model's batch-1
+    decode once measured 1.4 ms at context 30 and 4.0 ms at 258, seconds later); interleaved, every
+    shape's median comes from the same spread of moments."""
     t0 = time.perf_counter()
     prober.learn_tokenizer()
-    points: list[ProbePoint] = []
     shapes: list[tuple[int, int]] = [(1, p) for p in plan.prompts] + [(c, plan.mid_prompt) for c in plan.concurrencies]
-    for k, (batch, prompt) in enumerate(shapes):
+    runs: list[list[list[Timed]]] = [[] for _ in shapes]
+    total = len(shapes) * plan.repeats
+    for k in range(total):
         spent = time.perf_counter() - t0
         if spent > plan.budget_s:
-            say(f"budget of {plan.budget_s:.0f} s spent: stopping after {k} of {len(shapes)} shapes")
+            say(f"budget of {plan.budget_s:.0f} s spent: stopping after {k} of {total} runs")
             break
-        eta = spent / k * (len(shapes) - k) if k else float("nan")
-        say(f"[{k + 1}/{len(shapes)}] batch {batch}, prompt ~{prompt} tokens, {plan.output} out, x{plan.repeats}"
-            + (f" (ETA {eta:.0f} s)" if k else ""))
-        runs = [prober.batch(batch, prompt, plan.output) for _ in range(plan.repeats)]
-        flat = [t for r in runs for t in r]
-        n_prompt = int(statistics.median(t.prompt_tokens for t in flat))
-        n_out = int(statistics.median(t.output_tokens for t in flat))
-        if batch == 1:
-            points.append(ProbePoint("ttft", 1, n_prompt, n_out, statistics.median(t.ttft_s for t in flat), len(flat)))
-        # a batch's TPOT: the median over its repeats of the median request's
-        tpot = statistics.median(statistics.median(t.tpot_s for t in r) for r in runs)
-        points.append(ProbePoint("tpot", batch, n_prompt, n_out, tpot, len(flat)))
+        i = k % len(shapes)
+        batch, prompt = shapes[i]
+        eta = spent / k * (total - k) if k else float("nan")
+        say(f"[{k + 1}/{total}] batch {batch}, prompt ~{prompt} tokens, {plan.output} out, pass {k // len(shapes) + 1} "
+            f"of {plan.repeats}" + (f" (ETA {eta:.0f} s)" if k else ""))
+        runs[i].append(prober.batch(batch, prompt, plan.output))
+    return [pt for (batch, _), shape_runs in zip(shapes, runs, strict=True) if shape_runs
+            for pt in _points(batch, shape_runs)]
+
+
+def _points(batch: int, runs: list[list[Timed]]) -> list[ProbePoint]:
+    """A shape's figures from its runs: a batch-1 shape's TTFT (median over every request) and any
+    shape's TPOT (the median over its runs of the median request's)."""
+    flat = [t for r in runs for t in r]
+    n_prompt = int(statistics.median(t.prompt_tokens for t in flat))
+    n_out = int(statistics.median(t.output_tokens for t in flat))
+    points = []
+    if batch == 1:
+        points.append(ProbePoint("ttft", 1, n_prompt, n_out, statistics.median(t.ttft_s for t in flat), len(flat)))
+    tpot = statistics.median(statistics.median(t.tpot_s for t in r) for r in runs)
+    points.append(ProbePoint("tpot", batch, n_prompt, n_out, tpot, len(flat)))
     return points
