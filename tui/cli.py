@@ -205,6 +205,11 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--gpu", default="H100-SXM", help="with --target/--from: the GPU preset it runs on (default H100-SXM)")
     cal.add_argument("--tp", type=int, default=1, help="with --target/--from: tensor-parallel devices (default 1)")
     cal.add_argument("--stack", default="vllm", help="with --target/--from: the stack preset to start from (default vllm)")
+    cal.add_argument("--serving-path", choices=("beside", "step"), default="beside",
+                     help="with --target/--from: where the server's serving path (HTTP, tokenizer) runs: beside "
+                          "the engine's steps in its own process (default: kvtui serve, vLLM V1, SGLang; a request "
+                          "reaches the engine that long after it arrives) or in the step that starts requests "
+                          "(vLLM V0's synchronous loop; it also delays that step's decodes)")
     cal.add_argument("--served-model", help="with --target: the model name to ask for (default: the server's first)")
     cal.add_argument("--api-key-env", metavar="NAME", help="with --target: the bearer token's environment variable")
     cal.add_argument("--budget-s", type=float, default=300.0, help="with --target: stop starting probes after this long")
@@ -415,7 +420,8 @@ def _calibrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
         parser.error("--target / --from need --model (a simulated preset or the model's config.json)")
     out = args.out or Path("stack.toml")
     if args.from_file is not None:
-        return cal.calibrate_from_main(args.from_file, args.model, args.gpu, args.tp, args.stack, out)
+        return cal.calibrate_from_main(args.from_file, args.model, args.gpu, args.tp, args.stack, out,
+                                       serving_in_step=args.serving_path == "step")
     from tui.recorder.probe import ProbePlan
 
     if args.repeats < 1:
@@ -424,7 +430,7 @@ def _calibrate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
     plan = ProbePlan(prompts=tuple(sorted({min(32, top), min(256, top), top})), mid_prompt=min(256, top),
                      repeats=args.repeats, budget_s=args.budget_s)
     return cal.calibrate_target_main(args.target, args.model, args.gpu, args.tp, args.stack, out, args.served_model,
-                                     args.api_key_env, plan)
+                                     args.api_key_env, plan, serving_in_step=args.serving_path == "step")
 
 
 def _verify(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:

@@ -36,10 +36,14 @@ def test_calibrate_target_writes_a_stack_a_simulated_profile_loads_and_from_refi
     stack = load_stack(str(out))
     _, hw = parts(EngineConfig(backend="simulated", model="tiny", stack=str(out)))
     assert hw.params.per_layer_s == stack.per_layer_s and hw.stack == "mine"
+    # kvtui serve's HTTP path runs in its API process, beside the engine's steps: no step pays for it
+    assert not stack.serving_in_step and hw.params.frontend_s == stack.serving_s > 0 and hw.params.serving_s == 0
     assert "use it with [engine]" in capsys.readouterr().out
     again = tmp_path / "again.toml"
-    assert main(["calibrate", "--from", str(out.with_suffix(".csv")), "--model", "tiny", "--out", str(again)]) == 0
-    assert load_stack(str(again)).per_layer_s == pytest.approx(stack.per_layer_s, rel=1e-6)
+    assert main(["calibrate", "--from", str(out.with_suffix(".csv")), "--model", "tiny", "--out", str(again),
+                 "--serving-path", "step"]) == 0
+    refit = load_stack(str(again))
+    assert refit.per_layer_s == pytest.approx(stack.per_layer_s, rel=1e-6) and refit.serving_in_step
 
 
 def test_a_bad_measurements_file_is_refused_in_one_line(tmp_path: Path, capsys) -> None:

@@ -70,3 +70,57 @@ def test_a_calibrated_hardware_profile_takes_no_stack(tmp_path: Path) -> None:
     assert load_hardware(str(path)).params == hw.params
     with pytest.raises(ValueError, match="a stack applies to a GPU preset"):
         load_hardware(str(path), "vllm")
+
+
+def test_a_serving_path_beside_the_steps_delays_each_request_and_no_decode(tmp_path: Path) -> None:
+    """``serving_in_step = false`` (kvtui calibrate --target's default): a request reaches the engine
+    ``serving_s`` after it is due, so a lone request's TTFT carries the cost as it does charged to the
+    step, but the decodes running beside it never wait for it: under a steady stream of arrivals (most
+    steps start a request) their TPOT is the stack without a serving path's, where charged to the step
+    it is far longer."""
+    import statistics
+
+    from tui.profile import EngineMode, Stage, find_profile, load_profile
+    from tui.recorder.virtual import run_virtual_cell
+
+    prof = load_profile(find_profile("sim-h100-llama8b"))
+
+    def run(stack: StackSpec, rate: float, n: int) -> tuple[float, float]:
+        path = tmp_path / f"{stack.name}.toml"
+        path.write_text(dump_stack(stack), encoding="utf-8")
+        p = dataclasses.replace(prof, engine=dataclasses.replace(prof.engine, stack=str(path)))
+        records: list = []
+        run_virtual_cell(p, Stage("s", rate, n), EngineMode.parse("continuous+paged"), start=0.0,
+                         on_record=records.append)
+        done = [r for r in records if not r.warmup and r.status == "ok"]
+        assert len(done) == n
+        ttft = statistics.median(r.first_token_t - r.send_t for r in done)
+        tpot = statistics.median((r.last_token_t - r.first_token_t) / (r.completion_tokens - 1) for r in done)
+        return ttft, tpot
+
+    served = STACKS["vllm-served"]
+    in_step = dataclasses.replace(served, name="in-step")
+    beside = dataclasses.replace(served, name="beside", serving_in_step=False)
+    none = dataclasses.replace(served, name="none", serving_s=0.0)
+    lone_in_step, _ = run(in_step, 0.1, 12)
+    lone_beside, _ = run(beside, 0.1, 12)
+    lone_none, _ = run(none, 0.1, 12)
+    assert lone_beside == pytest.approx(lone_in_step, rel=0.02)
+    assert lone_beside - lone_none == pytest.approx(served.serving_s, rel=0.05)
+    _, tpot_in_step = run(in_step, 30.0, 120)
+    _, tpot_beside = run(beside, 30.0, 120)
+    _, tpot_none = run(none, 30.0, 120)
+    assert tpot_beside == pytest.approx(tpot_none, rel=0.02)
+    assert tpot_in_step > 1.5 * tpot_beside
+
+
+def test_a_stack_file_says_where_its_serving_path_runs(tmp_path: Path) -> None:
+    spec = StackSpec("mine", 80e-6, serving_s=0.01, serving_in_step=False)
+    path = tmp_path / "mine.toml"
+    path.write_text(dump_stack(spec), encoding="utf-8")
+    assert load_stack(str(path)) == spec
+    params = CostParams.from_gpu(H100, spec)
+    assert params.serving_s == 0.0 and params.frontend_s == 0.01  # no step pays it
+    path.write_text("[stack]\nserving_in_step = \"no\"\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="serving_in_step must be true or false"):
+        load_stack(str(path))

@@ -61,6 +61,11 @@ class Backend(Protocol):
     def timer(self) -> Callable[[], float]: ...
     @property
     def stamp(self) -> Callable[[], float]: ...
+    # seconds between a request's arrival and the engine seeing it, where the backend models a serving
+    # path beside its steps (tui.engine.sim.stacks' serving_in_step = false); a driver that feeds the
+    # engine directly (the virtual clock's) holds each request that long. 0 for a real engine.
+    @property
+    def frontend_s(self) -> float: ...
 
     def begin_step(self, busy: bool) -> float:
         """A step is about to be scheduled (``busy``: requests run or wait swapped out): the latest

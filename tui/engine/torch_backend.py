@@ -32,6 +32,7 @@ class TorchBackend:
     clock: Callable[[], float] | None = None  # the engine's own
     timer: Callable[[], float] = staticmethod(time.perf_counter)
     stamp: Callable[[], float] = staticmethod(records_now)
+    frontend_s = 0.0  # no modelled serving path: a server's own runs in front of it
 
     def __init__(self, config: EngineConfig) -> None:
         # engine.threads, torch's intra-op threads: left at torch's default (every core), a step's CPU

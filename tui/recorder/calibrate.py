@@ -230,8 +230,10 @@ def points_csv(points: list[ProbePoint]) -> str:
 
 
 def fit_points(points: list[ProbePoint], model_name: str, gpu_name: str, tp: int, prior: str, out: Path,
-               origin: str) -> int:
-    """Fit a stack to ``points`` and write it to ``out``; prints each point's fit."""
+               origin: str, serving_in_step: bool = False) -> int:
+    """Fit a stack to ``points`` and write it to ``out``; prints each point's fit. ``serving_in_step``:
+    where the stack's serving path falls (:mod:`tui.engine.sim.stacks`); the fit is the same either way,
+    its batch-1 TTFTs being the serving path plus one prefill."""
     try:
         model = resolve_model(*_model_args(model_name))
         gpu = load_hardware(gpu_name).gpu
@@ -245,7 +247,7 @@ def fit_points(points: list[ProbePoint], model_name: str, gpu_name: str, tp: int
     for m, err in zip(measured, f.errors_pct, strict=True):
         print(f"  {m.name:<18} measured {m.value_s * 1e3:9.2f} ms, fitted {m.value_s * (1 + err / 100) * 1e3:9.2f} ms "
               f"({err:+5.1f} %)")
-    s = f.stack
+    s = dataclasses.replace(f.stack, serving_in_step=serving_in_step)
     calibration = {"model": model.name, "gpu": gpu.name, "tensor_parallel_size": tp, "from": origin, "prior": base.name,
                    "points": len(points), "median_abs_err_pct": round(f.median_abs_pct, 2),
                    "describes": "the server as it ran during the probe (its load, its settings)"}
@@ -253,7 +255,8 @@ def fit_points(points: list[ProbePoint], model_name: str, gpu_name: str, tp: int
     out.write_text(dump_stack(s, calibration, note=f"{model.name} on {tp} x {gpu.name}, from {origin}"), encoding="utf-8")
     print(f"fitted {len(points)} points (median |error| {f.median_abs_pct:.1f} %): per-layer floor "
           f"{s.per_layer_s * 1e6:.1f} us, {s.per_row_s * 1e6:.1f} us/row beyond the shared sampler, FLOP/s x"
-          f"{s.flops_scale:.3g}, bandwidth x{s.bandwidth_scale:.3g}, serving path {s.serving_s * 1e3:.2f} ms")
+          f"{s.flops_scale:.3g}, bandwidth x{s.bandwidth_scale:.3g}, serving path {s.serving_s * 1e3:.2f} ms "
+          f"({'in the step that starts requests' if serving_in_step else 'beside the steps'})")
     print(f"wrote {out}; use it with [engine] backend = \"simulated\", model = \"{model_name}\", "
           f"hardware = \"{gpu.name}\", stack = \"{out}\"" + (f", tensor_parallel_size = {tp}" if tp > 1 else ""))
     return 0
@@ -269,18 +272,19 @@ def _model_args(model: str) -> tuple[str, str | None]:
     return model, None
 
 
-def calibrate_from_main(path: Path, model: str, gpu: str, tp: int, prior: str, out: Path) -> int:
+def calibrate_from_main(path: Path, model: str, gpu: str, tp: int, prior: str, out: Path,
+                        serving_in_step: bool = False) -> int:
     """``kvtui calibrate --from FILE``: fit a stack to one's own measurements (a CSV, or a run directory)."""
     try:
         points = read_points_run(path) if path.is_dir() else read_points_csv(path)
     except (OSError, ValueError) as e:
         print(f"kvtui calibrate: {e}", file=sys.stderr)
         return 2
-    return fit_points(points, model, gpu, tp, prior, out, f"--from {path}")
+    return fit_points(points, model, gpu, tp, prior, out, f"--from {path}", serving_in_step)
 
 
 def calibrate_target_main(url: str, model: str, gpu: str, tp: int, prior: str, out: Path, served_model: str | None,
-                          api_key_env: str | None, plan: ProbePlan) -> int:
+                          api_key_env: str | None, plan: ProbePlan, serving_in_step: bool = False) -> int:
     """``kvtui calibrate --target URL``: probe a running server (:mod:`tui.recorder.probe`) and fit a stack."""
     key = os.environ.get(api_key_env) if api_key_env else None
     if api_key_env and not key:
@@ -309,7 +313,7 @@ def calibrate_target_main(url: str, model: str, gpu: str, tp: int, prior: str, o
     out.parent.mkdir(parents=True, exist_ok=True)
     csv.write_text(points_csv(points), encoding="utf-8")
     print(f"measured {len(points)} figures (kept in {csv}: refit with --from)")
-    return fit_points(points, model, gpu, tp, prior, out, f"--target {base}")
+    return fit_points(points, model, gpu, tp, prior, out, f"--target {base}", serving_in_step)
 
 
 def _served_model(base: str, key: str | None) -> tuple[str, int | None]:

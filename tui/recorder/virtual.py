@@ -221,6 +221,10 @@ class ClockDriver:
         # engine wait here, in order, for a slot (index, workload index, when it was due, warm-up)
         self._cap = profile.load.max_concurrency or math.inf
         self._queued: deque[tuple[int, int, float, bool]] = deque()
+        # a serving path beside the engine's steps (a simulated stack's serving_in_step = false): a request
+        # sent waits here until frontend_s after it was due, then reaches the engine (in order: one delay)
+        self._frontend_s = engine.backend.frontend_s
+        self._frontend: deque[tuple[float, RequestRecord, list[int], SamplingParams, float]] = deque()
         self._in_flight_before = 0  # requests in the engine after the last _send_due (before the step since)
 
     def _stamp(self, t: float) -> float:
@@ -243,17 +247,40 @@ class ClockDriver:
         if not warmup:
             self.window.note_sent(r)
         ids = self.engine.tokenizer.encode(spec.prompt)
-        try:
-            params = SamplingParams.exact(spec.max_tokens)
-            if spec.answer_tokens is not None:  # it asked for more than its answer: it ends there, as at EOS
-                params = dataclasses.replace(params, eos_after=spec.answer_tokens)
-            self.engine.add_request(rid, ids, params,
-                                    arrival_time=sent if sent is not None else t)
-        except RequestRejected as e:
-            r.status, r.reason, r.finish_reason, r.end_t = "rejected", e.message, e.reason, wall
-            self._done(r)
-            return
+        params = SamplingParams.exact(spec.max_tokens)
+        if spec.answer_tokens is not None:  # it asked for more than its answer: it ends there, as at EOS
+            params = dataclasses.replace(params, eos_after=spec.answer_tokens)
+        arrival = sent if sent is not None else t
         self.open[rid] = r
+        if self._frontend_s > 0:
+            self._frontend.append((arrival + self._frontend_s, r, ids, params, arrival))
+        else:
+            self._add(r, ids, params, arrival, wall)
+
+    def _add(self, r: RequestRecord, ids: list[int], params: SamplingParams, arrival: float, now: float) -> None:
+        """Hand ``r``'s request to the engine (a rejection ends its record at ``now``, a records' time)."""
+        try:
+            self.engine.add_request(r.request_id, ids, params, arrival_time=arrival)
+        except RequestRejected as e:
+            del self.open[r.request_id]
+            r.status, r.reason, r.finish_reason, r.end_t = "rejected", e.message, e.reason, now
+            self._done(r)
+
+    def _deliver(self) -> None:
+        """Hand the engine the requests whose serving path has run by now."""
+        f = self._frontend
+        now = self.clock.now()
+        while f and f[0][0] <= now:
+            _, r, ids, params, arrival = f.popleft()
+            self._add(r, ids, params, arrival, self._stamp(now))
+
+    def _next_event(self) -> float:
+        """When the next request is due, or reaches the engine through the serving path."""
+        return min(self._next_t, self._frontend[0][0]) if self._frontend else self._next_t
+
+    def _in_flight(self) -> int:
+        """Requests sent and not finished: in the engine or on their way to it."""
+        return len(self.engine.requests) + len(self._frontend)
 
     def _done(self, r: RequestRecord) -> None:
         if self._held is not None:
@@ -364,13 +391,14 @@ class ClockDriver:
         last is sent, the drain bound starts."""
         assert self._arrivals is not None
         now = self.clock.now()
-        in_flight = len(self.engine.requests)
+        self._deliver()
+        in_flight = self._in_flight()
         # the requests that finished in the step just run were in flight until its end (now)
         finished = max(0, self._in_flight_before - in_flight)
         self._send_queued()
         while self._next_t <= now:
             t = self._next_t
-            if self._queued or len(self.engine.requests) + (finished if t < now else 0) >= self._cap:
+            if self._queued or self._in_flight() + (finished if t < now else 0) >= self._cap:
                 self._queued.append((self._sent, self._sent, t, False))
             else:
                 self._send(self._sent, self._sent, t, warmup=False)
@@ -378,13 +406,14 @@ class ClockDriver:
             self._sent += 1
             self._next_t = self._next_arrival()
         self._send_queued()
-        self._in_flight_before = len(self.engine.requests)
+        self._deliver()
+        self._in_flight_before = self._in_flight()
         if self._next_t == math.inf and not self._queued and self._drain_deadline == math.inf:
             self._drain_deadline = now + self.profile.record.drain_timeout_s
 
     def _send_queued(self) -> None:
         """Send, now, the requests waiting for a concurrency slot while one is free."""
-        while self._queued and len(self.engine.requests) < self._cap:
+        while self._queued and self._in_flight() < self._cap:
             index, spec_index, t, warmup = self._queued.popleft()
             self._send(index, spec_index, t, warmup, sent=self.clock.now())
 
@@ -411,10 +440,12 @@ class ClockDriver:
         """``n`` requests at once, run to the end (records marked warm-up, as the live recorder does)."""
         self._queued.extend((i, 1_000_000 + i, self.clock.now(), True) for i in range(n))
         self._send_queued()
-        while self.engine.has_unfinished() or self._queued:
+        self._deliver()
+        while self.engine.has_unfinished() or self._queued or self._frontend:
             if not self._step():
-                self.clock.wait_until(self.clock.now() + IDLE_TICK_S)
+                self.clock.wait_until(min(self._next_event(), self.clock.now() + IDLE_TICK_S))
             self._send_queued()
+            self._deliver()
         self.steps_seen = self.engine.step_index  # warm-up steps are not the stage's
 
     def run(self) -> None:
@@ -427,15 +458,15 @@ class ClockDriver:
         self._sent = 0
         self._next_t = self._next_arrival()
         self._drain_deadline = math.inf
-        self._in_flight_before = len(self.engine.requests)
+        self._in_flight_before = self._in_flight()
         while True:
             self._send_due()
             if self.engine.has_unfinished():
                 ran = self.fast_forward and self._fast_forward()
                 if not ran and not self._step():
-                    self.clock.wait_until(min(self._next_t, self.clock.now() + IDLE_TICK_S))
-            elif self._next_t < math.inf:
-                self.clock.wait_until(self._next_t)
+                    self.clock.wait_until(min(self._next_event(), self.clock.now() + IDLE_TICK_S))
+            elif self._next_event() < math.inf:
+                self.clock.wait_until(self._next_event())
             else:
                 break
             if self.clock.now() > self._drain_deadline:
@@ -447,6 +478,7 @@ class ClockDriver:
             r.status, r.reason, r.end_t = "cancelled", "drain timeout", t
             self._done(r)
         self.open.clear()
+        self._frontend.clear()
 
 
 @contextlib.contextmanager

@@ -97,6 +97,11 @@ class SimulatedBackend:
         return f"simulated {self.tp} x {self.hardware.label}"
 
     @property
+    def frontend_s(self) -> float:
+        """The modelled serving path beside the steps (its stack's ``serving_in_step = false``)."""
+        return self.hardware.params.frontend_s
+
+    @property
     def memory_used_bytes(self) -> int:
         """What a device reader (NVML) would show in use per device: vLLM takes its whole budget (weights,
         activations, the KV pool) at start-up; with a byte budget, the weights and the KV pool."""

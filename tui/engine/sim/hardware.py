@@ -168,6 +168,7 @@ class CostParams:
     per_layer_s: float = 0.0  # per layer per step (a GPU stack's launch floor; 0 in a CPU calibration)
     per_logit_s: float = 0.0  # per sampled row per vocabulary entry (sampler, logits processing)
     serving_s: float = 0.0  # once per step that starts a request: the serving path (tui.engine.sim.stacks)
+    frontend_s: float = 0.0  # the serving path beside the steps: a request reaches the engine this long after it arrives
     # a step's weight read and its linear math: False, they add (the GPU presets: what the published
     # points show); True, they overlap and the larger counts (kvtui calibrate keeps whichever fits)
     overlap: bool = False
@@ -182,7 +183,8 @@ class CostParams:
         bw = gpu.mem_bandwidth * e.bandwidth_efficiency * st.bandwidth_scale
         return cls(st.overhead_s, e.per_row_s + st.per_row_s, achieved, bw, achieved * ATTN_FLOPS_FACTOR,
                    bw * e.kv_bandwidth_factor, per_layer_s=st.per_layer_s, per_logit_s=e.per_logit_s,
-                   serving_s=st.serving_s)
+                   serving_s=st.serving_s if st.serving_in_step else 0.0,
+                   frontend_s=0.0 if st.serving_in_step else st.serving_s)
 
 
 @dataclass(frozen=True)

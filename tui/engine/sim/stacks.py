@@ -13,8 +13,14 @@ the shared, fitted efficiency terms (:data:`tui.engine.sim.hardware.EFFICIENCY`)
 - ``serving_s``: the serving path's cost once per step that starts one or more requests (tokenizing,
   scheduling, the workers' input broadcast): it lands in TTFT. Published vLLM 0.6 serving runs put
   their first tokens 18-61 ms after the modelled prefill (``bench/served_replay.py``): the
-  ``vllm-served`` preset has it, ``vllm`` (the default, fitted to step times) not. Charged to the step
-  (as vLLM V0's synchronous loop prepares new requests' inputs), it also delays that step's decodes;
+  ``vllm-served`` preset has it, ``vllm`` (the default, fitted to step times) not;
+- ``serving_in_step``: where that cost falls. True (the presets): charged to the step, as vLLM V0's
+  synchronous loop prepares new requests' inputs, so it also delays that step's decodes and, at high
+  arrival rates, every step. False (``kvtui calibrate --target``'s default): the path runs beside the
+  engine's steps in its own process (kvtui serve's API process, vLLM V1's and SGLang's front ends), so
+  a request reaches the engine ``serving_s`` after it arrives and no step pays for it. Against a
+  ``kvtui serve`` on loopback, charging it to the step put the predicted continuous-batching edge at
+  0.71x the measured one in every round of ``bench/calib.py``; beside the steps it lands on it;
 - ``fp16_accumulate``: the stack's 16-bit GEMMs accumulate in FP16, which GeForce cards (the ``RTX-*``
   presets) run at twice the FP32-accumulate peak the presets state (llama.cpp's F16 prompts).
 
@@ -45,6 +51,7 @@ class StackSpec:
     flops_scale: float = 1.0  # the stack's FLOP/s relative to the shared efficiency
     bandwidth_scale: float = 1.0  # its weight and KV streaming relative to the shared efficiency
     serving_s: float = 0.0  # once per step that starts a request (the serving path; lands in TTFT)
+    serving_in_step: bool = True  # False: a delay before the engine sees a request, beside its steps
     fp16_accumulate: bool = False  # 16-bit GEMMs with FP16 accumulate: 2x peak on GeForce cards
 
     def peak_factor(self, gpu_name: str) -> float:
@@ -107,6 +114,9 @@ def load_stack(name_or_path: str) -> StackSpec:
     bad = [f.name for f in dataclasses.fields(spec) if f.type == "float" and not getattr(spec, f.name) >= 0]
     if bad or spec.flops_scale <= 0 or spec.bandwidth_scale <= 0:
         raise ValueError(f"{path}: stack terms must be >= 0 (scales > 0): {', '.join(bad) or 'a scale'}")
+    flags = [f.name for f in dataclasses.fields(spec) if f.type == "bool" and not isinstance(getattr(spec, f.name), bool)]
+    if flags:
+        raise ValueError(f"{path}: {', '.join(flags)} must be true or false")
     return spec
 
 
