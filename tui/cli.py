@@ -144,6 +144,9 @@ def build_parser() -> argparse.ArgumentParser:
         description=DESCRIPTION,
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        # no abbreviations: this parser reads every argument first, so a subcommand's own option that
+        # prefixes two of its options (verify --mode: --model, --model-path) was refused as ambiguous
+        allow_abbrev=False,
     )
     parser.add_argument("--version", action="version", version=f"kvtui {__version__}")
     _common(parser)

@@ -45,3 +45,15 @@ def test_without_the_control_api_verify_runs_the_profiles_mode_unswitched_and_sa
     assert ran == [((STATIC,), None)]
     err = capsys.readouterr().err
     assert "one mode, static+contiguous: the server answers no kvtui control API" in err and "HTTP 404" in err
+
+
+def test_verify_takes_mode_although_it_prefixes_model(tmp_path, capsys) -> None:
+    """``--mode`` is a prefix of the top-level ``--model`` and ``--model-path``: it reaches verify."""
+    from tui.cli import main
+
+    prof = tmp_path / "p.toml"
+    prof.write_text("[slo]\nttft_ms = 1000\n[sweep]\nmax_probes = 1\n", encoding="utf-8")
+    main(["verify", "--target", "http://127.0.0.1:1/v1", "--profile", str(prof), "--stack", "vllm",
+          "--out", str(tmp_path / "v"), "--mode", "continuous+paged"])
+    err = capsys.readouterr().err
+    assert "ambiguous" not in err and "target unreachable" in err
