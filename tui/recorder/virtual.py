@@ -222,7 +222,7 @@ class ClockDriver:
         self._cap = profile.load.max_concurrency or math.inf
         self._queued: deque[tuple[int, int, float, bool]] = deque()
         # a serving path beside the engine's steps (a simulated stack's serving_in_step = false): a request
-        # sent waits here until frontend_s after it was due, then reaches the engine (in order: one delay)
+        # sent waits here until frontend_s after it was sent, then reaches the engine (in order: one delay)
         self._frontend_s = engine.backend.frontend_s
         self._frontend: deque[tuple[float, RequestRecord, list[int], SamplingParams, float]] = deque()
         self._in_flight_before = 0  # requests in the engine after the last _send_due (before the step since)
