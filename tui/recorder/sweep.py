@@ -98,7 +98,9 @@ class Sweep(CellPlan):
     def on_record(self, rec: RequestRecord) -> None:
         if rec.warmup or self._cell is None or (rec.stage, rec.mode) != (self._cell[0].name, self._cell[1]):
             return
-        self._records.append(rec)
+        # the rule reads latencies, never chunk gaps: a long probe's gaps (a float per token) were most of
+        # a tune worker's memory, held till the probe ended; the writer has the whole record on disk
+        self._records.append(dataclasses.replace(rec, chunk_gaps_s=[]) if rec.chunk_gaps_s else rec)
         if rec.ok:  # the live count uses the table's own SLO check, one request at a time
             ttft, e2el, tpot = stats.latencies(*(np.array([v], dtype=float) for v in (
                 rec.send_t, rec.first_token_t, rec.last_token_t, rec.completion_tokens)))
