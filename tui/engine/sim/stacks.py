@@ -19,8 +19,9 @@ the shared, fitted efficiency terms (:data:`tui.engine.sim.hardware.EFFICIENCY`)
   arrival rates, every step. False (``kvtui calibrate --target``'s default): the path runs beside the
   engine's steps in its own process (kvtui serve's API process, vLLM V1's and SGLang's front ends), so
   a request reaches the engine ``serving_s`` after it arrives and no step pays for it. Against a
-  ``kvtui serve`` on loopback, charging it to the step put the predicted continuous-batching edge at
-  0.71x the measured one in every round of ``bench/calib.py``; beside the steps it lands on it;
+  ``kvtui serve`` on loopback, charging it to the step held the predicted continuous-batching edge at
+  0.71x the measured one in every round of ``bench/calib.py``; beside the steps, 0.84x (what is left:
+  a prompt in a busy step, docs/simulator.md);
 - ``fp16_accumulate``: the stack's 16-bit GEMMs accumulate in FP16, which GeForce cards (the ``RTX-*``
   presets) run at twice the FP32-accumulate peak the presets state (llama.cpp's F16 prompts).
 
