@@ -62,6 +62,7 @@ bench: $(DEV_STAMP)
 	$(BIN)/python bench/write_docs.py calib --quick
 	$(BIN)/python bench/write_docs.py recorder --quick
 	$(BIN)/python bench/write_docs.py edges --quick
+	$(BIN)/python bench/write_docs.py sweep_cut --quick
 
 # The first run on a real GPU (bench/gpu_check.py): the machine's own Python (PYTHON=...), wheels
 # brought along in WHEELS=DIR; writes gpu-check.json. Without a GPU it stops in one line.

@@ -113,3 +113,41 @@ ttft_ms = 5000
         for p in e.probes:
             assert steps.filter((pl.col("stage") == p.stage) & (pl.col("mode") == e.mode)).height > 0
     assert "capacity edge (sweep)" in capsys.readouterr().out
+
+
+def test_a_live_probe_that_missed_beyond_doubt_stops_sending(fake_server, tmp_path: Path) -> None:
+    """Every request misses a 10 ms TTFT on a 50 ms server: the probe is cut once its misses settle it,
+    long before its 10 s of arrivals are sent (its rest could only add to the miss)."""
+    srv = fake_server(FakeConfig(ttft_s=0.05, token_delay_s=0.001))
+    path = tmp_path / "p.toml"
+    path.write_text(f'''
+name = "remote-cut"
+[target]
+kind = "openai"
+base_url = "{srv.base_url}"
+model = "fake-model"
+[workload]
+prompt_len = 8
+output_len = 4
+[load]
+warmup_requests = 0
+[sweep]
+start_rate = 100
+num_requests = 1000
+duration_s = 0.01
+max_probes = 1
+confirm_factor = 0
+[record]
+drain_timeout_s = 5.0
+[slo]
+ttft_ms = 10
+''', encoding="utf-8")
+    out = tmp_path / "run"
+    assert record_main(load_profile(path), out) == 0
+    (edge,) = read_capacity_edges(out)
+    (probe,) = edge.probes
+    assert probe.cut and probe.attainment == 0.0 and edge.status == "below"
+    assert probe.requests is not None and probe.requests < 1000 and srv.requests < 1000
+    records = pl.read_parquet(out / "requests.parquet")
+    assert records.filter(pl.col("stage") == probe.stage).height == probe.requests
+    _table_agrees_with_sweep_json(out)

@@ -221,8 +221,9 @@ def test_the_sweep_edge_is_within_tolerance_of_a_brute_force_scan(swept: tuple[P
         assert edge.status == "found" and edge.edge_rate is not None and edge.fail_rate is not None
         assert edge.fail_rate <= edge.edge_rate * (1 + tol)
         # the recorder's numbers are the probe function's numbers (deterministic on the virtual clock)
-        for p in edge.probes:
-            assert _probe(prof, mode, p.rate, p.duration_s) == (p.attainment, p.steady)
+        for p in edge.probes:  # (a probe cut once it missed beyond doubt ran only part: tests/sim/test_probe_cut.py)
+            if not p.cut:
+                assert _probe(prof, mode, p.rate, p.duration_s) == (p.attainment, p.steady)
         brute, brute_miss = _brute_force_edge(prof, mode, step=1 + tol)
         assert abs(edge.edge_rate - brute) <= tol * max(edge.edge_rate, brute), (mode, edge.probes, brute, brute_miss)
     by_mode = {e.mode: e for e in edges}  # continuous batching holds more load than static, as designed

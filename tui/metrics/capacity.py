@@ -28,6 +28,7 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 import polars as pl
 
+from tui.metrics import stats
 from tui.metrics.ratio import Figure, Ratio, ratio_text, ratio_value
 from tui.metrics.steady import GROWTH_LIMIT, QueueTest, late_half, long_service_s, queue_test
 from tui.metrics.summary import summary_table  # the table is the one place a probe's attainment is made
@@ -62,7 +63,9 @@ class Probe(NamedTuple):
     whether its queue stayed steady (:mod:`tui.metrics.steady`), the queue's growth (share of the
     offered load not served), the throughput it achieved (req/s) and its length (s of arrivals); the
     attainment of the requests sent in its second half (``late_attainment``), how many requests it sent,
-    and whether it was the confirmation run of a bracketed edge (``confirm``)."""
+    whether it was the confirmation run of a bracketed edge (``confirm``), and whether it was ``cut``:
+    stopped once it had missed the target beyond doubt (:class:`MissWatch`; its figures are then over
+    the requests it sent before the cut)."""
 
     rate: float
     attainment: float
@@ -74,6 +77,7 @@ class Probe(NamedTuple):
     late_attainment: float | None = None
     requests: int | None = None
     confirm: bool = False
+    cut: bool = False
 
 
 def wilson(share: float, n: int, z: float = WILSON_Z) -> tuple[float, float]:
@@ -156,7 +160,7 @@ def probe_passes(probe: Probe, target: float) -> bool:
     run several probes long can measure, while each half still meets the target)."""
     late_ok = probe.late_attainment is None or passes(probe.late_attainment, target)
     flat = not probe.confirm or probe.late_attainment is None or drift(probe) <= DRIFT_LIMIT
-    return passes(probe.attainment, target) and late_ok and flat and probe.steady
+    return not probe.cut and passes(probe.attainment, target) and late_ok and flat and probe.steady
 
 
 def drift(probe: Probe) -> float:
@@ -171,12 +175,77 @@ def clear_miss(probe: Probe, target: float) -> bool:
     its second half's, over half its requests) lies below the target. A miss by the queue test alone, or
     by an attainment within noise of the target, is not clear: a short probe can show it by chance, and
     the rule runs that rate again confirmation-length before it takes the miss as the edge's upper bound.
-    A probe without a request count is taken as it is."""
+    A probe without a request count is taken as it is; a cut one missed beyond doubt (:class:`MissWatch`)."""
+    if probe.cut:
+        return True
     if probe.requests is None:
         return not probe_passes(probe, target)
     n = probe.requests
     late_hi = 1.0 if probe.late_attainment is None else wilson(probe.late_attainment, max(n // 2, 1))[1]
     return wilson(probe.attainment, n)[1] < target or late_hi < target
+
+
+def missed_beyond_doubt(failed: int, planned: int, target: float) -> bool:
+    """Whether a probe of ``planned`` requests, ``failed`` of which have already missed the SLOs, misses
+    the target beyond chance whatever the rest do: even were every other request to meet the SLOs, the
+    95 % Wilson interval of its attainment would lie below the target (a :func:`clear_miss`)."""
+    if planned <= 0 or failed <= 0:
+        return False
+    return wilson(1.0 - min(failed, planned) / planned, planned)[1] < target
+
+
+# the reason on the records of a probe's requests still running when it was cut (:class:`MissWatch`)
+CUT_REASON = "probe cut: missed its target beyond doubt"
+
+
+class MissWatch:
+    """A running probe's requests as they finish, counted against the SLOs, to stop the probe once it
+    has missed the target beyond doubt (:func:`missed_beyond_doubt`): an overloaded probe's rest only
+    adds to the miss, and on the virtual clock it is most of a sweep's work (the queue, and every step
+    of a batch that no longer drains). Every rate such a probe decides is decided as the whole probe
+    would decide it: it fails, and clearly. Each request is judged by the summary table's own check
+    (:func:`~tui.metrics.stats.meets_slo`), in batches (numpy per request costs more than the step)."""
+
+    BATCH = 64
+
+    def __init__(self, slo: SloConfig, planned: int, target: float):
+        self.slo, self.planned, self.target = slo, planned, target
+        self.seen = 0  # requests judged
+        self.met = 0  # ... of which met every SLO
+        self._pending: list[RequestRecord] = []
+        self._decided = False
+
+    def add(self, rec: RequestRecord) -> None:
+        """One finished request of the probe (no warm-up ones)."""
+        self._pending.append(rec)
+        if len(self._pending) >= self.BATCH:
+            self.count()
+
+    def count(self) -> None:
+        """Judge the requests added since the last count."""
+        batch, self._pending = self._pending, []
+        self.met += self._met(batch)
+        self.seen += len(batch)
+        self._decided = missed_beyond_doubt(self.seen - self.met, self.planned, self.target)
+
+    def so_far(self) -> tuple[int, int]:
+        """(met, judged) over every request added so far, the last batch too, counting nothing: a live
+        line may ask from its own thread."""
+        pending = list(self._pending)
+        return self.met + self._met(pending), self.seen + len(pending)
+
+    def _met(self, records: list[RequestRecord]) -> int:
+        ok = [r for r in records if r.ok]
+        if not ok:
+            return 0
+        ttft, e2el, tpot = stats.latencies(*(np.array([getattr(r, f) for r in ok], dtype=float) for f in (
+            "send_t", "first_token_t", "last_token_t", "completion_tokens")))
+        return int(stats.meets_slo(ttft, tpot, e2el, self.slo).sum())
+
+    def decided(self) -> bool:
+        """Whether the probe has missed its target beyond doubt (it need not run on), as of its last
+        count (asked after every step: the count is a batch behind at most)."""
+        return self._decided
 
 
 def deciding(probes: Sequence[Probe]) -> list[Probe]:
@@ -320,18 +389,22 @@ class EdgeSearch:
 
     def observe_probe(self, rate: float, duration_s: float, attainment: float, stage: str,
                       queue: QueueTest | None, service_s: float | None = None,
-                      late_attainment: float | None = None, requests: int | None = None) -> bool:
+                      late_attainment: float | None = None, requests: int | None = None, cut: bool = False) -> bool:
         """Record one probe with its queue test; False when it was undecided and is to be run longer
-        (it is then not counted: :meth:`next_probe` hands out the longer one)."""
+        (it is then not counted: :meth:`next_probe` hands out the longer one). ``cut``: it was stopped
+        once it had missed beyond doubt (:class:`MissWatch`)."""
         self.runs += 1
         # the longest requests' service time at the load probed so far: it grows with the load (a decode
-        # step of a full batch is slower), and a probe must outlast the longest ones at its own load
+        # step of a full batch is slower), and a probe must outlast the longest ones at its own load (a cut
+        # probe's reading too: over what finished before the cut it is lower than the whole probe's, and
+        # without it the probes after an overload stay short enough to spend the probe limit undecided)
         if service_s is not None and service_s > (self.service_s or 0.0):
             self.service_s = service_s
         cfg = self.config
         if self._confirming is not None:  # a confirmation is decided as it ran: its length is the point
             self._confirming = None
-            probe = self._probe(rate, attainment, stage, queue, duration_s, late_attainment, requests, confirm=True)
+            probe = self._probe(rate, attainment, stage, queue, duration_s, late_attainment, requests, confirm=True,
+                                cut=cut)
             self.probes.append(probe)
             self._long = self._long or not probe_passes(probe, cfg.target_attainment)
             return True
@@ -347,15 +420,16 @@ class EdgeSearch:
             self._retry = (rate, min(duration_s * cfg.extend_factor, cfg.max_duration_s))
             return False
         self._retry, self._extensions = None, 0
-        self.probes.append(self._probe(rate, attainment, stage, queue, duration_s, late_attainment, requests))
+        self.probes.append(self._probe(rate, attainment, stage, queue, duration_s, late_attainment, requests, cut=cut))
         return True
 
     @staticmethod
     def _probe(rate: float, attainment: float, stage: str, queue: QueueTest | None, duration_s: float,
-               late_attainment: float | None, requests: int | None, confirm: bool = False) -> Probe:
+               late_attainment: float | None, requests: int | None, confirm: bool = False, cut: bool = False) -> Probe:
         steady = True if queue is None else queue.steady
         return Probe(rate, attainment, stage, steady, None if queue is None else queue.growth,
-                     None if queue is None else queue.achieved_req_s, duration_s, late_attainment, requests, confirm)
+                     None if queue is None else queue.achieved_req_s, duration_s, late_attainment, requests, confirm,
+                     cut)
 
     @property
     def confirming(self) -> bool:
@@ -471,7 +545,7 @@ def _probe_from_json(p: dict[str, Any]) -> Probe:
     n = p.get("requests")
     return Probe(float(p["rate"]), float(p["attainment"]), str(p["stage"]), bool(p.get("steady", True)),
                  opt("growth"), opt("achieved"), opt("duration_s"), opt("late_attainment"),
-                 None if n is None else int(n), bool(p.get("confirm", False)))
+                 None if n is None else int(n), bool(p.get("confirm", False)), bool(p.get("cut", False)))
 
 
 def write_capacity_edges(run_dir: Path, edges: Sequence[CapacityEdge], *, finished: bool) -> Path:

@@ -30,7 +30,9 @@ class SweepConfig:
     ``extend_factor`` times longer, at most ``max_extensions`` times. Once the bracket is within the
     tolerance, the rate that passed is run again ``confirm_factor`` times a probe's length (0: never);
     the edge is found only when that confirmation passes too, else the search steps down. The probes
-    keep no replay frames unless ``replay_frames`` is true.
+    keep no replay frames unless ``replay_frames`` is true. A probe whose finished requests already
+    miss the target beyond doubt, whatever its rest does, is cut there (``cut_missed``; false: every
+    probe runs whole, its overload recorded to the end).
     """
 
     target_attainment: float = 0.9
@@ -50,6 +52,8 @@ class SweepConfig:
     # replay frames of every probe (record.snapshots_per_s); off, a sweep keeps only what its edge and
     # table read: frames were the largest share of a virtual-clock probe's cost
     replay_frames: bool = False
+    # stop a probe once it has missed beyond doubt (tui.metrics.capacity.MissWatch): its rest decides nothing
+    cut_missed: bool = True
 
     def probe_stage(self, index: int, rate: float, duration_s: float | None = None) -> Stage:
         """The stage that probes ``rate`` for ``duration_s`` of arrivals (default: the sweep's

@@ -36,7 +36,7 @@ import polars as pl
 from tui.engine.snapshot import StepTiming
 from tui.load.workload import Workload
 from tui.metrics import stats
-from tui.metrics.capacity import CapacityEdge, EdgeSearch
+from tui.metrics.capacity import CapacityEdge, EdgeSearch, MissWatch
 from tui.metrics.decomposition import (
     LadderEdge,
     ModeFigures,
@@ -93,7 +93,9 @@ def chain_links(baseline: Reservation) -> tuple[ChainLink, ...]:
 
 @dataclass(frozen=True)
 class ProbeData:
-    """One probe's requests as arrays (no per-chunk gaps: probes are many and only counted)."""
+    """One probe's requests as arrays (no per-chunk gaps: probes are many and only counted); ``cut``: it
+    was stopped once it had missed the target beyond doubt (:class:`~tui.metrics.capacity.MissWatch`) at
+    the loosest SLO of the searches that read it, so at every one of them."""
 
     send: np.ndarray
     first: np.ndarray
@@ -101,14 +103,15 @@ class ProbeData:
     end: np.ndarray
     tokens: np.ndarray
     ok: np.ndarray
+    cut: bool = False
 
     @classmethod
-    def of(cls, records: list[RequestRecord]) -> ProbeData:
+    def of(cls, records: list[RequestRecord], cut: bool = False) -> ProbeData:
         def col(name: str) -> np.ndarray:
             return np.array([np.nan if (v := getattr(r, name)) is None else v for r in records], dtype=float)
 
         return cls(col("send_t"), col("first_token_t"), col("last_token_t"), col("end_t"), col("completion_tokens"),
-                   np.array([r.ok for r in records], dtype=bool))
+                   np.array([r.ok for r in records], dtype=bool), cut)
 
     def _latencies(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         ok = self.ok
@@ -207,34 +210,49 @@ class DecomposeRecorder:
             record=dataclasses.replace(preset.record, drain_timeout_s=self.profile.record.drain_timeout_s,
                                        snapshots_per_s=0.0))
 
-    def _probe(self, preset: Profile, link: ChainLink, rate: float, length: float) -> ProbeData:
+    def _probe(self, preset: Profile, link: ChainLink, rate: float, length: float, cut_at: SloConfig) -> ProbeData:
+        """The probe's requests, run once for every search that reads it (the SLO ladder's rungs judge the
+        chain's runs). It is cut only where it misses beyond doubt at ``cut_at``, the loosest of their SLOs:
+        a request that misses a looser SLO misses every stricter one, so the cut is a clear miss at each."""
         key = (preset.name, preset.workload.max_tokens_ratio, link.label, rate, length)
         got = self._cache.get(key)
         if got is not None:
             return got
         records: list[RequestRecord] = []
         stage = self._sweep().probe_stage(1, rate, length)
+        watch = MissWatch(cut_at, stage.num_requests or 0, self._sweep().target_attainment)
+
+        def on_record(r: RequestRecord) -> None:
+            if not r.warmup:
+                records.append(r)
+                watch.add(r)
+
         cell = run_virtual_cell(self._cell_profile(preset, link), stage, link.mode, start=time.monotonic(),
-                                on_record=lambda r: None if r.warmup else records.append(r))
+                                on_record=on_record, stop=watch.decided if self._sweep().cut_missed else None)
         self._simulated_s += cell.clock.now()
-        data = self._cache[key] = ProbeData.of(records)
+        data = self._cache[key] = ProbeData.of(records, cut=cell.cut)
         return data
 
-    def _edge(self, preset: Profile, link: ChainLink, slo: SloConfig, what: str) -> tuple[CapacityEdge, ProbeData | None]:
-        """The link's steady capacity edge at ``slo``, and the probe that set it."""
+    def _edge(self, preset: Profile, link: ChainLink, slo: SloConfig, what: str,
+              cut_at: SloConfig | None = None) -> tuple[CapacityEdge, ProbeData | None]:
+        """The link's steady capacity edge at ``slo``, and the probe that set it; its probes are cut where
+        they miss beyond doubt at ``cut_at`` (default ``slo``: no looser SLO reads them)."""
         search = EdgeSearch(link.label, self._sweep())
         while (probe := search.next_probe()) is not None:
             rate, length = probe
-            data = self._probe(preset, link, rate, length)
+            data = self._probe(preset, link, rate, length, cut_at or slo)
             queue = queue_test(data.send, data.end)
             attainment = data.attainment(slo)
             confirming = search.confirming
             counted = search.observe_probe(rate, length, attainment, f"probe-{search.runs + 1:02d}", queue,
-                                           data.service_s(), data.late_attainment(slo), int(data.send.size))
+                                           data.service_s(), data.late_attainment(slo), int(data.send.size),
+                                           cut=data.cut)
             q = "-" if queue is None else f"{queue.verdict} ({queue.growth:+.1%}), served {queue.achieved_req_s:.4g}/s"
             self.err.print(f"decompose {preset.name} {link.label} {what}: {'confirming ' if confirming else ''}"
                            f"{rate:.4g} req/s for {length:.0f} s: SLO met "
-                           f"{attainment:.1%}, queue {q}" + ("" if counted else ": undecided, longer"), highlight=False)
+                           f"{attainment:.1%}, queue {q}" + ("" if counted else ": undecided, longer")
+                           + (f" (cut at {data.send.size} requests: missed beyond doubt)" if data.cut else ""),
+                           highlight=False)
         edge = search.edge()
         best = edge.edge_probe
         found: ProbeData | None = None
@@ -250,12 +268,14 @@ class DecomposeRecorder:
         self._cache: dict[tuple[str, float, str, float, float], ProbeData] = {}
         links = chain_links(preset.engine.reservation)
         slo = self.profile.slo
-        edges = {link.label: self._edge(preset, link, slo, "at the SLO") for link in links}
         rungs = sorted(set(self._config().slo_ladder)) if ladder and slo.ttft_ms is not None else [1.0]
+        loosest = _ttft_times(slo, max(rungs))  # the chain's probes serve every rung (the ladder holds 1)
+        edges = {link.label: self._edge(preset, link, slo, "at the SLO", loosest) for link in links}
         for f in rungs:
-            rung_slo = dataclasses.replace(slo, ttft_ms=None if slo.ttft_ms is None else slo.ttft_ms * f)
+            rung_slo = _ttft_times(slo, f)
             for link in links:
-                edge = edges[link.label][0] if f == 1.0 else self._edge(preset, link, rung_slo, f"at {f:g}x TTFT SLO")[0]
+                edge = edges[link.label][0] if f == 1.0 else \
+                    self._edge(preset, link, rung_slo, f"at {f:g}x TTFT SLO", loosest)[0]
                 self._ladder.append(LadderEdge(preset.name, f, rung_slo.ttft_ms or math.nan, link.label, edge.edge_rate,
                                                edge.achieved_at_edge, edge.status))
         found = [e.edge_rate for e, _ in edges.values() if e.edge_rate is not None]
@@ -374,6 +394,11 @@ def _paging_bound(preset: Profile, n: int = 2000) -> float | None:
         return None
     wl = Workload(preset.workload)
     return paging_bound([wl.answer_lengths(i) for i in range(n)], preset.engine.block_size)
+
+
+def _ttft_times(slo: SloConfig, factor: float) -> SloConfig:
+    """``slo`` with its TTFT target ``factor`` times as long (a rung of the SLO ladder)."""
+    return dataclasses.replace(slo, ttft_ms=None if slo.ttft_ms is None else slo.ttft_ms * factor)
 
 
 def _blank(stage: str, mode: str, ttft_slo_ms: float | None, latency_rate: float, saturation_rate: float) -> ModeFigures:

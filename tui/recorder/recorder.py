@@ -38,6 +38,7 @@ from tui.load.length_check import check_lengths
 from tui.load.load_runner import ClientStats, LoadRunner, make_target
 from tui.load.target import PREFLIGHT_MAX_BYTES, OpenAITarget, PreflightError
 from tui.load.workers import WorkerFailed, WorkerRunner
+from tui.metrics.capacity import CUT_REASON
 from tui.metrics.prom import parse_server_gauges
 from tui.metrics.types import ServerGauges, WindowStats
 from tui.metrics.window import RollingWindow
@@ -49,6 +50,7 @@ from tui.recorder.run_output import (  # frame_row and restore_signal_handlers: 
     interruptible,
     restore_signal_handlers,
 )
+from tui.recorder.sweep import CellPlan
 from tui.records.cell import CellNote
 from tui.records.request import RequestRecord
 from tui.serve.control_client import ControlClient, ControlError
@@ -91,6 +93,8 @@ class Recorder:
         self._short_outputs = [0, 0]  # this cell's ok requests that ended before max_tokens, and all ok ones
         self._runner: LoadRunner | WorkerRunner | None = None
         self._window: RollingWindow | None = None
+        self._plan: CellPlan | None = None
+        self._cut: asyncio.Event | None = None  # set once the cell's plan says it has missed beyond doubt
         self._server: LocalServer | None = None  # the local target's server, started by us
         self._steps_seen = 0  # the last engine step collected
 
@@ -164,10 +168,11 @@ class Recorder:
             if not await self._unless_stopped(self._prepare(target, control, local)):
                 return 130  # Ctrl-C before any load: nothing was recorded
             modes = [m.label for m in self.profile.record.modes] if local else [REMOTE_MODE]
-            plan = self.output.begin(modes)
+            self._plan = plan = self.output.begin(modes)
             while not self._stop.is_set() and (cell := plan.next_cell()) is not None:
+                self._cut = asyncio.Event()
                 await self._run_cell(target, control, root, *cell)
-                plan.cell_done(partial=self._stop.is_set())
+                plan.cell_done(partial=self._stop.is_set(), cut=self._cut.is_set() and not self._stop.is_set())
             plan.finish(complete=not self._stop.is_set())
         finally:
             flusher.cancel()
@@ -284,23 +289,10 @@ class Recorder:
                 framer = asyncio.create_task(self._poll_frames(control, stage.name, mode))
         else:
             poller = asyncio.create_task(self._poll_server_kv(target, root, kv_samples))
-        stop_wait = asyncio.create_task(self._stop.wait())
         try:
             with self._progress(stage, mode, offered):
-                await runner.start(stage.num_requests, stage.duration_s)
-                sent = asyncio.create_task(runner.wait_scheduled())
-                await asyncio.wait({sent, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
-                if not self._stop.is_set():
-                    drain = asyncio.create_task(runner.drain(rec_cfg.drain_timeout_s))
-                    await asyncio.wait({drain, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
-                    if self._stop.is_set():
-                        await runner.stop(min(GRACE_S, rec_cfg.drain_timeout_s), reason=self._stop_reason())
-                    await drain
-                else:
-                    await runner.stop(min(GRACE_S, rec_cfg.drain_timeout_s), reason=self._stop_reason())
-                await sent
+                await self._send_and_drain(runner, stage)
         finally:
-            stop_wait.cancel()
             for task in (poller, watchdog, framer):
                 if task is not None:
                     task.cancel()
@@ -332,6 +324,7 @@ class Recorder:
             + f": {w.sent} sent, {w.completed} ok, "
             f"{w.failed_total} failed{_failures(w.failed)}, TTFT P99 {p99}"
             + (" (partial)" if note.partial else "")
+            + (" (cut: it missed its target beyond doubt)" if self._cut is not None and self._cut.is_set() else "")
         )
         short, done = self._short_outputs
         if short and not self.profile.target.sends_ignore_eos:
@@ -341,6 +334,38 @@ class Recorder:
                 "model's, not the workload's; set target.ignore_eos = true where the server accepts it",
                 markup=False, highlight=False)
 
+    async def _send_and_drain(self, runner: LoadRunner | WorkerRunner, stage: Stage) -> None:
+        """Send the stage and wait for its requests (to the drain bound), unless the run is stopped (its
+        in-flight requests get a grace) or the cell is cut (its plan says it missed beyond doubt: the rest
+        says nothing, so what is still running is cancelled now, as on the virtual clock)."""
+        assert self._stop is not None
+        rec_cfg = self.profile.record
+        cut = self._cut or asyncio.Event()
+        waits = {asyncio.create_task(self._stop.wait()), asyncio.create_task(cut.wait())}
+
+        async def halt() -> None:
+            if self._stop is not None and self._stop.is_set():
+                await runner.stop(min(GRACE_S, rec_cfg.drain_timeout_s), reason=self._stop_reason())
+            else:
+                await runner.stop(0.0, reason=CUT_REASON)
+
+        try:
+            await runner.start(stage.num_requests, stage.duration_s)
+            sent = asyncio.create_task(runner.wait_scheduled())
+            await asyncio.wait({sent, *waits}, return_when=asyncio.FIRST_COMPLETED)
+            if not (self._stop.is_set() or cut.is_set()):
+                drain = asyncio.create_task(runner.drain(rec_cfg.drain_timeout_s))
+                await asyncio.wait({drain, *waits}, return_when=asyncio.FIRST_COMPLETED)
+                if self._stop.is_set() or cut.is_set():
+                    await halt()
+                await drain
+            else:
+                await halt()
+            await sent
+        finally:
+            for w in waits:
+                w.cancel()
+
     def _stop_reason(self) -> str:
         return "run stopped: " + (self.output.fatal or "interrupted")
 
@@ -348,6 +373,9 @@ class Recorder:
         self.output.on_record(rec)
         if rec.warmup or self._stop is None:
             return
+        plan = self._plan
+        if plan is not None and plan.cuts and self._cut is not None and not self._cut.is_set() and plan.cell_decided():
+            self._cut.set()
         if rec.ok:
             self._connect_errors = 0
             self._short_outputs[1] += 1

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from tui.metrics import stats
-from tui.metrics.capacity import EdgeSearch, measure_probe, probe_passes, write_capacity_edges
+from tui.metrics.capacity import EdgeSearch, MissWatch, measure_probe, probe_passes, write_capacity_edges
 from tui.metrics.repeats import repeat_name
 from tui.profile import Profile, Stage, SweepConfig
 from tui.records.request import RequestRecord
@@ -28,6 +28,8 @@ from tui.records.request import RequestRecord
 class CellPlan:
     """The cells of one run in order; the plain plan needs nothing back from the cells it hands out."""
 
+    cuts = False  # whether :meth:`cell_decided` may ever say True (a recorder asks it only then)
+
     def next_cell(self) -> tuple[Stage, str] | None:
         """The next (stage, mode label) to run; None when the run is complete."""
         raise NotImplementedError
@@ -35,8 +37,14 @@ class CellPlan:
     def on_record(self, rec: RequestRecord) -> None:
         """Every request record of the run, as it is finished (warm-up ones included)."""
 
-    def cell_done(self, partial: bool) -> None:
-        """The cell last handed out has ended (``partial``: it was cut short by a stop)."""
+    def cell_decided(self) -> bool:
+        """Whether the cell handed out has said all it can (a probe that missed beyond doubt): both
+        recorders then end it where it is (what is still running cancelled) and say ``cut``."""
+        return False
+
+    def cell_done(self, partial: bool, cut: bool = False) -> None:
+        """The cell last handed out has ended (``partial``: it was cut short by a stop; ``cut``: ended
+        early because :meth:`cell_decided` said so)."""
 
     def finish(self, complete: bool) -> None:
         """The run is over (``complete``: not stopped early)."""
@@ -74,10 +82,11 @@ class Sweep(CellPlan):
         self.out = Path(out)
         self.say = say
         self.searches = [EdgeSearch(mode, self.config) for mode in modes]
+        self.cuts = self.config.cut_missed
         self._mode = 0  # index of the mode being swept
         self._cell: tuple[Stage, str] | None = None
         self._records: list[RequestRecord] = []
-        self._met = 0  # requests of the running probe that met every SLO so far (for the live line)
+        self._watch: MissWatch | None = None  # the running probe's requests against the SLOs
 
     def next_cell(self) -> tuple[Stage, str] | None:
         while self._mode < len(self.searches):
@@ -86,7 +95,8 @@ class Sweep(CellPlan):
             if probe is not None:
                 stage = self.config.probe_stage(search.runs + 1, *probe)
                 self._cell = (stage, search.mode)
-                self._records, self._met = [], 0
+                self._records = []
+                self._watch = MissWatch(self.slo, stage.num_requests or 0, self.config.target_attainment)
                 return self._cell
             edge = search.edge()
             self.say(f"sweep {search.mode}: capacity edge {_edge_text(edge.edge_rate, edge.fail_rate, edge.status)} "
@@ -101,12 +111,13 @@ class Sweep(CellPlan):
         # the rule reads latencies, never chunk gaps: a long probe's gaps (a float per token) were most of
         # a tune worker's memory, held till the probe ended; the writer has the whole record on disk
         self._records.append(dataclasses.replace(rec, chunk_gaps_s=[]) if rec.chunk_gaps_s else rec)
-        if rec.ok:  # the live count uses the table's own SLO check, one request at a time
-            ttft, e2el, tpot = stats.latencies(*(np.array([v], dtype=float) for v in (
-                rec.send_t, rec.first_token_t, rec.last_token_t, rec.completion_tokens)))
-            self._met += int(stats.meets_slo(ttft, tpot, e2el, self.slo)[0])
+        if self._watch is not None:
+            self._watch.add(rec)
 
-    def cell_done(self, partial: bool) -> None:
+    def cell_decided(self) -> bool:
+        return self.cuts and self._watch is not None and self._watch.decided()
+
+    def cell_done(self, partial: bool, cut: bool = False) -> None:
         if self._cell is None:
             return
         stage, mode = self._cell
@@ -120,7 +131,7 @@ class Sweep(CellPlan):
         length = (stage.num_requests or 0) / stage.rate  # its arrivals' length (num_requests may set it)
         confirming = search.confirming
         counted = search.observe_probe(stage.rate, length, attainment, stage.name, queue, m.service_s, late,
-                                       m.requests)
+                                       m.requests, cut=cut)
         queue_text = "" if queue is None else f"; queue {queue.verdict} (grew {queue.growth:+.1%} of arrivals), " \
             f"served {queue.achieved_req_s:.4g} req/s"
         if not counted:
@@ -131,8 +142,11 @@ class Sweep(CellPlan):
         edge = search.edge()
         verdict = "met" if probe_passes(search.probes[-1], self.config.target_attainment) else "missed"
         what = "confirmation" if confirming else stage.name
+        of = f"{len(self._records)} requests" + (
+            f" (cut once it missed beyond doubt: {len(self._records)} of {stage.num_requests} sent, those still "
+            "running cancelled)" if cut else "")
         self.say(f"sweep {mode}: {what} at {stage.rate:.4g} req/s: SLO met by {attainment:.1%} of "
-                 f"{len(self._records)} requests ({late:.1%} of the second half){queue_text} ({verdict} the "
+                 f"{of} ({late:.1%} of the second half){queue_text} ({verdict} the "
                  f"{self.config.target_attainment:.0%} target and steady state){_probe_tails(self._records)}; "
                  f"edge {_edge_text(edge.edge_rate, edge.fail_rate, edge.status)}")
         self._write(finished=False)
@@ -145,8 +159,8 @@ class Sweep(CellPlan):
             return ""
         stage, mode = self._cell
         search = self.searches[self._mode]
-        done = len(self._records)
-        live = f"SLO met {self._met}/{done}" if done else "no request finished yet"
+        met, done = self._watch.so_far() if self._watch is not None else (0, 0)
+        live = f"SLO met {met}/{done}" if done else "no request finished yet"
         # the last few probes: the line stays within 80 columns (each probe is printed as it ends)
         history = " ".join(f"{p.rate:.3g}:{p.attainment:.2f}" for p in search.probes[-6:])
         return (f"sweep {mode} · probe {search.runs + 1} at {stage.rate:.4g}/s · {live} · target "

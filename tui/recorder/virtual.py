@@ -36,6 +36,7 @@ from tui.engine.sim.readings import modelled_gpu_samples
 from tui.engine.snapshot import EngineSnapshot, StepTiming
 from tui.load.arrivals import Schedule
 from tui.load.trace_replay import make_arrivals, make_workload
+from tui.metrics.capacity import CUT_REASON
 from tui.metrics.window import RollingWindow
 from tui.profile import EngineMode, Profile, Stage, stage_profile
 from tui.recorder.run_output import (
@@ -48,6 +49,7 @@ from tui.recorder.run_output import (
 from tui.records.request import RequestRecord
 
 STEPS_EVERY = 2000  # collect the engine's steps this often (its history holds 20,000)
+STOP_EVERY = 128  # steps: a stage with a stop() asks it this often inside a stretch (exact however it is split)
 IDLE_TICK_S = 0.001  # nothing runs but requests wait (a static batch window): look again this much later
 GPU_EVERY_S = 1.0  # simulated seconds between modelled GPU samples (the live recorder polls NVML as often)
 
@@ -93,11 +95,13 @@ class VirtualClockRecorder:
                 while (cell := plan.next_cell()) is not None:
                     stage, mode = cell
                     try:
-                        self._simulated_s += self._run_virtual_cell(stage, EngineMode.parse(mode))
+                        simulated_s, cut = self._run_virtual_cell(stage, EngineMode.parse(mode),
+                                                                  plan.cell_decided if plan.cuts else None)
                     except RecordsUnwritable as e:  # a full disk mid-cell: stop here, keep what reached it
                         output.fatal, code = str(e), 1
                         break
-                    plan.cell_done(partial=False)
+                    self._simulated_s += simulated_s
+                    plan.cell_done(partial=False, cut=cut)
                     try:
                         output.flush()
                     except Exception as e:  # a full disk: stop here, keep what reached it
@@ -139,8 +143,10 @@ class VirtualClockRecorder:
         with Live(get_renderable=render, console=self.err, refresh_per_second=4, transient=True):
             yield
 
-    def _run_virtual_cell(self, stage: Stage, mode: EngineMode) -> float:
-        """One stage under one mode; returns the simulated seconds it spanned."""
+    def _run_virtual_cell(self, stage: Stage, mode: EngineMode,
+                          stop: Callable[[], bool] | None) -> tuple[float, bool]:
+        """One stage under one mode, ended early where ``stop()`` says; returns the simulated seconds it
+        spanned and whether it was so cut."""
         output = self.output
         # its clock's origin on the records' clock: where the last cell ended
         start = self._t_next if self._t_next is not None else records_now()
@@ -163,7 +169,7 @@ class VirtualClockRecorder:
         cell = run_virtual_cell(self.profile, stage, mode, start=start, run_id=output.run_id,
                                 on_record=on_record, on_steps=on_steps,
                                 on_gpu=lambda samples: output.add_gpu(samples, name, label),
-                                on_frame=on_frame if output.keeps_frames else None)
+                                on_frame=on_frame if output.keeps_frames else None, stop=stop)
         clock = cell.clock
         note.partial = False
         note.ended_t = clock.origin + clock.now()
@@ -174,7 +180,7 @@ class VirtualClockRecorder:
         self.err.print(f"{stage.name} / {mode.label}: {rates}: {w.sent} sent, {w.completed} ok, {w.failed_total} failed, "
                        f"TTFT P99 {p99} (simulated)", highlight=False)
         self._t_next = clock.origin + clock.now()
-        return clock.now()
+        return clock.now(), cell.cut
 
 
 class ClockDriver:
@@ -193,8 +199,13 @@ class ClockDriver:
                  run_id: str = "", on_record: Callable[[RequestRecord], Any] | None = None,
                  on_steps: Callable[[list[StepTiming]], Any] | None = None,
                  on_gpu: Callable[[list[GpuSample]], Any] | None = None,
-                 on_frame: Callable[[EngineSnapshot, float], Any] | None = None, fast_forward: bool = True):
+                 on_frame: Callable[[EngineSnapshot, float], Any] | None = None, fast_forward: bool = True,
+                 stop: Callable[[], bool] | None = None):
         self.engine, self.clock, self.profile, self.stage, self.mode = engine, clock, profile, stage, mode
+        # asked after every step: True ends the stage there (a sweep's probe that has missed beyond doubt),
+        # its requests in flight cancelled and the rest never sent; ``cut`` says it happened
+        self.stop = stop
+        self.cut = False
         self.fast_forward = fast_forward  # decode-only stretches at once (Engine.fast_forward): same records
         self.run_id = run_id
         self.on_record, self.on_steps, self.on_frame = on_record, on_steps, on_frame
@@ -337,7 +348,8 @@ class ClockDriver:
         """A stretch of steps in one go, if the engine is in one (see :meth:`Engine.fast_forward`): between
         its steps the stage's arrivals are sent, the GPU sampled and the frames taken as this loop does
         it (a snapshot between a stretch's steps is the engine's state there), and it ends where this
-        loop would stop: the drain bound passed. Each request's record gets a chunk at every step's end
+        loop would stop: the drain bound passed (and, with a ``stop``, every :data:`STOP_EVERY` steps, so
+        it is asked with the records so far). Each request's record gets a chunk at every step's end
         from its first token until its request finishes, and ends then, as :meth:`_step` gives them."""
 
         def between(now: float) -> bool:
@@ -346,7 +358,8 @@ class ClockDriver:
             if now > self._drain_deadline:
                 return True
             self._send_due()
-            return False
+            # a stage that may stop hands its records over (stop() reads them) every STOP_EVERY steps
+            return self.stop is not None and self._stretch_steps >= STOP_EVERY
 
         self._held, self._stretch_steps = [], 0
         try:
@@ -471,11 +484,15 @@ class ClockDriver:
                 break
             if self.clock.now() > self._drain_deadline:
                 break
+            if self.stop is not None and self.stop():
+                self.cut = bool(self.open) or self._next_event() < math.inf  # ended with work left
+                break
         self.collect_steps()
         t = self._stamp(self.clock.now())
+        reason = CUT_REASON if self.cut else "drain timeout"
         for rid, r in list(self.open.items()):  # past the drain bound: cancelled, as the live recorder does
             self.engine.abort(rid)
-            r.status, r.reason, r.end_t = "cancelled", "drain timeout", t
+            r.status, r.reason, r.end_t = "cancelled", reason, t
             self._done(r)
         self.open.clear()
         self._frontend.clear()
@@ -500,15 +517,17 @@ def run_virtual_cell(profile: Profile, stage: Stage, mode: EngineMode, *, start:
                      on_record: Callable[[RequestRecord], Any] | None = None,
                      on_steps: Callable[[list[StepTiming]], Any] | None = None,
                      on_gpu: Callable[[list[GpuSample]], Any] | None = None,
-                     on_frame: Callable[[EngineSnapshot, float], Any] | None = None) -> ClockDriver:
+                     on_frame: Callable[[EngineSnapshot, float], Any] | None = None,
+                     stop: Callable[[], bool] | None = None) -> ClockDriver:
     """One stage under one mode on a fresh simulated engine whose virtual clock starts at ``start``
-    (monotonic scale): the profile's warm-up, then the stage to its end. Returns the driver (its
-    clock says when the cell ended)."""
+    (monotonic scale): the profile's warm-up, then the stage to its end (or until ``stop()`` says so,
+    asked after every step). Returns the driver (its clock says when the cell ended, ``cut`` whether
+    ``stop`` ended it)."""
     profile = stage_profile(profile, stage)  # a repeat's own seed
     clock = VirtualClock(0.0, origin=start)
     engine = Engine(profile.engine.with_mode(mode), profile.defenses, sim_clock=clock)
     cell = ClockDriver(engine, clock, profile, stage, mode.label, run_id=run_id, on_record=on_record,
-                       on_steps=on_steps, on_gpu=on_gpu, on_frame=on_frame)
+                       on_steps=on_steps, on_gpu=on_gpu, on_frame=on_frame, stop=stop)
     if profile.load.warmup_requests:
         cell.warmup(profile.load.warmup_requests)
     cell.run()
