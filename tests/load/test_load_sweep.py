@@ -16,11 +16,32 @@ import pytest
 from loadfake_server import FakeConfig
 
 from tui.metrics.capacity import SWEEP_FILE, edge_of, probe_passes, read_capacity_edges
-from tui.profile import load_profile
+from tui.profile import Profile, load_profile
 from tui.recorder.recorder import record_main
 from tui.report.terminal import load_run
 
 pytestmark = pytest.mark.slow  # recorded runs over HTTP
+
+
+def _remote_sweep(tmp_path: Path, base_url: str, sweep: str, ttft_ms: float, warmup: int | None = None) -> Profile:
+    """A sweep of the fake server at ``base_url``: tiny requests, these ``[sweep]`` keys, a TTFT SLO."""
+    load = "" if warmup is None else f"[load]\nwarmup_requests = {warmup}\n"
+    path = tmp_path / "p.toml"
+    path.write_text(f"""
+name = "remote-sweep"
+[target]
+kind = "openai"
+base_url = "{base_url}"
+model = "fake-model"
+[workload]
+prompt_len = 8
+output_len = 4
+{load}[sweep]{sweep}[record]
+drain_timeout_s = 5.0
+[slo]
+ttft_ms = {ttft_ms}
+""", encoding="utf-8")
+    return load_profile(path)
 
 
 def _table_agrees_with_sweep_json(out: Path) -> None:
@@ -34,28 +55,13 @@ def _table_agrees_with_sweep_json(out: Path) -> None:
 
 def test_a_remote_target_is_swept_up_to_max_rate(fake_server, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     srv = fake_server(FakeConfig(ttft_s=0.002, token_delay_s=0.001))  # never near a 2 s SLO: the sweep tops out
-    path = tmp_path / "p.toml"
-    path.write_text(f'''
-name = "remote-sweep"
-[target]
-kind = "openai"
-base_url = "{srv.base_url}"
-model = "fake-model"
-[workload]
-prompt_len = 8
-output_len = 4
-[sweep]
+    out = tmp_path / "run"
+    assert record_main(_remote_sweep(tmp_path, srv.base_url, """
 start_rate = 20
 max_rate = 40
 num_requests = 8
 duration_s = 0.01
-[record]
-drain_timeout_s = 5.0
-[slo]
-ttft_ms = 2000
-''', encoding="utf-8")
-    out = tmp_path / "run"
-    assert record_main(load_profile(path), out) == 0
+""", ttft_ms=2000), out) == 0
     (edge,) = read_capacity_edges(out)
     assert edge.mode == "remote"
     # each probe an ordinary stage, the first at start_rate, none past max_rate
@@ -119,31 +125,14 @@ def test_a_live_probe_that_missed_beyond_doubt_stops_sending(fake_server, tmp_pa
     """Every request misses a 10 ms TTFT on a 50 ms server: the probe is cut once its misses settle it,
     long before its 10 s of arrivals are sent (its rest could only add to the miss)."""
     srv = fake_server(FakeConfig(ttft_s=0.05, token_delay_s=0.001))
-    path = tmp_path / "p.toml"
-    path.write_text(f'''
-name = "remote-cut"
-[target]
-kind = "openai"
-base_url = "{srv.base_url}"
-model = "fake-model"
-[workload]
-prompt_len = 8
-output_len = 4
-[load]
-warmup_requests = 0
-[sweep]
+    out = tmp_path / "run"
+    assert record_main(_remote_sweep(tmp_path, srv.base_url, """
 start_rate = 100
 num_requests = 1000
 duration_s = 0.01
 max_probes = 1
 confirm_factor = 0
-[record]
-drain_timeout_s = 5.0
-[slo]
-ttft_ms = 10
-''', encoding="utf-8")
-    out = tmp_path / "run"
-    assert record_main(load_profile(path), out) == 0
+""", ttft_ms=10, warmup=0), out) == 0
     (edge,) = read_capacity_edges(out)
     (probe,) = edge.probes
     assert probe.cut and probe.attainment == 0.0 and edge.status == "below"

@@ -373,8 +373,7 @@ class Recorder:
         self.output.on_record(rec)
         if rec.warmup or self._stop is None:
             return
-        plan = self._plan
-        if plan is not None and plan.cuts and self._cut is not None and not self._cut.is_set() and plan.cell_decided():
+        if self._cut is not None and not self._cut.is_set() and self._plan is not None and self._plan.cell_decided():
             self._cut.set()
         if rec.ok:
             self._connect_errors = 0
